@@ -1,0 +1,62 @@
+# fleetscribe: queue-driven batch transcription on GPU fleets.
+# `make demo` and `make test` are the whole set-up on a fresh Debian machine.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+GO ?= go
+GOBIN := $(shell $(GO) env GOPATH)/bin
+export GOTOOLCHAIN ?= auto
+TAGS := pocketsphinx
+BIN := bin
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+.PHONY: deps
+deps: ## install apt packages, the local AWS emulator (npm) and Go modules, if missing
+	@scripts/deps.sh
+
+.PHONY: build
+build: deps ## build worker, enqueue, asrserver (pocketsphinx) and demo into bin/
+	$(GO) build -o $(BIN)/ ./cmd/worker ./cmd/enqueue ./cmd/demo
+	$(GO) build -tags $(TAGS) -o $(BIN)/ ./cmd/asrserver
+
+.PHONY: demo
+demo: build ## transcribe synthesised speech end to end on local SQS/S3 and pocketsphinx
+	$(BIN)/demo -bin $(BIN)
+
+.PHONY: test
+test: deps tflint ## vet, format check, terraform checks and all tests with -race
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet -tags $(TAGS) ./...
+	$(GO) test -race -count=1 -tags $(TAGS) ./...
+	$(MAKE) --no-print-directory tf-lint
+
+.PHONY: tflint
+tflint:
+	@scripts/tools.sh tflint
+
+.PHONY: tf-lint
+tf-lint: tflint ## lint every Terraform module with tflint
+	@for d in terraform/modules/* terraform/examples/*; do \
+	  [ -d "$$d" ] || continue; \
+	  echo "tflint $$d"; $(GOBIN)/tflint --chdir="$$d" --config="$(CURDIR)/terraform/.tflint.hcl"; \
+	done
+
+.PHONY: lint
+lint: tf-lint ## go vet, gofmt and tflint
+	$(GO) vet -tags $(TAGS) ./...
+	@test -z "$$(gofmt -l .)"
+
+.PHONY: proto
+proto: ## regenerate the KServe v2 gRPC code from triton/inference/grpc_service.proto
+	@scripts/tools.sh protoc-gen-go protoc-gen-go-grpc
+	PATH="$(GOBIN):$$PATH" protoc --go_out=. --go_opt=paths=source_relative \
+	  --go-grpc_out=. --go-grpc_opt=paths=source_relative triton/inference/grpc_service.proto
+
+.PHONY: clean
+clean: ## remove build outputs
+	rm -rf $(BIN)

@@ -1,0 +1,158 @@
+//go:build pocketsphinx
+
+package sphinx
+
+/*
+#cgo pkg-config: pocketsphinx
+#include <stdlib.h>
+#include <pocketsphinx.h>
+
+// cmd_ln_init is variadic, which cgo cannot call.
+static ps_decoder_t *fs_decoder_new(const char *hmm, const char *lm, const char *dict) {
+	cmd_ln_t *cfg = cmd_ln_init(NULL, ps_args(), TRUE,
+		"-hmm", hmm, "-lm", lm, "-dict", dict, "-logfn", "/dev/null", NULL);
+	if (cfg == NULL) return NULL;
+	ps_decoder_t *ps = ps_init(cfg);
+	cmd_ln_free_r(cfg);
+	return ps;
+}
+
+static double fs_seg_conf(ps_decoder_t *ps, ps_seg_t *seg) {
+	return logmath_exp(ps_get_logmath(ps), ps_seg_prob(seg, NULL, NULL, NULL));
+}
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"unsafe"
+
+	"github.com/fleetscribe/fleetscribe/triton"
+)
+
+// frameRate is pocketsphinx's default frames per second (-frate).
+const frameRate = 100.0
+
+// blockSamples is how much audio each ps_process_raw call gets.
+const blockSamples = 2048
+
+// Recognizer is a pool of pocketsphinx decoders. It is safe for concurrent use.
+type Recognizer struct {
+	free chan *C.ps_decoder_t
+	all  []*C.ps_decoder_t
+}
+
+// New loads cfg.Decoders decoders. Each holds its own copy of the models.
+func New(cfg Config) (*Recognizer, error) {
+	for _, p := range []string{cfg.HMM, cfg.LM, cfg.Dict} {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("pocketsphinx model: %w (install pocketsphinx-en-us)", err)
+		}
+	}
+	if cfg.Decoders < 1 {
+		cfg.Decoders = 1
+	}
+	hmm, lm, dict := C.CString(cfg.HMM), C.CString(cfg.LM), C.CString(cfg.Dict)
+	defer C.free(unsafe.Pointer(hmm))
+	defer C.free(unsafe.Pointer(lm))
+	defer C.free(unsafe.Pointer(dict))
+	r := &Recognizer{free: make(chan *C.ps_decoder_t, cfg.Decoders)}
+	for i := 0; i < cfg.Decoders; i++ {
+		ps := C.fs_decoder_new(hmm, lm, dict)
+		if ps == nil {
+			r.Close()
+			return nil, errors.New("pocketsphinx: decoder initialisation failed")
+		}
+		r.all = append(r.all, ps)
+		r.free <- ps
+	}
+	return r, nil
+}
+
+// Close frees every decoder. No Recognize may be running.
+func (r *Recognizer) Close() {
+	for _, ps := range r.all {
+		C.ps_free(ps)
+	}
+	r.all = nil
+}
+
+// Recognize decodes samples as one utterance.
+func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamps bool) (triton.Result, error) {
+	var ps *C.ps_decoder_t
+	select {
+	case ps = <-r.free:
+	case <-ctx.Done():
+		return triton.Result{}, ctx.Err()
+	}
+	defer func() { r.free <- ps }()
+
+	if len(samples) == 0 {
+		return triton.Result{}, nil
+	}
+	pcm := make([]C.int16, len(samples))
+	for i, s := range samples {
+		switch {
+		case s >= 1:
+			pcm[i] = 32767
+		case s <= -1:
+			pcm[i] = -32768
+		default:
+			pcm[i] = C.int16(s * 32767)
+		}
+	}
+	if C.ps_start_utt(ps) < 0 {
+		return triton.Result{}, errors.New("pocketsphinx: start utterance failed")
+	}
+	// Fed in blocks, as pocketsphinx's own tools do: its live cepstral
+	// mean normalisation recognises short clips far better than the
+	// whole-utterance mode.
+	for off := 0; off < len(pcm); off += blockSamples {
+		end := min(off+blockSamples, len(pcm))
+		if C.ps_process_raw(ps, &pcm[off], C.size_t(end-off), 0, 0) < 0 {
+			C.ps_end_utt(ps)
+			return triton.Result{}, errors.New("pocketsphinx: process failed")
+		}
+	}
+	if C.ps_end_utt(ps) < 0 {
+		return triton.Result{}, errors.New("pocketsphinx: end utterance failed")
+	}
+	var res triton.Result
+	if hyp := C.ps_get_hyp(ps, nil); hyp != nil {
+		res.Text = C.GoString(hyp)
+	}
+	if timestamps {
+		res.Words = []triton.Word{}
+		for seg := C.ps_seg_iter(ps); seg != nil; seg = C.ps_seg_next(seg) {
+			word, ok := cleanWord(C.GoString(C.ps_seg_word(seg)))
+			if !ok {
+				continue
+			}
+			var sf, ef C.int
+			C.ps_seg_frames(seg, &sf, &ef)
+			res.Words = append(res.Words, triton.Word{
+				Word:       word,
+				Start:      float64(sf) / frameRate,
+				End:        float64(ef+1) / frameRate,
+				Confidence: float64(C.fs_seg_conf(ps, seg)),
+			})
+		}
+	}
+	return res, nil
+}
+
+// cleanWord drops fillers (<s>, <sil>, [NOISE]) and the "(2)" suffix of
+// alternate pronunciations.
+func cleanWord(w string) (string, bool) {
+	if w == "" || strings.HasPrefix(w, "<") || strings.HasPrefix(w, "[") {
+		return "", false
+	}
+	if i := strings.IndexByte(w, '('); i > 0 {
+		w = w[:i]
+	}
+	return w, true
+}

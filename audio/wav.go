@@ -1,0 +1,205 @@
+package audio
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Errors wrapped by FormatError.
+var (
+	ErrCorrupt     = errors.New("corrupt audio")
+	ErrUnsupported = errors.New("unsupported audio")
+)
+
+// FormatError describes why a recording cannot be decoded.
+type FormatError struct {
+	Kind   error // ErrCorrupt or ErrUnsupported
+	Format string
+	Reason string
+}
+
+func (e *FormatError) Error() string { return fmt.Sprintf("%v (%s): %s", e.Kind, e.Format, e.Reason) }
+
+// Unwrap returns the error kind.
+func (e *FormatError) Unwrap() error { return e.Kind }
+
+func corrupt(format, f string, args ...any) error {
+	return &FormatError{Kind: ErrCorrupt, Format: format, Reason: fmt.Sprintf(f, args...)}
+}
+
+func unsupported(format, f string, args ...any) error {
+	return &FormatError{Kind: ErrUnsupported, Format: format, Reason: fmt.Sprintf(f, args...)}
+}
+
+// Clip is decoded mono audio.
+type Clip struct {
+	Rate    int       // samples per second
+	Samples []float32 // mono, nominally in [-1, 1]
+}
+
+// Duration returns the clip length in seconds.
+func (c Clip) Duration() float64 {
+	if c.Rate == 0 {
+		return 0
+	}
+	return float64(len(c.Samples)) / float64(c.Rate)
+}
+
+const (
+	wavPCM        = 1
+	wavFloat      = 3
+	wavExtensible = 0xFFFE
+)
+
+type wavFormat struct {
+	tag        uint16
+	channels   int
+	rate       int
+	blockAlign int
+	bits       int
+}
+
+// DecodeWAV decodes a RIFF/WAVE file with integer PCM (8, 16, 24 or 32 bit)
+// or IEEE float (32 or 64 bit) samples, plain or WAVE_FORMAT_EXTENSIBLE,
+// and mixes its channels down to mono. A data chunk whose declared size
+// runs past the end of the file (a stream that was never finalised) is read
+// up to the last whole frame.
+func DecodeWAV(b []byte) (Clip, error) {
+	const name = "wav"
+	if len(b) < 12 {
+		return Clip{}, corrupt(name, "%d bytes is too short for a RIFF header", len(b))
+	}
+	if string(b[0:4]) != "RIFF" || string(b[8:12]) != "WAVE" {
+		return Clip{}, corrupt(name, "missing RIFF/WAVE signature")
+	}
+	var (
+		fmtc *wavFormat
+		data []byte
+	)
+	for off := 12; off+8 <= len(b) && data == nil; {
+		id := string(b[off : off+4])
+		size := int64(binary.LittleEndian.Uint32(b[off+4:]))
+		body := off + 8
+		end := int64(body) + size
+		if end > int64(len(b)) {
+			if id != "data" {
+				return Clip{}, corrupt(name, "chunk %q of %d bytes runs past the end of the file", id, size)
+			}
+			end = int64(len(b))
+		}
+		switch id {
+		case "fmt ":
+			f, err := parseWAVFormat(b[body:end])
+			if err != nil {
+				return Clip{}, err
+			}
+			fmtc = &f
+		case "data":
+			if fmtc == nil {
+				return Clip{}, corrupt(name, "data chunk before fmt chunk")
+			}
+			data = b[body:end]
+		}
+		off = int(end + end%2) // chunks are word-aligned
+	}
+	if fmtc == nil {
+		return Clip{}, corrupt(name, "no fmt chunk")
+	}
+	if data == nil {
+		return Clip{}, corrupt(name, "no data chunk")
+	}
+	frames := len(data) / fmtc.blockAlign
+	samples := make([]float32, frames)
+	read := sampleReader(*fmtc)
+	inv := 1 / float32(fmtc.channels)
+	for i := 0; i < frames; i++ {
+		frame := data[i*fmtc.blockAlign:]
+		var sum float32
+		width := fmtc.bits / 8
+		for c := 0; c < fmtc.channels; c++ {
+			sum += read(frame[c*width:])
+		}
+		samples[i] = sum * inv
+	}
+	return Clip{Rate: fmtc.rate, Samples: samples}, nil
+}
+
+func parseWAVFormat(b []byte) (wavFormat, error) {
+	const name = "wav"
+	if len(b) < 16 {
+		return wavFormat{}, corrupt(name, "fmt chunk of %d bytes is too short", len(b))
+	}
+	f := wavFormat{
+		tag:        binary.LittleEndian.Uint16(b[0:]),
+		channels:   int(binary.LittleEndian.Uint16(b[2:])),
+		rate:       int(binary.LittleEndian.Uint32(b[4:])),
+		blockAlign: int(binary.LittleEndian.Uint16(b[12:])),
+		bits:       int(binary.LittleEndian.Uint16(b[14:])),
+	}
+	if f.tag == wavExtensible {
+		if len(b) < 26 {
+			return wavFormat{}, corrupt(name, "extensible fmt chunk of %d bytes is too short", len(b))
+		}
+		f.tag = binary.LittleEndian.Uint16(b[24:]) // first two bytes of the sub-format GUID
+	}
+	switch {
+	case f.channels < 1 || f.channels > 32:
+		return wavFormat{}, corrupt(name, "%d channels", f.channels)
+	case f.rate < 1000 || f.rate > 768000:
+		return wavFormat{}, corrupt(name, "sample rate %d Hz", f.rate)
+	case f.tag == wavPCM && f.bits != 8 && f.bits != 16 && f.bits != 24 && f.bits != 32:
+		return wavFormat{}, unsupported(name, "%d-bit integer PCM", f.bits)
+	case f.tag == wavFloat && f.bits != 32 && f.bits != 64:
+		return wavFormat{}, unsupported(name, "%d-bit float", f.bits)
+	case f.tag != wavPCM && f.tag != wavFloat:
+		return wavFormat{}, unsupported(name, "format tag 0x%04x (compressed WAV)", f.tag)
+	case f.blockAlign != f.channels*f.bits/8:
+		return wavFormat{}, corrupt(name, "block align %d does not match %d channels of %d bits", f.blockAlign, f.channels, f.bits)
+	}
+	return f, nil
+}
+
+func sampleReader(f wavFormat) func([]byte) float32 {
+	switch {
+	case f.tag == wavFloat && f.bits == 32:
+		return func(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b)) }
+	case f.tag == wavFloat:
+		return func(b []byte) float32 { return float32(math.Float64frombits(binary.LittleEndian.Uint64(b))) }
+	case f.bits == 8: // unsigned
+		return func(b []byte) float32 { return (float32(b[0]) - 128) / 128 }
+	case f.bits == 16:
+		return func(b []byte) float32 { return float32(int16(binary.LittleEndian.Uint16(b))) / 32768 }
+	case f.bits == 24:
+		return func(b []byte) float32 {
+			v := int32(uint32(b[0])<<8|uint32(b[1])<<16|uint32(b[2])<<24) >> 8
+			return float32(v) / 8388608
+		}
+	default:
+		return func(b []byte) float32 { return float32(int32(binary.LittleEndian.Uint32(b))) / 2147483648 }
+	}
+}
+
+// EncodeWAV writes 16-bit PCM mono WAV, for tests, tools and fixtures.
+func EncodeWAV(c Clip) []byte {
+	n := len(c.Samples) * 2
+	b := make([]byte, 44, 44+n)
+	copy(b[0:], "RIFF")
+	binary.LittleEndian.PutUint32(b[4:], uint32(36+n))
+	copy(b[8:], "WAVEfmt ")
+	binary.LittleEndian.PutUint32(b[16:], 16)
+	binary.LittleEndian.PutUint16(b[20:], wavPCM)
+	binary.LittleEndian.PutUint16(b[22:], 1)
+	binary.LittleEndian.PutUint32(b[24:], uint32(c.Rate))
+	binary.LittleEndian.PutUint32(b[28:], uint32(c.Rate*2))
+	binary.LittleEndian.PutUint16(b[32:], 2)
+	binary.LittleEndian.PutUint16(b[34:], 16)
+	copy(b[36:], "data")
+	binary.LittleEndian.PutUint32(b[40:], uint32(n))
+	for _, s := range c.Samples {
+		v := int16(max(-32768, min(32767, math.Round(float64(s)*32767))))
+		b = binary.LittleEndian.AppendUint16(b, uint16(v))
+	}
+	return b
+}

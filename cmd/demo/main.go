@@ -1,0 +1,214 @@
+// Command demo runs the whole job end to end on this machine, with no AWS
+// account and no GPU: it starts the local SQS+S3 emulator and the
+// pocketsphinx inference server, synthesises English sentences with
+// ffmpeg's flite voices, uploads them, enqueues them with the enqueue
+// binary, runs the worker binary until the queue is drained, prints each
+// transcript beside its source text with the word error rate, and stops
+// everything it started. The last line is "RESULT clips=N wer=0.xx".
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/internal/wer"
+	"github.com/fleetscribe/fleetscribe/worker"
+)
+
+// sentences are read by flite's voices and recognised by pocketsphinx.
+var sentences = []string{
+	"the patient was admitted to the hospital on monday morning",
+	"please schedule a follow up appointment in two weeks",
+	"she has no known allergies to any medication",
+	"the doctor will call you back this afternoon",
+	"we will review the test results at the next visit",
+	"the heart rate is normal and the lungs are clear",
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	binDir := flag.String("bin", "bin", "directory holding the worker, enqueue and asrserver binaries")
+	voice := flag.String("voice", "rms", "flite voice (kal, kal16, rms, slt, awb)")
+	maxWER := flag.Float64("max-wer", 0.15, "exit non-zero when overall WER is above this")
+	verbose := flag.Bool("v", false, "show the worker's and servers' logs")
+	flag.Parse()
+	logs := io.Discard
+	if *verbose {
+		logs = os.Stderr
+	}
+	work, err := os.MkdirTemp("", "fleetscribe-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	step("starting local SQS+S3 emulator")
+	aws_, err := localaws.Start(ctx)
+	if err != nil {
+		return err
+	}
+	defer aws_.Stop()
+	sqsc, s3c := aws_.Clients()
+	const bucket, outBucket = "demo-audio", "demo-transcripts"
+	for _, b := range []string{bucket, outBucket} {
+		if err := localaws.CreateBucket(ctx, s3c, b); err != nil {
+			return err
+		}
+	}
+	q, err := localaws.CreateQueue(ctx, sqsc, "demo-live", 3, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("   endpoint %s, queue %s (DLQ after 3 receives)\n", aws_.Endpoint, q.URL)
+
+	step("starting the pocketsphinx inference server (KServe v2 gRPC)")
+	addrFile := filepath.Join(work, "asr.addr")
+	asr := exec.CommandContext(ctx, filepath.Join(*binDir, "asrserver"), "-listen", "127.0.0.1:0", "-addr-file", addrFile, "-decoders", "2")
+	asr.Stdout, asr.Stderr = logs, logs
+	asr.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	asr.Cancel = func() error { return asr.Process.Signal(syscall.SIGTERM) }
+	if err := asr.Start(); err != nil {
+		return fmt.Errorf("start asrserver (run `make build`): %w", err)
+	}
+	defer func() { _ = asr.Process.Signal(syscall.SIGTERM); _ = asr.Wait() }()
+	asrAddr, err := waitFile(ctx, addrFile, 60*time.Second)
+	if err != nil {
+		return fmt.Errorf("asrserver did not start: %w", err)
+	}
+	fmt.Printf("   listening on %s\n", asrAddr)
+
+	step(fmt.Sprintf("synthesising and uploading %d sentences (flite voice %q)", len(sentences), *voice))
+	keys := make([]string, len(sentences))
+	for i, text := range sentences {
+		wav := filepath.Join(work, fmt.Sprintf("clip-%02d.wav", i+1))
+		ff := exec.CommandContext(ctx, "ffmpeg", "-nostdin", "-loglevel", "error", "-y",
+			"-f", "lavfi", "-i", fmt.Sprintf("flite=text='%s':voice=%s", text, *voice), "-ac", "1", wav)
+		if out, err := ff.CombinedOutput(); err != nil {
+			return fmt.Errorf("ffmpeg: %w: %s", err, out)
+		}
+		f, err := os.Open(wav)
+		if err != nil {
+			return err
+		}
+		keys[i] = fmt.Sprintf("incoming/clip-%02d.wav", i+1)
+		_, err = s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(keys[i]), Body: f})
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("upload: %w", err)
+		}
+	}
+
+	step("enqueueing with `enqueue -prefix incoming/`")
+	common := []string{"-aws-endpoint", aws_.Endpoint, "-queue-url", q.URL}
+	enq := exec.CommandContext(ctx, filepath.Join(*binDir, "enqueue"), append(common,
+		"-bucket", bucket, "-prefix", "incoming/", "-suffix", ".wav", "-job-formats", "txt,srt,vtt")...)
+	enq.Stdout, enq.Stderr = os.Stdout, os.Stderr
+	if err := enq.Run(); err != nil {
+		return fmt.Errorf("enqueue: %w", err)
+	}
+
+	step("running the worker until the queue is drained")
+	started := time.Now()
+	wk := exec.CommandContext(ctx, filepath.Join(*binDir, "worker"), append(common,
+		"-output-bucket", outBucket, "-triton-addrs", asrAddr, "-model-batch-dim=true",
+		"-concurrency", "4", "-wait-time", "1s", "-exit-when-idle", "3s", "-metrics-addr", "")...)
+	wk.Stdout, wk.Stderr = logs, logs
+	wk.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	wk.Cancel = func() error { return wk.Process.Signal(syscall.SIGTERM) }
+	if err := wk.Run(); err != nil {
+		return fmt.Errorf("worker: %w (rerun with -v for its log)", err)
+	}
+	visible, inflight, err := localaws.Depth(ctx, sqsc, q.URL)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("   worker exited after %.1fs; queue: %d visible, %d in flight\n", time.Since(started).Seconds(), visible, inflight)
+
+	step("transcripts")
+	var edits, words int
+	for i, key := range keys {
+		t, err := readTranscript(ctx, s3c, outBucket, key)
+		if err != nil {
+			return err
+		}
+		e, n := wer.Errors(sentences[i], t.Text)
+		edits, words = edits+e, words+n
+		fmt.Printf("%s  (%.1fs audio, %d words timed)\n   source:     %s\n   transcript: %s\n   WER %.2f\n",
+			key, t.DurationSec, len(t.Words), sentences[i], t.Text, float64(e)/float64(n))
+	}
+	overall := float64(edits) / float64(words)
+	fmt.Printf("\noverall WER %.3f over %d words\n", overall, words)
+	var verr error
+	if overall > *maxWER {
+		verr = fmt.Errorf("overall WER %.3f is above %.2f", overall, *maxWER)
+	}
+	if visible+inflight != 0 {
+		verr = errors.Join(verr, fmt.Errorf("queue not drained: %d visible, %d in flight", visible, inflight))
+	}
+	fmt.Printf("RESULT clips=%d wer=%.2f\n", len(keys), overall)
+	return verr
+}
+
+func step(s string) { fmt.Printf("==> %s\n", s) }
+
+func waitFile(ctx context.Context, path string, limit time.Duration) (string, error) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return strings.TrimSpace(string(b)), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return "", fmt.Errorf("%s not written within %s", path, limit)
+}
+
+// readTranscript finds the transcript of key by its deterministic prefix.
+func readTranscript(ctx context.Context, c *s3.Client, bucket, key string) (worker.Transcript, error) {
+	var t worker.Transcript
+	out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + key + "/")})
+	if err != nil {
+		return t, err
+	}
+	for _, o := range out.Contents {
+		k := aws.ToString(o.Key)
+		if !strings.HasSuffix(k, ".json") || strings.HasSuffix(k, ".error.json") {
+			continue
+		}
+		obj, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(k)})
+		if err != nil {
+			return t, err
+		}
+		defer obj.Body.Close()
+		return t, json.NewDecoder(obj.Body).Decode(&t)
+	}
+	return t, fmt.Errorf("no transcript for %s", key)
+}
+

@@ -1,0 +1,220 @@
+// Package localaws runs the pinned local SQS+S3 emulator (fauxqs, under
+// tools/fauxqs) for tests and the demo, and provisions a bucket and queues
+// shaped like production: each queue with a dead-letter queue and a
+// redrive policy.
+package localaws
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/fleetscribe/fleetscribe/internal/awsconf"
+)
+
+// Server is a running emulator.
+type Server struct {
+	Endpoint string
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	done     chan error
+}
+
+// ToolsDir finds tools/fauxqs by walking up from the working directory to
+// the module root.
+func ToolsDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "tools", "fauxqs"), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("module root (go.mod) not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Start launches the emulator on a free loopback port and waits until
+// GET /health answers. Call Stop when done.
+func Start(ctx context.Context) (*Server, error) {
+	dir, err := ToolsDir()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "fauxqs")); err != nil {
+		return nil, fmt.Errorf("fauxqs is not installed in %s: run `make deps` (npm ci): %w", dir, err)
+	}
+	cmd := exec.Command("node", "serve.mjs", "0")
+	cmd.Dir = dir
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	stdin, err := cmd.StdinPipe() // closing it (or our death) stops the server
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start fauxqs: %w", err)
+	}
+	s := &Server{cmd: cmd, stdin: stdin, done: make(chan error, 1)}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() { s.done <- cmd.Wait() }()
+
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			s.Stop()
+			return nil, errors.New("fauxqs exited before listening")
+		}
+		var hello struct {
+			Port int `json:"port"`
+		}
+		if err := json.Unmarshal([]byte(line), &hello); err != nil || hello.Port == 0 {
+			s.Stop()
+			return nil, fmt.Errorf("fauxqs: unexpected first line %q", line)
+		}
+		s.Endpoint = "http://127.0.0.1:" + strconv.Itoa(hello.Port)
+	case <-ctx.Done():
+		s.Stop()
+		return nil, fmt.Errorf("fauxqs did not start: %w", ctx.Err())
+	}
+	if err := s.waitHealthy(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) waitHealthy(ctx context.Context) error {
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/health", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fauxqs health check: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop ends the emulator and waits for it to exit.
+func (s *Server) Stop() {
+	_ = s.stdin.Close()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// Clients returns SDK clients pointed at the emulator.
+func (s *Server) Clients() (*sqs.Client, *s3.Client) {
+	cfg := aws.Config{
+		Region:      "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+	}
+	sqsc, s3c, _ := awsconf.Local(cfg, s.Endpoint)
+	return sqsc, s3c
+}
+
+// Queue describes a provisioned queue and its dead-letter queue.
+type Queue struct {
+	URL, DLQURL string
+}
+
+// CreateQueue creates name and name-dlq with a redrive policy of
+// maxReceives, as the Terraform module does.
+func CreateQueue(ctx context.Context, c *sqs.Client, name string, maxReceives int, visibility time.Duration) (Queue, error) {
+	dlq, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq")})
+	if err != nil {
+		return Queue{}, fmt.Errorf("create dlq: %w", err)
+	}
+	attrs, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: dlq.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return Queue{}, fmt.Errorf("dlq arn: %w", err)
+	}
+	redrive, _ := json.Marshal(map[string]any{
+		"deadLetterTargetArn": attrs.Attributes[string(sqstypes.QueueAttributeNameQueueArn)],
+		"maxReceiveCount":     strconv.Itoa(maxReceives),
+	})
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{
+		QueueName: aws.String(name),
+		Attributes: map[string]string{
+			string(sqstypes.QueueAttributeNameRedrivePolicy):     string(redrive),
+			string(sqstypes.QueueAttributeNameVisibilityTimeout): strconv.Itoa(int(visibility / time.Second)),
+		},
+	})
+	if err != nil {
+		return Queue{}, fmt.Errorf("create queue: %w", err)
+	}
+	return Queue{URL: aws.ToString(q.QueueUrl), DLQURL: aws.ToString(dlq.QueueUrl)}, nil
+}
+
+// CreateBucket creates a bucket.
+func CreateBucket(ctx context.Context, c *s3.Client, name string) error {
+	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		return fmt.Errorf("create bucket %s: %w", name, err)
+	}
+	return nil
+}
+
+// Depth returns the visible and in-flight message counts of a queue.
+func Depth(ctx context.Context, c *sqs.Client, url string) (visible, inflight int, err error) {
+	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url),
+		AttributeNames: []sqstypes.QueueAttributeName{
+			sqstypes.QueueAttributeNameApproximateNumberOfMessages,
+			sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+		},
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("queue attributes: %w", err)
+	}
+	visible, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)])
+	inflight, _ = strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
+	return visible, inflight, nil
+}

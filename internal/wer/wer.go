@@ -1,0 +1,50 @@
+// Package wer computes word error rate, for the demo and the speech tests.
+package wer
+
+import (
+	"strings"
+	"unicode"
+)
+
+// Normalize lowercases s, drops punctuation and splits it into words.
+func Normalize(s string) []string {
+	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '\''
+	})
+}
+
+// Errors returns the word-level edit distance (substitutions, deletions
+// and insertions) between reference and hypothesis, and the reference
+// length.
+func Errors(reference, hypothesis string) (edits, words int) {
+	ref, hyp := Normalize(reference), Normalize(hypothesis)
+	prev := make([]int, len(hyp)+1)
+	cur := make([]int, len(hyp)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ref); i++ {
+		cur[0] = i
+		for j := 1; j <= len(hyp); j++ {
+			sub := prev[j-1]
+			if ref[i-1] != hyp[j-1] {
+				sub++
+			}
+			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(hyp)], len(ref)
+}
+
+// Rate returns edits per reference word (0 for an empty reference and hypothesis).
+func Rate(reference, hypothesis string) float64 {
+	e, n := Errors(reference, hypothesis)
+	if n == 0 {
+		if e == 0 {
+			return 0
+		}
+		return 1
+	}
+	return float64(e) / float64(n)
+}

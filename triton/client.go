@@ -1,0 +1,244 @@
+package triton
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/fleetscribe/fleetscribe/triton/inference"
+)
+
+// ModelIO names the speech model and its tensors. Defaults match the
+// contract in the README; every name is configurable because deployed
+// model repositories rarely agree.
+type ModelIO struct {
+	Model   string // model name in the Triton repository
+	Version string // empty: the server's default policy
+
+	AudioInput      string // FP32 [-1], 16 kHz mono samples
+	TimestampsInput string // BOOL [1]; empty: the model takes no such input
+	TextOutput      string // BYTES [1]
+	WordsOutput     string // BYTES [-1], one JSON object per word; empty: not requested
+	NumWordsOutput  string // INT32 [1]; empty: not requested
+
+	// BatchDim prepends a batch dimension of 1 to every input shape, as
+	// Triton requires for models with max_batch_size > 0 (any model that
+	// uses the dynamic batcher).
+	BatchDim bool
+}
+
+// DefaultModelIO returns the tensor names of the documented model contract.
+func DefaultModelIO() ModelIO {
+	return ModelIO{
+		Model:           "asr",
+		AudioInput:      "audio",
+		TimestampsInput: "timestamps",
+		TextOutput:      "text",
+		WordsOutput:     "word_timestamps",
+		NumWordsOutput:  "num_words",
+		BatchDim:        true,
+	}
+}
+
+// RegisterFlags registers the model I/O flags, with the defaults of DefaultModelIO.
+func (m *ModelIO) RegisterFlags(fs *flag.FlagSet) {
+	d := DefaultModelIO()
+	fs.StringVar(&m.Model, "model", d.Model, "Triton model name")
+	fs.StringVar(&m.Version, "model-version", d.Version, "Triton model version (empty: server default)")
+	fs.StringVar(&m.AudioInput, "model-input-audio", d.AudioInput, "name of the FP32 audio input tensor")
+	fs.StringVar(&m.TimestampsInput, "model-input-timestamps", d.TimestampsInput, "name of the BOOL timestamps input tensor (empty: model has none)")
+	fs.StringVar(&m.TextOutput, "model-output-text", d.TextOutput, "name of the BYTES text output tensor")
+	fs.StringVar(&m.WordsOutput, "model-output-words", d.WordsOutput, "name of the BYTES word timestamps output tensor (empty: not requested)")
+	fs.StringVar(&m.NumWordsOutput, "model-output-num-words", d.NumWordsOutput, "name of the INT32 word count output tensor (empty: not requested)")
+	fs.BoolVar(&m.BatchDim, "model-batch-dim", d.BatchDim, "send inputs with a leading batch dimension of 1 (models with max_batch_size > 0)")
+}
+
+// Validate reports a configuration that cannot form a request.
+func (m ModelIO) Validate() error {
+	if m.Model == "" {
+		return errors.New("model name is empty")
+	}
+	if m.AudioInput == "" || m.TextOutput == "" {
+		return errors.New("model audio input and text output names are required")
+	}
+	return nil
+}
+
+// Word is one recognised word with its position in the audio, in seconds.
+type Word struct {
+	Word       string  `json:"word"`
+	Start      float64 `json:"start"`
+	End        float64 `json:"end"`
+	Confidence float64 `json:"confidence,omitempty"`
+}
+
+// Result is the model's answer for one piece of audio.
+type Result struct {
+	Text  string
+	Words []Word // nil unless timestamps were asked for and the model gives them
+}
+
+// Client talks to one Triton server (one partition).
+type Client struct {
+	addr string
+	io   ModelIO
+	conn *grpc.ClientConn
+	rpc  pb.GRPCInferenceServiceClient
+}
+
+// Dial connects to a Triton server at addr ("host:port"). The connection is
+// made lazily; call Ready to check the server.
+func Dial(addr string, io ModelIO, opts ...grpc.DialOption) (*Client, error) {
+	if err := io.Validate(); err != nil {
+		return nil, err
+	}
+	opts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Long recordings: a 30 s chunk is 1.9 MB of FP32; allow headroom.
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20), grpc.MaxCallRecvMsgSize(64<<20)),
+	}, opts...)
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial triton %s: %w", addr, err)
+	}
+	return &Client{addr: addr, io: io, conn: conn, rpc: pb.NewGRPCInferenceServiceClient(conn)}, nil
+}
+
+// Addr returns the server address the client was dialled with.
+func (c *Client) Addr() string { return c.addr }
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Live reports whether the server process is live.
+func (c *Client) Live(ctx context.Context) (bool, error) {
+	r, err := c.rpc.ServerLive(ctx, &pb.ServerLiveRequest{})
+	if err != nil {
+		return false, classify("server live", err)
+	}
+	return r.GetLive(), nil
+}
+
+// Ready reports whether the server and the configured model are ready.
+func (c *Client) Ready(ctx context.Context) (bool, error) {
+	sr, err := c.rpc.ServerReady(ctx, &pb.ServerReadyRequest{})
+	if err != nil {
+		return false, classify("server ready", err)
+	}
+	if !sr.GetReady() {
+		return false, nil
+	}
+	mr, err := c.rpc.ModelReady(ctx, &pb.ModelReadyRequest{Name: c.io.Model, Version: c.io.Version})
+	if err != nil {
+		return false, classify("model ready", err)
+	}
+	return mr.GetReady(), nil
+}
+
+// Metadata returns the model's declared inputs and outputs.
+func (c *Client) Metadata(ctx context.Context) (*pb.ModelMetadataResponse, error) {
+	r, err := c.rpc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: c.io.Model, Version: c.io.Version})
+	if err != nil {
+		return nil, classify("model metadata", err)
+	}
+	return r, nil
+}
+
+// Infer transcribes 16 kHz mono samples. With timestamps set, word timings
+// are asked for (when the model has a timestamps input).
+func (c *Client) Infer(ctx context.Context, samples []float32, timestamps bool) (Result, error) {
+	req := c.io.NewRequest(samples, timestamps)
+	resp, err := c.rpc.ModelInfer(ctx, req)
+	if err != nil {
+		return Result{}, classify("model infer", err)
+	}
+	return c.io.ParseResponse(resp)
+}
+
+func (m ModelIO) shape(dims ...int64) []int64 {
+	if m.BatchDim {
+		return append([]int64{1}, dims...)
+	}
+	return dims
+}
+
+// NewRequest builds the ModelInfer request for samples. Inputs go as raw contents.
+func (m ModelIO) NewRequest(samples []float32, timestamps bool) *pb.ModelInferRequest {
+	req := &pb.ModelInferRequest{
+		ModelName:    m.Model,
+		ModelVersion: m.Version,
+		Inputs: []*pb.ModelInferRequest_InferInputTensor{{
+			Name: m.AudioInput, Datatype: TypeFP32, Shape: m.shape(int64(len(samples))),
+		}},
+		RawInputContents: [][]byte{EncodeFP32(samples)},
+		Outputs:          []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: m.TextOutput}},
+	}
+	if m.TimestampsInput != "" {
+		req.Inputs = append(req.Inputs, &pb.ModelInferRequest_InferInputTensor{
+			Name: m.TimestampsInput, Datatype: TypeBool, Shape: m.shape(1),
+		})
+		req.RawInputContents = append(req.RawInputContents, EncodeBool(timestamps))
+	}
+	if timestamps && m.WordsOutput != "" {
+		req.Outputs = append(req.Outputs, &pb.ModelInferRequest_InferRequestedOutputTensor{Name: m.WordsOutput})
+	}
+	if m.NumWordsOutput != "" {
+		req.Outputs = append(req.Outputs, &pb.ModelInferRequest_InferRequestedOutputTensor{Name: m.NumWordsOutput})
+	}
+	return req
+}
+
+// outputBytes returns the raw contents of the named output, falling back to
+// typed BYTES contents for servers that do not send raw outputs.
+func outputBytes(resp *pb.ModelInferResponse, name string) ([][]byte, bool, error) {
+	for i, out := range resp.GetOutputs() {
+		if out.GetName() != name {
+			continue
+		}
+		if out.GetDatatype() != TypeBytes {
+			return nil, true, fmt.Errorf("%w: output %q has datatype %s, want BYTES", ErrBadResponse, name, out.GetDatatype())
+		}
+		if i < len(resp.GetRawOutputContents()) {
+			elems, err := DecodeBytes(resp.GetRawOutputContents()[i])
+			if err != nil {
+				return nil, true, fmt.Errorf("%w: output %q: %w", ErrBadResponse, name, err)
+			}
+			return elems, true, nil
+		}
+		return out.GetContents().GetBytesContents(), true, nil
+	}
+	return nil, false, nil
+}
+
+// ParseResponse reads text and, when present, word timings from a response.
+func (m ModelIO) ParseResponse(resp *pb.ModelInferResponse) (Result, error) {
+	text, ok, err := outputBytes(resp, m.TextOutput)
+	if err != nil {
+		return Result{}, err
+	}
+	if !ok || len(text) != 1 {
+		return Result{}, fmt.Errorf("%w: want one %q element, got %d", ErrBadResponse, m.TextOutput, len(text))
+	}
+	res := Result{Text: string(text[0])}
+	if m.WordsOutput == "" {
+		return res, nil
+	}
+	words, ok, err := outputBytes(resp, m.WordsOutput)
+	if err != nil || !ok {
+		return res, err
+	}
+	res.Words = make([]Word, 0, len(words))
+	for i, w := range words {
+		var word Word
+		if err := json.Unmarshal(w, &word); err != nil {
+			return Result{}, fmt.Errorf("%w: word %d of %q: %w", ErrBadResponse, i, m.WordsOutput, err)
+		}
+		res.Words = append(res.Words, word)
+	}
+	return res, nil
+}

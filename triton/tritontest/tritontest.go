@@ -1,0 +1,160 @@
+// Package tritontest runs an in-process KServe v2 gRPC server on a real
+// loopback socket for tests, with the speech model contract of package
+// triton, a latency model and fault injection. Its default recognizer
+// answers "samples N" for N samples of audio, so tests can check that each
+// transcript came from its own input. Not for production code.
+package tritontest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/triton"
+)
+
+// Server is a running fake.
+type Server struct {
+	Addr string
+
+	mu       sync.Mutex
+	faults   []error // returned by the next requests, in order
+	latency  time.Duration
+	gate     chan struct{} // while non-nil, requests wait for it to close
+	started  chan struct{} // receives one value per request that reaches the recognizer
+	calls    atomic.Int64
+	recog    asrserver.Recognizer
+	stop     context.CancelFunc
+	serveErr chan error
+}
+
+// Text is what the default recognizer answers for n samples.
+func Text(n int) string { return fmt.Sprintf("samples %d", n) }
+
+// Start serves the default model contract on 127.0.0.1 until the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s, err := Listen("127.0.0.1:0", triton.DefaultModelIO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Listen serves io on addr until Close.
+func Listen(addr string, io triton.ModelIO) (*Server, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{Addr: lis.Addr().String(), stop: cancel, serveErr: make(chan error, 1), started: make(chan struct{}, 1024)}
+	s.recog = asrserver.RecognizerFunc(func(_ context.Context, samples []float32, timestamps bool) (triton.Result, error) {
+		r := triton.Result{Text: Text(len(samples))}
+		if timestamps {
+			d := float64(len(samples)) / asrserver.SampleRate
+			r.Words = []triton.Word{{Word: "samples", Start: 0, End: d / 2}, {Word: fmt.Sprint(len(samples)), Start: d / 2, End: d}}
+		}
+		return r, nil
+	})
+	srv := asrserver.New(io, asrserver.RecognizerFunc(s.recognize), "tritontest")
+	go func() { s.serveErr <- srv.Serve(ctx, lis) }()
+	return s, nil
+}
+
+// Close stops the server, letting requests in flight finish.
+func (s *Server) Close() {
+	s.Release()
+	s.stop()
+	<-s.serveErr
+}
+
+func (s *Server) recognize(ctx context.Context, samples []float32, timestamps bool) (triton.Result, error) {
+	s.calls.Add(1)
+	select {
+	case s.started <- struct{}{}:
+	default:
+	}
+	s.mu.Lock()
+	var fault error
+	if len(s.faults) > 0 {
+		fault, s.faults = s.faults[0], s.faults[1:]
+	}
+	latency, gate, recog := s.latency, s.gate, s.recog
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return triton.Result{}, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	if latency > 0 {
+		select {
+		case <-time.After(latency):
+		case <-ctx.Done():
+			return triton.Result{}, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	if fault != nil {
+		return triton.Result{}, fault
+	}
+	return recog.Recognize(ctx, samples, timestamps)
+}
+
+// SetRecognizer replaces the default recognizer.
+func (s *Server) SetRecognizer(r asrserver.Recognizer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recog = r
+}
+
+// Fail makes the next n requests fail with a gRPC status of code.
+func (s *Server) Fail(code codes.Code, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for range n {
+		s.faults = append(s.faults, status.Errorf(code, "injected fault: %s", code))
+	}
+}
+
+// SetLatency delays every request by d.
+func (s *Server) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = d
+}
+
+// Hold makes requests wait until Release.
+func (s *Server) Hold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gate == nil {
+		s.gate = make(chan struct{})
+	}
+}
+
+// Release lets held and future requests through.
+func (s *Server) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gate != nil {
+		close(s.gate)
+		s.gate = nil
+	}
+}
+
+// Started receives a value each time a request reaches the recognizer.
+func (s *Server) Started() <-chan struct{} { return s.started }
+
+// Calls returns the number of inference requests served.
+func (s *Server) Calls() int64 { return s.calls.Load() }

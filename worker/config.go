@@ -1,0 +1,77 @@
+package worker
+
+import (
+	"errors"
+	"flag"
+	"time"
+)
+
+// Config configures a Worker.
+type Config struct {
+	QueueURL          string
+	OutputBucket      string
+	OutputPrefix      string
+	Concurrency       int           // jobs processed at once (slots)
+	WaitTime          time.Duration // SQS long-poll wait, at most 20 s
+	VisibilityTimeout time.Duration // visibility set by each heartbeat
+	HeartbeatInterval time.Duration // 0: a third of VisibilityTimeout
+	JobTimeout        time.Duration
+	DrainTimeout      time.Duration // after shutdown starts, how long jobs in hand may finish
+	MaxReceives       int           // the queue's redrive maxReceiveCount
+	RetryBackoff      time.Duration // visibility after the first retryable failure; doubles
+	MaxObjectBytes    int64
+	ChunkSeconds      float64 // longest chunk sent to the model
+	ChunkParallelism  int     // chunks of one job in flight at once
+	Timestamps        bool    // ask the model for word timestamps
+	ExitWhenIdle      time.Duration
+}
+
+// RegisterFlags registers the worker flags with their defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.QueueURL, "queue-url", "", "SQS queue URL to drain (required)")
+	fs.StringVar(&c.OutputBucket, "output-bucket", "", "bucket for transcripts and error records (required)")
+	fs.StringVar(&c.OutputPrefix, "output-prefix", "transcripts/", "key prefix for outputs, unless a job sets its own")
+	fs.IntVar(&c.Concurrency, "concurrency", 8, "jobs processed at once; messages are received only for free slots")
+	fs.DurationVar(&c.WaitTime, "wait-time", 20*time.Second, "SQS long-poll wait (max 20s)")
+	fs.DurationVar(&c.VisibilityTimeout, "visibility-timeout", 2*time.Minute, "visibility each heartbeat gives a message in hand")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", 0, "how often visibility is extended (0: a third of -visibility-timeout)")
+	fs.DurationVar(&c.JobTimeout, "job-timeout", 30*time.Minute, "longest time one job may take")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 5*time.Minute, "on SIGTERM, how long jobs in hand may finish before they are released to the queue")
+	fs.IntVar(&c.MaxReceives, "max-receives", 5, "the queue's redrive maxReceiveCount: at this receive a retryable failure writes an error record")
+	fs.DurationVar(&c.RetryBackoff, "retry-backoff", 30*time.Second, "visibility after a first retryable failure; doubles per receive, max 15m")
+	fs.Int64Var(&c.MaxObjectBytes, "max-object-bytes", 1<<30, "larger input objects get a too_large error record")
+	fs.Float64Var(&c.ChunkSeconds, "chunk-seconds", 30, "longest audio chunk sent to the model; cuts fall at quiet points")
+	fs.IntVar(&c.ChunkParallelism, "chunk-parallelism", 8, "chunks of one job in flight at once")
+	fs.BoolVar(&c.Timestamps, "timestamps", true, "ask the model for word timestamps")
+	fs.DurationVar(&c.ExitWhenIdle, "exit-when-idle", 0, "exit 0 once no message has arrived and no job has run for this long (0: run forever)")
+}
+
+// Validate reports missing or inconsistent settings.
+func (c *Config) Validate() error {
+	switch {
+	case c.QueueURL == "":
+		return errors.New("queue URL is required")
+	case c.OutputBucket == "":
+		return errors.New("output bucket is required")
+	case c.Concurrency < 1:
+		return errors.New("concurrency must be at least 1")
+	case c.WaitTime < 0 || c.WaitTime > 20*time.Second:
+		return errors.New("wait time must be between 0 and 20s")
+	case c.VisibilityTimeout < 10*time.Second || c.VisibilityTimeout > 12*time.Hour:
+		return errors.New("visibility timeout must be between 10s and 12h")
+	case c.HeartbeatInterval < 0 || c.HeartbeatInterval >= c.VisibilityTimeout:
+		return errors.New("heartbeat interval must be shorter than the visibility timeout")
+	case c.JobTimeout <= 0 || c.DrainTimeout < 0:
+		return errors.New("job timeout must be positive and drain timeout not negative")
+	case c.MaxReceives < 1:
+		return errors.New("max receives must be at least 1")
+	case c.MaxObjectBytes < 1:
+		return errors.New("max object bytes must be positive")
+	case c.ChunkSeconds < 1 || c.ChunkParallelism < 1:
+		return errors.New("chunk seconds and chunk parallelism must be at least 1")
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.VisibilityTimeout / 3
+	}
+	return nil
+}

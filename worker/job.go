@@ -1,0 +1,186 @@
+package worker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// JobVersion is the current job message schema version.
+const JobVersion = 1
+
+// Output formats a job may ask for. JSON is always written.
+const (
+	FormatJSON = "json"
+	FormatTXT  = "txt"
+	FormatSRT  = "srt"
+	FormatVTT  = "vtt"
+)
+
+var knownFormats = []string{FormatJSON, FormatTXT, FormatSRT, FormatVTT}
+
+// Job is one recording to transcribe: the versioned message body that
+// enqueue sends, and what every S3 event envelope is turned into.
+type Job struct {
+	V            int      `json:"v"`
+	Bucket       string   `json:"bucket"`
+	Key          string   `json:"key"`
+	VersionID    string   `json:"version_id,omitempty"`
+	ETag         string   `json:"etag,omitempty"`
+	OutputPrefix string   `json:"output_prefix,omitempty"` // overrides the worker's default
+	Model        string   `json:"model,omitempty"`         // overrides the worker's default
+	Priority     int      `json:"priority,omitempty"`      // informational; queues carry priority
+	Formats      []string `json:"formats,omitempty"`       // extra formats besides json
+}
+
+// Validate reports a job that cannot be processed.
+func (j Job) Validate() error {
+	if j.V != JobVersion {
+		return fmt.Errorf("job schema version %d is not supported (want %d)", j.V, JobVersion)
+	}
+	if j.Bucket == "" || j.Key == "" {
+		return errors.New("job needs bucket and key")
+	}
+	for _, f := range j.Formats {
+		if !slices.Contains(knownFormats, f) {
+			return fmt.Errorf("unknown output format %q (want one of %s)", f, strings.Join(knownFormats, ", "))
+		}
+	}
+	return nil
+}
+
+// Encode returns the message body for j.
+func (j Job) Encode() ([]byte, error) {
+	if j.V == 0 {
+		j.V = JobVersion
+	}
+	if err := j.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(j)
+}
+
+// envelope holds every field the parser looks at to tell message shapes apart.
+type envelope struct {
+	V       *int            `json:"v"`
+	Records json.RawMessage `json:"Records"`
+	Event   string          `json:"Event"` // "s3:TestEvent" sent when notifications are configured
+	// SNS notification wrapping another message.
+	Type    string `json:"Type"`
+	Message string `json:"Message"`
+	// EventBridge.
+	Source     string          `json:"source"`
+	DetailType string          `json:"detail-type"`
+	Detail     json.RawMessage `json:"detail"`
+}
+
+type s3Record struct {
+	EventSource string `json:"eventSource"`
+	EventName   string `json:"eventName"`
+	S3          struct {
+		Bucket struct {
+			Name string `json:"name"`
+		} `json:"bucket"`
+		Object struct {
+			Key       string `json:"key"`
+			ETag      string `json:"eTag"`
+			VersionID string `json:"versionId"`
+			Size      int64  `json:"size"`
+		} `json:"object"`
+	} `json:"s3"`
+}
+
+type eventBridgeDetail struct {
+	Bucket struct {
+		Name string `json:"name"`
+	} `json:"bucket"`
+	Object struct {
+		Key       string `json:"key"`
+		ETag      string `json:"etag"`
+		VersionID string `json:"version-id"`
+	} `json:"object"`
+}
+
+// ParseMessage turns a queue message body into jobs. It accepts the
+// versioned job body, an S3 event notification (possibly several records),
+// the same wrapped in an SNS notification, and an EventBridge "Object
+// Created" event. An S3 test event yields no jobs. Any other body is a
+// *PermanentError of class bad_message.
+func ParseMessage(body []byte) ([]Job, error) {
+	jobs, err := parseMessage(body, 0)
+	if err != nil {
+		return nil, Permanent(ClassBadMessage, err)
+	}
+	return jobs, nil
+}
+
+func parseMessage(body []byte, depth int) ([]Job, error) {
+	if depth > 2 {
+		return nil, errors.New("message nested too deeply")
+	}
+	var env envelope
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, fmt.Errorf("message body is not a JSON object: %w", err)
+	}
+	switch {
+	case env.V != nil:
+		var j Job
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&j); err != nil {
+			return nil, fmt.Errorf("job message: %w", err)
+		}
+		if err := j.Validate(); err != nil {
+			return nil, err
+		}
+		return []Job{j}, nil
+	case env.Records != nil:
+		return parseS3Records(env.Records)
+	case env.Event == "s3:TestEvent":
+		return nil, nil
+	case env.Type == "Notification" && env.Message != "":
+		return parseMessage([]byte(env.Message), depth+1)
+	case env.Source == "aws.s3" && env.Detail != nil:
+		if env.DetailType != "Object Created" {
+			return nil, nil // other S3 events (deletes, restores) carry no work
+		}
+		var d eventBridgeDetail
+		if err := json.Unmarshal(env.Detail, &d); err != nil {
+			return nil, fmt.Errorf("eventbridge detail: %w", err)
+		}
+		j := Job{V: JobVersion, Bucket: d.Bucket.Name, Key: d.Object.Key, ETag: d.Object.ETag, VersionID: d.Object.VersionID}
+		if err := j.Validate(); err != nil {
+			return nil, fmt.Errorf("eventbridge event: %w", err)
+		}
+		return []Job{j}, nil
+	default:
+		return nil, errors.New("message is neither a job (no \"v\"), an S3 event, an SNS notification nor an EventBridge event")
+	}
+}
+
+func parseS3Records(raw json.RawMessage) ([]Job, error) {
+	var recs []s3Record
+	if err := json.Unmarshal(raw, &recs); err != nil {
+		return nil, fmt.Errorf("s3 event records: %w", err)
+	}
+	var jobs []Job
+	for i, r := range recs {
+		if r.EventSource != "aws:s3" || !strings.HasPrefix(r.EventName, "ObjectCreated:") {
+			continue
+		}
+		// S3 event keys are URL-encoded form values ("+" for space).
+		key, err := url.QueryUnescape(r.S3.Object.Key)
+		if err != nil {
+			return nil, fmt.Errorf("s3 event record %d: key %q: %w", i, r.S3.Object.Key, err)
+		}
+		j := Job{V: JobVersion, Bucket: r.S3.Bucket.Name, Key: key, ETag: r.S3.Object.ETag, VersionID: r.S3.Object.VersionID}
+		if err := j.Validate(); err != nil {
+			return nil, fmt.Errorf("s3 event record %d: %w", i, err)
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
+}

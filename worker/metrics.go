@@ -1,0 +1,54 @@
+package worker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Job outcomes counted in fleetscribe_jobs_total.
+const (
+	OutcomeOK         = "ok"
+	OutcomeDuplicate  = "duplicate"  // transcript already existed
+	OutcomeSuperseded = "superseded" // object was overwritten after the event
+	OutcomeFailed     = "failed"     // permanent error, record written, message deleted
+	OutcomeRetry      = "retry"      // retryable error, message left for redelivery
+	OutcomeReleased   = "released"   // shutdown or lost heartbeat, message returned to the queue
+)
+
+type metrics struct {
+	received     prometheus.Counter
+	jobs         *prometheus.CounterVec
+	errors       *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	inflight     prometheus.Gauge
+	audioSeconds prometheus.Counter
+	heartbeats   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		received: f.NewCounter(prometheus.CounterOpts{
+			Name: "fleetscribe_messages_received_total", Help: "Queue messages received.",
+		}),
+		jobs: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetscribe_jobs_total", Help: "Jobs finished, by outcome.",
+		}, []string{"outcome"}),
+		errors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetscribe_job_errors_total", Help: "Job failures by error class (retryable failures are class retryable).",
+		}, []string{"class"}),
+		duration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fleetscribe_job_duration_seconds", Help: "Time from receive to final action, by outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+		}, []string{"outcome"}),
+		inflight: f.NewGauge(prometheus.GaugeOpts{
+			Name: "fleetscribe_jobs_inflight", Help: "Messages in hand.",
+		}),
+		audioSeconds: f.NewCounter(prometheus.CounterOpts{
+			Name: "fleetscribe_audio_seconds_total", Help: "Seconds of audio transcribed.",
+		}),
+		heartbeats: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetscribe_heartbeats_total", Help: "Visibility extensions by outcome (ok, failed).",
+		}, []string{"outcome"}),
+	}
+}
