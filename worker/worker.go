@@ -303,7 +303,7 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, job Job, attemp
 	if !final && attempt < w.cfg.MaxReceives {
 		return OutcomeRetry, err
 	}
-	if ctx.Err() != nil && !final {
+	if cause := context.Cause(ctx); !final && (errors.Is(cause, errHeartbeatLost) || errors.Is(cause, errDrainTimeout)) {
 		return OutcomeRetry, err // shutdown or heartbeat loss, not the job's fault
 	}
 	if keys.JSON == "" {

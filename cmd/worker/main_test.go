@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest"
+	"github.com/fleetscribe/fleetscribe/worker"
+)
+
+// The test binary doubles as the worker binary, so the SIGTERM test sends a
+// real signal to a real process.
+func TestMain(m *testing.M) {
+	if os.Getenv("FLEETSCRIBE_TEST_RUN_WORKER") == "1" {
+		os.Args = os.Args[:1] // configured through the environment only
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestSIGTERMFinishesJobInHandAndStopsReceiving(t *testing.T) {
+	ctx := context.Background()
+	emu, err := localaws.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Stop()
+	sqsc, s3c := emu.Clients()
+	q, err := localaws.CreateQueue(ctx, sqsc, "sigterm", 3, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"in", "out"} {
+		if err := localaws.CreateBucket(ctx, s3c, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := []string{"a.wav", "b.wav", "c.wav"}
+	for _, k := range keys {
+		wav := audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: make([]float32, 8000)})
+		if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("in"), Key: aws.String(k), Body: bytes.NewReader(wav)}); err != nil {
+			t.Fatal(err)
+		}
+		body, _ := worker.Job{Bucket: "in", Key: k}.Encode()
+		if _, err := sqsc.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(string(body))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asr := tritontest.Start(t)
+	asr.Hold()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		"FLEETSCRIBE_TEST_RUN_WORKER=1",
+		"FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint,
+		"FLEETSCRIBE_QUEUE_URL="+q.URL,
+		"FLEETSCRIBE_OUTPUT_BUCKET=out",
+		"FLEETSCRIBE_TRITON_ADDRS="+asr.Addr,
+		"FLEETSCRIBE_CONCURRENCY=1",
+		"FLEETSCRIBE_WAIT_TIME=1s",
+		"FLEETSCRIBE_METRICS_ADDR=127.0.0.1:0",
+	)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+
+	select {
+	case <-asr.Started(): // the one job is in inference, held there
+	case <-time.After(30 * time.Second):
+		var log strings.Builder
+		for len(lines) > 0 {
+			log.WriteString(<-lines + "\n")
+		}
+		t.Fatalf("worker never reached inference\n%s", log.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	waitLine(t, lines, &log, "stopped receiving")
+	asr.Release()
+	go func() {
+		for l := range lines {
+			log.WriteString(l + "\n")
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("worker exited %d, want 0\n%s", ee.ExitCode(), log.String())
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker did not exit after SIGTERM")
+	}
+
+	transcripts := 0
+	for _, k := range keys {
+		res, err := s3c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("out"), Prefix: aws.String("transcripts/" + k + "/")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		transcripts += len(res.Contents)
+	}
+	if transcripts != 1 {
+		t.Errorf("%d transcripts, want exactly the one job in hand", transcripts)
+	}
+	visible, inflight, err := localaws.Depth(ctx, sqsc, q.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if visible != 2 || inflight != 0 {
+		t.Errorf("queue: %d visible, %d in flight; want the 2 untouched messages visible and the finished one deleted", visible, inflight)
+	}
+	if asr.Calls() != 1 {
+		t.Errorf("%d inference calls, want 1", asr.Calls())
+	}
+}
+
+func waitLine(t *testing.T, lines <-chan string, log *strings.Builder, substr string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("worker output ended before %q\n%s", substr, log.String())
+			}
+			log.WriteString(l + "\n")
+			if strings.Contains(l, substr) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %q in worker output\n%s", substr, log.String())
+		}
+	}
+}
+
+func TestHelpListsEnvironmentNames(t *testing.T) {
+	var out bytes.Buffer
+	r, w, _ := os.Pipe()
+	err := run(context.Background(), []string{"-help"}, w)
+	w.Close()
+	_, _ = io.Copy(&out, r)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run -help: %v", err)
+	}
+	for _, want := range []string{"-queue-url", "FLEETSCRIBE_QUEUE_URL", "FLEETSCRIBE_TRITON_ADDRS", "FLEETSCRIBE_EXIT_WHEN_IDLE"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("-help output lacks %s", want)
+		}
+	}
+}
+
+func TestInvalidConfigIsAnError(t *testing.T) {
+	_, w, _ := os.Pipe()
+	defer w.Close()
+	err := run(context.Background(), []string{"-output-bucket", "x"}, w)
+	if err == nil || !strings.Contains(err.Error(), "queue URL") {
+		t.Fatalf("want a queue URL config error, got %v", err)
+	}
+}

@@ -1,0 +1,479 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+
+	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/triton"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest"
+	"github.com/fleetscribe/fleetscribe/worker"
+)
+
+var testSeq atomic.Int64
+
+// env is one test's queue, buckets, inference partitions and worker wiring.
+type env struct {
+	t        *testing.T
+	sqs      *sqs.Client
+	s3       *s3.Client
+	queue    localaws.Queue
+	in, out  string
+	servers  []*tritontest.Server
+	pool     *triton.Pool
+	recorder *recordingSQS
+	reg      *prometheus.Registry // pool metrics
+	wreg     *prometheus.Registry // the last run's worker metrics
+}
+
+func newEnv(t *testing.T, partitions, maxReceives int) *env {
+	t.Helper()
+	ctx := context.Background()
+	n := testSeq.Add(1)
+	sqsc, s3c := emulator.Clients()
+	e := &env{t: t, sqs: sqsc, s3: s3c, in: fmt.Sprintf("in-%d", n), out: fmt.Sprintf("out-%d", n), reg: prometheus.NewRegistry()}
+	var err error
+	if e.queue, err = localaws.CreateQueue(ctx, sqsc, fmt.Sprintf("q-%d", n), maxReceives, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{e.in, e.out} {
+		if err := localaws.CreateBucket(ctx, s3c, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var addrs []string
+	for range partitions {
+		s := tritontest.Start(t)
+		e.servers = append(e.servers, s)
+		addrs = append(addrs, s.Addr)
+	}
+	e.pool, err = triton.NewPool(triton.PoolConfig{
+		Addrs: addrs, MaxInflight: 4, RequestTimeout: 10 * time.Second, Attempts: 3,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, EjectAfter: 3, HealthInterval: time.Second,
+	}, triton.DefaultModelIO(), e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, stopPool := context.WithCancel(context.Background())
+	var poolDone sync.WaitGroup
+	poolDone.Go(func() { _ = e.pool.Run(pctx) })
+	t.Cleanup(func() { stopPool(); poolDone.Wait(); e.pool.Close() })
+	e.recorder = &recordingSQS{Client: sqsc, s3: s3c, out: e.out, bodies: map[string]string{}, received: map[string]int{}}
+	return e
+}
+
+func (e *env) config() worker.Config {
+	return worker.Config{
+		QueueURL: e.queue.URL, OutputBucket: e.out, OutputPrefix: "transcripts/",
+		Concurrency: 4, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second,
+		JobTimeout: time.Minute, DrainTimeout: 30 * time.Second, MaxReceives: 3,
+		RetryBackoff: time.Second, MaxObjectBytes: 1 << 24, ChunkSeconds: 30, ChunkParallelism: 4,
+		Timestamps: true, ExitWhenIdle: 2 * time.Second,
+	}
+}
+
+func (e *env) run(cfg worker.Config, sqsAPI worker.SQSAPI) {
+	e.t.Helper()
+	if sqsAPI == nil {
+		sqsAPI = e.recorder
+	}
+	e.wreg = prometheus.NewRegistry()
+	w, err := worker.New(cfg, "asr", sqsAPI, e.s3, e.pool, zerolog.New(io.Discard), e.wreg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := w.Run(ctx); err != nil {
+		e.t.Fatalf("worker: %v", err)
+	}
+}
+
+func (e *env) put(key string, body []byte) {
+	e.t.Helper()
+	_, err := e.s3.PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(e.in), Key: aws.String(key), Body: bytes.NewReader(body)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) send(body string) {
+	e.t.Helper()
+	_, err := e.sqs.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(e.queue.URL), MessageBody: aws.String(body)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) sendJob(key string, formats ...string) {
+	e.t.Helper()
+	b, err := worker.Job{Bucket: e.in, Key: key, Formats: formats}.Encode()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.send(string(b))
+}
+
+// outputs returns the output objects written for an input key, by suffix.
+func (e *env) outputs(key string) map[string][]byte {
+	e.t.Helper()
+	return listOutputs(e.t, e.s3, e.out, key)
+}
+
+func listOutputs(t testing.TB, c *s3.Client, bucket, key string) map[string][]byte {
+	ctx := context.Background()
+	res, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + key + "/")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, o := range res.Contents {
+		k := aws.ToString(o.Key)
+		obj, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(k)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(obj.Body)
+		obj.Body.Close()
+		_, ext, _ := strings.Cut(path.Base(k), ".") // "e-<etag>.error.json" → "error.json"
+		out[ext] = b
+	}
+	return out
+}
+
+func (e *env) depth(url string) (int, int) {
+	e.t.Helper()
+	v, f, err := localaws.Depth(context.Background(), e.sqs, url)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return v, f
+}
+
+// recordingSQS passes calls to the real client, counts receives per
+// message, and at each DeleteMessage checks that an output for the
+// message's input already exists in S3.
+type recordingSQS struct {
+	*sqs.Client
+	s3  *s3.Client
+	out string
+
+	mu         sync.Mutex
+	bodies     map[string]string // receipt handle → body
+	received   map[string]int    // message id → receives
+	deletes    int
+	violations []string
+}
+
+func (r *recordingSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	out, err := r.Client.ReceiveMessage(ctx, in, opts...)
+	if err == nil {
+		r.mu.Lock()
+		for _, m := range out.Messages {
+			r.bodies[aws.ToString(m.ReceiptHandle)] = aws.ToString(m.Body)
+			r.received[aws.ToString(m.MessageId)]++
+		}
+		r.mu.Unlock()
+	}
+	return out, err
+}
+
+func (r *recordingSQS) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+	r.mu.Lock()
+	body := r.bodies[aws.ToString(in.ReceiptHandle)]
+	r.mu.Unlock()
+	var job worker.Job
+	if json.Unmarshal([]byte(body), &job) == nil && job.Key != "" {
+		res, err := r.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(r.out), Prefix: aws.String("transcripts/" + job.Key + "/")})
+		found := false
+		if err == nil {
+			for _, o := range res.Contents {
+				found = found || strings.HasSuffix(aws.ToString(o.Key), ".json")
+			}
+		}
+		if !found {
+			r.mu.Lock()
+			r.violations = append(r.violations, job.Key)
+			r.mu.Unlock()
+		}
+	}
+	r.mu.Lock()
+	r.deletes++
+	r.mu.Unlock()
+	return r.Client.DeleteMessage(ctx, in, opts...)
+}
+
+func (r *recordingSQS) check(t *testing.T, wantMessages int) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.violations) > 0 {
+		t.Errorf("messages deleted before their output existed: %v", r.violations)
+	}
+	if len(r.received) != wantMessages {
+		t.Errorf("received %d distinct messages, want %d", len(r.received), wantMessages)
+	}
+	for id, n := range r.received {
+		if n != 1 {
+			t.Errorf("message %s received %d times, want once", id, n)
+		}
+	}
+}
+
+// tone returns a WAV of n samples at rate with channels channels.
+func tone(rate, n int) []byte {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(0.3 * math.Sin(2*math.Pi*440*float64(i)/float64(rate)))
+	}
+	return audio.EncodeWAV(audio.Clip{Rate: rate, Samples: s})
+}
+
+func TestTwentyJobsEndToEnd(t *testing.T) {
+	e := newEnv(t, 2, 3)
+	want := map[string]string{}
+	for i := range 20 {
+		key := fmt.Sprintf("calls/2026/clip %02d.wav", i) // a space, as real uploads have
+		rate, n := 16000, 16000+i*800
+		if i%4 == 3 {
+			rate = 8000 // resampled to 16 kHz: twice the samples
+		}
+		e.put(key, tone(rate, n))
+		if rate == 8000 {
+			n *= 2
+		}
+		want[key] = tritontest.Text(n)
+		e.sendJob(key, "txt", "srt", "vtt")
+	}
+	e.run(e.config(), nil)
+
+	for key, text := range want {
+		outs := e.outputs(key)
+		var tr worker.Transcript
+		if err := json.Unmarshal(outs["json"], &tr); err != nil {
+			t.Fatalf("%s: transcript: %v (outputs %v)", key, err, keysOf(outs))
+		}
+		if tr.Text != text || tr.Schema != worker.TranscriptSchema || tr.Input.Key != key || tr.Input.ETag == "" {
+			t.Errorf("%s: transcript %+v, want text %q", key, tr, text)
+		}
+		if len(tr.Words) != 2 || len(tr.Segments) == 0 {
+			t.Errorf("%s: want 2 timed words and segments, got %d words %d segments", key, len(tr.Words), len(tr.Segments))
+		}
+		for _, ext := range []string{"txt", "srt", "vtt"} {
+			if len(outs[ext]) == 0 {
+				t.Errorf("%s: missing %s output", key, ext)
+			}
+		}
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 0 {
+		t.Errorf("queue not drained: %d visible, %d in flight", v, f)
+	}
+	if v, f := e.depth(e.queue.DLQURL); v+f != 0 {
+		t.Errorf("DLQ has %d messages", v+f)
+	}
+	e.recorder.check(t, 20)
+	if got := testutil.ToFloat64(counterVec(t, e.wreg, "fleetscribe_jobs_total", "outcome", "ok")); got != 20 {
+		t.Errorf("jobs ok = %v, want 20", got)
+	}
+	var calls int64
+	for _, s := range e.servers {
+		calls += s.Calls()
+	}
+	if calls != 20 {
+		t.Errorf("inference calls = %d, want 20 (one chunk per clip)", calls)
+	}
+}
+
+func keysOf(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// counterVec finds one labelled series of a counter in reg.
+func counterVec(t *testing.T, reg *prometheus.Registry, name, label, value string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+					c.Add(m.GetCounter().GetValue())
+					return c
+				}
+			}
+		}
+	}
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+}
+
+func TestBadInputsGetErrorRecordsAndNoRedelivery(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.put("corrupt.wav", append([]byte("RIFF\x10\x00\x00\x00WAVEfmt "), bytes.Repeat([]byte{0xAB}, 64)...))
+	e.put("song.flac", append([]byte("fLaC"), bytes.Repeat([]byte{1}, 64)...))
+	e.put("huge.wav", tone(16000, 16000*40)) // 1.28 MB, over the limit below
+	e.put("good.wav", tone(16000, 8000))
+	for _, k := range []string{"corrupt.wav", "missing.wav", "song.flac", "huge.wav", "good.wav"} {
+		e.sendJob(k)
+	}
+	e.send(`{"not": "a job"}`)
+	e.send(`this is not json`)
+	cfg := e.config()
+	cfg.MaxObjectBytes = 1 << 20
+	e.run(cfg, nil)
+
+	wantClass := map[string]string{
+		"corrupt.wav": worker.ClassCorruptAudio,
+		"missing.wav": worker.ClassMissing,
+		"song.flac":   worker.ClassUnsupported,
+		"huge.wav":    worker.ClassTooLarge,
+	}
+	for key, class := range wantClass {
+		outs := e.outputs(key)
+		var rec worker.ErrorRecord
+		if err := json.Unmarshal(outs["error.json"], &rec); err != nil {
+			t.Fatalf("%s: error record: %v (outputs %v)", key, err, keysOf(outs))
+		}
+		if rec.Class != class || rec.Schema != worker.ErrorSchema || rec.Attempt != 1 || !rec.Final || rec.Message == "" || rec.Input.Key != key {
+			t.Errorf("%s: record %+v, want class %s, attempt 1, final", key, rec, class)
+		}
+		if _, ok := outs["json"]; ok {
+			t.Errorf("%s: a transcript was written for bad input", key)
+		}
+	}
+	if _, ok := e.outputs("good.wav")["json"]; !ok {
+		t.Error("the good file next to bad ones was not transcribed")
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 0 {
+		t.Errorf("queue not drained: %d visible, %d in flight", v, f)
+	}
+	if v, f := e.depth(e.queue.DLQURL); v+f != 0 {
+		t.Errorf("DLQ has %d messages; permanent errors must not loop", v+f)
+	}
+	e.recorder.check(t, 7)
+	if got := testutil.ToFloat64(counterVec(t, e.wreg, "fleetscribe_jobs_total", "outcome", "failed")); got != 6 {
+		t.Errorf("failed jobs = %v, want 6", got)
+	}
+}
+
+func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
+	e := newEnv(t, 1, 2)
+	e.servers[0].Fail(codes.Unavailable, 1000)
+	e.put("a.wav", tone(16000, 4000))
+	e.sendJob("a.wav")
+	cfg := e.config()
+	cfg.MaxReceives = 2
+	cfg.ExitWhenIdle = 4 * time.Second // longer than the 1 s and 2 s backoffs
+	e.run(cfg, nil)
+
+	var rec worker.ErrorRecord
+	if err := json.Unmarshal(e.outputs("a.wav")["error.json"], &rec); err != nil {
+		t.Fatalf("error record: %v", err)
+	}
+	if rec.Class != worker.ClassExhausted || rec.Final || rec.Attempt != 2 {
+		t.Errorf("record %+v, want retries_exhausted at attempt 2, not final", rec)
+	}
+	if v, f := e.depth(e.queue.DLQURL); v+f != 1 {
+		t.Errorf("DLQ depth %d, want the message there", v+f)
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 0 {
+		t.Errorf("queue still holds %d", v+f)
+	}
+}
+
+func TestRedeliveredJobIsNotDoneTwice(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.put("a.wav", tone(16000, 4000))
+	e.sendJob("a.wav")
+	e.run(e.config(), nil)
+	first := e.outputs("a.wav")["json"]
+	calls := e.servers[0].Calls()
+
+	e.sendJob("a.wav") // e.g. a duplicate S3 event, or a delete that was lost
+	e.run(e.config(), nil)
+	if e.servers[0].Calls() != calls {
+		t.Errorf("inference ran again for a finished job (%d → %d calls)", calls, e.servers[0].Calls())
+	}
+	if !bytes.Equal(first, e.outputs("a.wav")["json"]) {
+		t.Error("transcript was rewritten")
+	}
+	if got := testutil.ToFloat64(counterVec(t, e.wreg, "fleetscribe_jobs_total", "outcome", "duplicate")); got != 1 {
+		t.Errorf("duplicate outcomes = %v, want 1", got)
+	}
+}
+
+func TestS3EventNotificationIsProcessed(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.put("up loads/x.wav", tone(16000, 3200))
+	e.send(fmt.Sprintf(`{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":%q},"object":{"key":"up+loads/x.wav","size":6444}}}]}`, e.in))
+	e.run(e.config(), nil)
+	var tr worker.Transcript
+	if err := json.Unmarshal(e.outputs("up loads/x.wav")["json"], &tr); err != nil || tr.Text != tritontest.Text(3200) {
+		t.Fatalf("transcript %+v, %v", tr, err)
+	}
+}
+
+// failingHeartbeats makes every visibility extension fail, as when the
+// message was already returned to the queue.
+type failingHeartbeats struct{ *recordingSQS }
+
+func (f failingHeartbeats) ChangeMessageVisibilityBatch(_ context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	out := &sqs.ChangeMessageVisibilityBatchOutput{}
+	for _, en := range in.Entries {
+		out.Failed = append(out.Failed, types.BatchResultErrorEntry{Id: en.Id, Code: aws.String("ReceiptHandleIsInvalid"), Message: aws.String("injected"), SenderFault: true})
+	}
+	return out, nil
+}
+
+func TestLostHeartbeatAbandonsJob(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.servers[0].Hold() // the job stays in inference until the heartbeat fails
+	e.put("a.wav", tone(16000, 4000))
+	e.sendJob("a.wav")
+	cfg := e.config()
+	cfg.HeartbeatInterval = 100 * time.Millisecond
+	cfg.ExitWhenIdle = time.Second
+	e.run(cfg, failingHeartbeats{e.recorder})
+
+	if outs := e.outputs("a.wav"); len(outs) != 0 {
+		t.Errorf("outputs written for an abandoned job: %v", keysOf(outs))
+	}
+	if e.recorder.deletes != 0 {
+		t.Error("abandoned job's message was deleted")
+	}
+	if got := testutil.ToFloat64(counterVec(t, e.wreg, "fleetscribe_jobs_total", "outcome", "released")); got != 1 {
+		t.Errorf("released outcomes = %v, want 1", got)
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 1 {
+		t.Errorf("message should still be queued for another worker, depth %d", v+f)
+	}
+}
