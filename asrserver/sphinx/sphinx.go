@@ -42,8 +42,16 @@ const blockSamples = 2048
 
 // Recognizer is a pool of pocketsphinx decoders. It is safe for concurrent use.
 type Recognizer struct {
-	free chan *C.ps_decoder_t
-	all  []*C.ps_decoder_t
+	free chan *decoder
+	all  []*decoder
+}
+
+// decoder is one pocketsphinx decoder. Word segments report frame numbers
+// counted from the decoder's creation, not from the utterance, so the
+// frames of earlier utterances are tracked and subtracted.
+type decoder struct {
+	ps     *C.ps_decoder_t
+	frames int // frames processed in earlier utterances
 }
 
 // New loads cfg.Decoders decoders. Each holds its own copy of the models.
@@ -60,36 +68,38 @@ func New(cfg Config) (*Recognizer, error) {
 	defer C.free(unsafe.Pointer(hmm))
 	defer C.free(unsafe.Pointer(lm))
 	defer C.free(unsafe.Pointer(dict))
-	r := &Recognizer{free: make(chan *C.ps_decoder_t, cfg.Decoders)}
+	r := &Recognizer{free: make(chan *decoder, cfg.Decoders)}
 	for i := 0; i < cfg.Decoders; i++ {
 		ps := C.fs_decoder_new(hmm, lm, dict)
 		if ps == nil {
 			r.Close()
 			return nil, errors.New("pocketsphinx: decoder initialisation failed")
 		}
-		r.all = append(r.all, ps)
-		r.free <- ps
+		d := &decoder{ps: ps}
+		r.all = append(r.all, d)
+		r.free <- d
 	}
 	return r, nil
 }
 
 // Close frees every decoder. No Recognize may be running.
 func (r *Recognizer) Close() {
-	for _, ps := range r.all {
-		C.ps_free(ps)
+	for _, d := range r.all {
+		C.ps_free(d.ps)
 	}
 	r.all = nil
 }
 
 // Recognize decodes samples as one utterance.
 func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamps bool) (triton.Result, error) {
-	var ps *C.ps_decoder_t
+	var d *decoder
 	select {
-	case ps = <-r.free:
+	case d = <-r.free:
 	case <-ctx.Done():
 		return triton.Result{}, ctx.Err()
 	}
-	defer func() { r.free <- ps }()
+	defer func() { r.free <- d }()
+	ps := d.ps
 
 	if len(samples) == 0 {
 		return triton.Result{}, nil
@@ -121,6 +131,8 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 	if C.ps_end_utt(ps) < 0 {
 		return triton.Result{}, errors.New("pocketsphinx: end utterance failed")
 	}
+	base := d.frames
+	d.frames += int(C.ps_get_n_frames(ps))
 	var res triton.Result
 	if hyp := C.ps_get_hyp(ps, nil); hyp != nil {
 		res.Text = C.GoString(hyp)
@@ -136,8 +148,8 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 			C.ps_seg_frames(seg, &sf, &ef)
 			res.Words = append(res.Words, triton.Word{
 				Word:       word,
-				Start:      float64(sf) / frameRate,
-				End:        float64(ef+1) / frameRate,
+				Start:      float64(int(sf)-base) / frameRate,
+				End:        float64(int(ef)+1-base) / frameRate,
 				Confidence: float64(C.fs_seg_conf(ps, seg)),
 			})
 		}

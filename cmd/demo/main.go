@@ -211,4 +211,3 @@ func readTranscript(ctx context.Context, c *s3.Client, bucket, key string) (work
 	}
 	return t, fmt.Errorf("no transcript for %s", key)
 }
-

@@ -34,6 +34,7 @@ type Server struct {
 	recog    asrserver.Recognizer
 	stop     context.CancelFunc
 	serveErr chan error
+	close    sync.Once
 }
 
 // Text is what the default recognizer answers for n samples.
@@ -71,11 +72,14 @@ func Listen(addr string, io triton.ModelIO) (*Server, error) {
 	return s, nil
 }
 
-// Close stops the server, letting requests in flight finish.
+// Close stops the server, letting requests in flight finish. It may be
+// called more than once.
 func (s *Server) Close() {
-	s.Release()
-	s.stop()
-	<-s.serveErr
+	s.close.Do(func() {
+		s.Release()
+		s.stop()
+		<-s.serveErr
+	})
 }
 
 func (s *Server) recognize(ctx context.Context, samples []float32, timestamps bool) (triton.Result, error) {

@@ -1,0 +1,210 @@
+package audio
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+)
+
+// wav builds a WAV with an arbitrary fmt chunk and data.
+func wav(tag uint16, channels, rate, bits int, data []byte, extensible bool) []byte {
+	fmtLen := 16
+	if extensible {
+		fmtLen = 40
+	}
+	b := []byte("RIFF\x00\x00\x00\x00WAVE")
+	b = append(b, "fmt "...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(fmtLen))
+	outer := tag
+	if extensible {
+		outer = wavExtensible
+	}
+	b = binary.LittleEndian.AppendUint16(b, outer)
+	b = binary.LittleEndian.AppendUint16(b, uint16(channels))
+	b = binary.LittleEndian.AppendUint32(b, uint32(rate))
+	b = binary.LittleEndian.AppendUint32(b, uint32(rate*channels*bits/8))
+	b = binary.LittleEndian.AppendUint16(b, uint16(channels*bits/8))
+	b = binary.LittleEndian.AppendUint16(b, uint16(bits))
+	if extensible {
+		b = binary.LittleEndian.AppendUint16(b, 22)
+		b = binary.LittleEndian.AppendUint16(b, uint16(bits))
+		b = binary.LittleEndian.AppendUint32(b, 3) // channel mask
+		b = binary.LittleEndian.AppendUint16(b, tag)
+		b = append(b, make([]byte, 14)...) // rest of the GUID
+	}
+	b = append(b, "LIST\x03\x00\x00\x00abc\x00"...) // odd-sized chunk with pad byte
+	b = append(b, "data"...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(data)))
+	b = append(b, data...)
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(b)-8))
+	return b
+}
+
+func TestDecodeWAVFormats(t *testing.T) {
+	cases := []struct {
+		name string
+		file []byte
+		want []float32
+	}{
+		{"pcm16 mono", wav(wavPCM, 1, 16000, 16, []byte{0x00, 0x40, 0x00, 0xC0}, false), []float32{0.5, -0.5}},
+		{"pcm16 stereo mixes down", wav(wavPCM, 2, 8000, 16, []byte{0x00, 0x40, 0x00, 0x00}, false), []float32{0.25}},
+		{"pcm8 unsigned", wav(wavPCM, 1, 8000, 8, []byte{128, 192}, false), []float32{0, 0.5}},
+		{"pcm24", wav(wavPCM, 1, 48000, 24, []byte{0x00, 0x00, 0x40, 0x00, 0x00, 0xC0}, false), []float32{0.5, -0.5}},
+		{"pcm32", wav(wavPCM, 1, 48000, 32, []byte{0, 0, 0, 0x40}, false), []float32{0.5}},
+		{"float32", wav(wavFloat, 1, 44100, 32, binary.LittleEndian.AppendUint32(nil, math.Float32bits(0.25)), false), []float32{0.25}},
+		{"float64", wav(wavFloat, 1, 44100, 64, binary.LittleEndian.AppendUint64(nil, math.Float64bits(-0.75)), false), []float32{-0.75}},
+		{"extensible pcm16", wav(wavPCM, 2, 16000, 16, []byte{0x00, 0x40, 0x00, 0x40}, true), []float32{0.5}},
+	}
+	for _, c := range cases {
+		clip, err := Decode(c.file)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if len(clip.Samples) != len(c.want) {
+			t.Errorf("%s: %d samples, want %d", c.name, len(clip.Samples), len(c.want))
+			continue
+		}
+		for i := range c.want {
+			if math.Abs(float64(clip.Samples[i]-c.want[i])) > 1e-6 {
+				t.Errorf("%s: sample %d = %v, want %v", c.name, i, clip.Samples[i], c.want[i])
+			}
+		}
+	}
+}
+
+func TestDecodeWAVTruncatedStream(t *testing.T) {
+	f := wav(wavPCM, 1, 16000, 16, []byte{0, 0x40, 0, 0x40, 0}, false) // odd byte: partial frame
+	binary.LittleEndian.PutUint32(f[len(f)-5-4:], 0xFFFFFFFF)          // size never finalised
+	clip, err := DecodeWAV(f)
+	if err != nil || len(clip.Samples) != 2 {
+		t.Fatalf("got %d samples, %v; want the 2 whole frames", len(clip.Samples), err)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	cases := map[string]struct {
+		file []byte
+		kind error
+	}{
+		"empty":          {nil, ErrCorrupt},
+		"random":         {[]byte("hello world, not audio"), ErrCorrupt},
+		"riff no chunks": {[]byte("RIFF\x04\x00\x00\x00WAVE"), ErrCorrupt},
+		"fmt too short":  {append([]byte("RIFF\x10\x00\x00\x00WAVEfmt \x04\x00\x00\x00"), 1, 0, 1, 0), ErrCorrupt},
+		"chunk overruns": {append([]byte("RIFF\x10\x00\x00\x00WAVEfmt \xff\x00\x00\x00"), 1, 0), ErrCorrupt},
+		"zero channels":  {wav(wavPCM, 0, 16000, 16, nil, false), ErrCorrupt},
+		"absurd rate":    {wav(wavPCM, 1, 10, 16, nil, false), ErrCorrupt},
+		"12-bit":         {wav(wavPCM, 1, 16000, 12, nil, false), ErrUnsupported},
+		"adpcm":          {wav(0x11, 1, 16000, 4, nil, false), ErrUnsupported},
+		"flac":           {[]byte("fLaC\x00\x00\x00\x22"), ErrUnsupported},
+		"mp3":            {[]byte("ID3\x03\x00\x00\x00\x00"), ErrUnsupported},
+	}
+	for name, c := range cases {
+		_, err := Decode(c.file)
+		var fe *FormatError
+		if !errors.Is(err, c.kind) || !errors.As(err, &fe) || fe.Reason == "" {
+			t.Errorf("%s: got %v, want a FormatError of kind %v", name, err, c.kind)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(wav(wavPCM, 1, 16000, 16, []byte{1, 2, 3, 4}, false))
+	f.Add(wav(wavFloat, 2, 44100, 32, make([]byte, 16), true))
+	f.Add([]byte("RIFF\x00\x00\x00\x00WAVEdata\x00\x00\x00\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		clip, err := Decode(b)
+		if err != nil {
+			var fe *FormatError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error is not a FormatError: %v", err)
+			}
+			return
+		}
+		if clip.Rate < 1000 || len(clip.Samples) > len(b) {
+			t.Fatalf("implausible clip: rate %d, %d samples from %d bytes", clip.Rate, len(clip.Samples), len(b))
+		}
+	})
+}
+
+func sine(rate int, freq float64, seconds float64) []float32 {
+	x := make([]float32, int(float64(rate)*seconds))
+	for i := range x {
+		x[i] = float32(0.5 * math.Sin(2*math.Pi*freq*float64(i)/float64(rate)))
+	}
+	return x
+}
+
+// amplitudeAt measures the amplitude of freq in x by correlation.
+func amplitudeAt(x []float32, rate int, freq float64) float64 {
+	var re, im float64
+	for i, v := range x {
+		ph := 2 * math.Pi * freq * float64(i) / float64(rate)
+		re += float64(v) * math.Cos(ph)
+		im += float64(v) * math.Sin(ph)
+	}
+	return 2 * math.Hypot(re, im) / float64(len(x))
+}
+
+func TestResampleKeepsPassbandAndRejectsAliases(t *testing.T) {
+	for _, from := range []int{8000, 22050, 44100, 48000} {
+		x := sine(from, 1000, 1)
+		y := Resample(x, from, 16000)
+		if want := (len(x)*16000 + from - 1) / from; len(y) != want {
+			t.Errorf("%d Hz: %d samples out, want %d", from, len(y), want)
+		}
+		mid := y[len(y)/4 : 3*len(y)/4] // away from edge effects
+		if a := amplitudeAt(mid, 16000, 1000); math.Abs(a-0.5) > 0.01 {
+			t.Errorf("%d Hz: 1 kHz amplitude %.4f after resampling, want 0.5", from, a)
+		}
+	}
+	// 12 kHz is above the 8 kHz output Nyquist: it must be filtered, not
+	// folded to 4 kHz.
+	y := Resample(sine(48000, 12000, 1), 48000, 16000)
+	if a := amplitudeAt(y[len(y)/4:3*len(y)/4], 16000, 4000); a > 0.005 {
+		t.Errorf("12 kHz aliased to 4 kHz with amplitude %.4f", a)
+	}
+	if got := Resample([]float32{1, 2}, 16000, 16000); len(got) != 2 || got[1] != 2 {
+		t.Errorf("same-rate resample changed the signal: %v", got)
+	}
+}
+
+func TestSplitCutsAtSilence(t *testing.T) {
+	rate := 16000
+	// 4 s tone, 0.5 s silence, 4 s tone, 0.5 s silence, 2 s tone.
+	var x []float32
+	for _, seg := range []struct {
+		sec  float64
+		loud bool
+	}{{4, true}, {0.5, false}, {4, true}, {0.5, false}, {2, true}} {
+		s := sine(rate, 300, seg.sec)
+		if !seg.loud {
+			s = make([]float32, len(s))
+		}
+		x = append(x, s...)
+	}
+	chunks := Split(x, SplitConfig{Max: 6 * rate, Frame: rate * 30 / 1000})
+	if len(chunks) != 3 {
+		t.Fatalf("%d chunks, want 3", len(chunks))
+	}
+	next := 0
+	for i, c := range chunks {
+		if c.Offset != next || len(c.Samples) > 6*rate {
+			t.Fatalf("chunk %d: offset %d (want %d), %d samples", i, c.Offset, next, len(c.Samples))
+		}
+		next += len(c.Samples)
+	}
+	if next != len(x) {
+		t.Fatalf("chunks cover %d samples of %d", next, len(x))
+	}
+	for i, cut := range []float64{4.25, 8.75} {
+		got := float64(chunks[i+1].Offset) / float64(rate)
+		if got < cut-0.25 || got > cut+0.25 {
+			t.Errorf("cut %d at %.2fs, want inside the silence around %.2fs", i, got, cut)
+		}
+	}
+	if one := Split(x[:rate], SplitConfig{Max: 6 * rate}); len(one) != 1 || len(one[0].Samples) != rate {
+		t.Errorf("short input should be one chunk")
+	}
+}

@@ -1,0 +1,297 @@
+package triton_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+
+	"github.com/fleetscribe/fleetscribe/triton"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func dial(t *testing.T, addr string, io triton.ModelIO) *triton.Client {
+	t.Helper()
+	c, err := triton.Dial(addr, io)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestClientAgainstServer(t *testing.T) {
+	srv := tritontest.Start(t)
+	c := dial(t, srv.Addr, triton.DefaultModelIO())
+	ctx := context.Background()
+	if live, err := c.Live(ctx); err != nil || !live {
+		t.Fatalf("live = %v, %v", live, err)
+	}
+	if ready, err := c.Ready(ctx); err != nil || !ready {
+		t.Fatalf("ready = %v, %v", ready, err)
+	}
+	md, err := c.Metadata(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.GetName() != "asr" || md.GetInputs()[0].GetDatatype() != "FP32" || md.GetOutputs()[0].GetName() != "text" {
+		t.Errorf("metadata %v", md)
+	}
+	res, err := c.Infer(ctx, make([]float32, 16000), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != tritontest.Text(16000) || len(res.Words) != 2 || res.Words[1].End != 1 {
+		t.Errorf("result %+v", res)
+	}
+	res, err = c.Infer(ctx, make([]float32, 10), false)
+	if err != nil || res.Words != nil {
+		t.Errorf("without timestamps: %+v, %v", res, err)
+	}
+}
+
+func TestClientWithoutBatchDimOrOptionalTensors(t *testing.T) {
+	srv := tritontest.Start(t)
+	io := triton.DefaultModelIO()
+	io.BatchDim, io.TimestampsInput, io.WordsOutput, io.NumWordsOutput = false, "", "", ""
+	res, err := dial(t, srv.Addr, io).Infer(context.Background(), make([]float32, 5), true)
+	if err != nil || res.Text != tritontest.Text(5) {
+		t.Fatalf("%+v, %v", res, err)
+	}
+}
+
+func TestErrorClassification(t *testing.T) {
+	srv := tritontest.Start(t)
+	c := dial(t, srv.Addr, triton.DefaultModelIO())
+	ctx := context.Background()
+	cases := []struct {
+		code codes.Code
+		want error
+	}{
+		{codes.Unavailable, triton.ErrOverloaded},
+		{codes.ResourceExhausted, triton.ErrOverloaded},
+		{codes.Internal, triton.ErrOverloaded},
+		{codes.InvalidArgument, triton.ErrRejected},
+	}
+	for _, tc := range cases {
+		srv.Fail(tc.code, 1)
+		_, err := c.Infer(ctx, make([]float32, 5), false)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.code, err, tc.want)
+		}
+	}
+	wrong := triton.DefaultModelIO()
+	wrong.Model = "nope"
+	if _, err := dial(t, srv.Addr, wrong).Infer(ctx, nil, false); !errors.Is(err, triton.ErrRejected) {
+		t.Errorf("unknown model: got %v, want ErrRejected", err)
+	}
+	if ready, _ := dial(t, srv.Addr, wrong).Ready(ctx); ready {
+		t.Error("unknown model reported ready")
+	}
+}
+
+func poolConfig(addrs ...string) triton.PoolConfig {
+	return triton.PoolConfig{
+		Addrs: addrs, MaxInflight: 2, RequestTimeout: 5 * time.Second, Attempts: 4,
+		BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, EjectAfter: 2, HealthInterval: time.Hour,
+	}
+}
+
+func newPool(t *testing.T, cfg triton.PoolConfig, reg *prometheus.Registry) *triton.Pool {
+	t.Helper()
+	p, err := triton.NewPool(cfg, triton.DefaultModelIO(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func TestPoolRetriesOverloadOnAnotherPartition(t *testing.T) {
+	a, b := tritontest.Start(t), tritontest.Start(t)
+	reg := prometheus.NewRegistry()
+	p := newPool(t, poolConfig(a.Addr, b.Addr), reg)
+	a.Fail(codes.Unavailable, 1)
+	b.Fail(codes.Unavailable, 1)
+	res, err := p.Transcribe(context.Background(), make([]float32, 7), false)
+	if err != nil || res.Text != tritontest.Text(7) {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	if a.Calls() != 1 && b.Calls() != 1 {
+		t.Errorf("calls a=%d b=%d: the retry should have gone to the other partition", a.Calls(), b.Calls())
+	}
+	if got := testutil.ToFloat64(requests(t, reg, a.Addr, "overloaded")) + testutil.ToFloat64(requests(t, reg, b.Addr, "overloaded")); got != 2 {
+		t.Errorf("overloaded attempts = %v, want 2", got)
+	}
+}
+
+func requests(t *testing.T, reg *prometheus.Registry, addr, outcome string) prometheus.Collector {
+	t.Helper()
+	mfs, _ := reg.Gather()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+	for _, mf := range mfs {
+		if mf.GetName() != "fleetscribe_triton_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			if l["partition"] == addr && l["outcome"] == outcome {
+				c.Add(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return c
+}
+
+func TestPoolRejectedIsNotRetried(t *testing.T) {
+	a := tritontest.Start(t)
+	p := newPool(t, poolConfig(a.Addr), prometheus.NewRegistry())
+	a.Fail(codes.InvalidArgument, 1)
+	_, err := p.Transcribe(context.Background(), make([]float32, 7), false)
+	if !errors.Is(err, triton.ErrRejected) || a.Calls() != 1 {
+		t.Fatalf("err %v after %d calls; want ErrRejected after 1", err, a.Calls())
+	}
+}
+
+func TestPoolGivesUpAfterAttempts(t *testing.T) {
+	a := tritontest.Start(t)
+	cfg := poolConfig(a.Addr)
+	cfg.EjectAfter = 100
+	p := newPool(t, cfg, prometheus.NewRegistry())
+	a.Fail(codes.Unavailable, 100)
+	_, err := p.Transcribe(context.Background(), make([]float32, 7), false)
+	if !errors.Is(err, triton.ErrOverloaded) || a.Calls() != 4 || !strings.Contains(err.Error(), "after 4 attempts") {
+		t.Fatalf("err %v after %d calls", err, a.Calls())
+	}
+}
+
+func TestPoolCapsInflightAndSpreadsLoad(t *testing.T) {
+	a, b := tritontest.Start(t), tritontest.Start(t)
+	a.Hold()
+	b.Hold()
+	cfg := poolConfig(a.Addr, b.Addr) // 2 in flight per partition
+	p := newPool(t, cfg, prometheus.NewRegistry())
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for range 6 {
+		wg.Go(func() {
+			_, err := p.Transcribe(context.Background(), make([]float32, 3), false)
+			errs <- err
+		})
+	}
+	for range 4 { // exactly the cap reaches the servers
+		select {
+		case <-a.Started():
+		case <-b.Started():
+		case <-time.After(10 * time.Second):
+			t.Fatal("requests did not reach the servers")
+		}
+	}
+	if a.Calls() != 2 || b.Calls() != 2 {
+		t.Errorf("least-outstanding dispatch: a=%d b=%d, want 2 and 2", a.Calls(), b.Calls())
+	}
+	a.Release()
+	b.Release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if a.Calls()+b.Calls() != 6 {
+		t.Errorf("calls %d, want 6", a.Calls()+b.Calls())
+	}
+}
+
+func TestPoolEjectsAndReadmitsPartition(t *testing.T) {
+	a, b := tritontest.Start(t), tritontest.Start(t)
+	reg := prometheus.NewRegistry()
+	cfg := poolConfig(a.Addr, b.Addr)
+	cfg.EjectAfter = 1
+	p := newPool(t, cfg, reg)
+	a.Fail(codes.Internal, 1)
+	b.Fail(codes.Internal, 1)
+	// Both fail once, so both are ejected; the third attempt waits for a
+	// health check to bring one back.
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Transcribe(context.Background(), make([]float32, 3), false)
+		done <- err
+	}()
+	waitFor(t, func() bool {
+		return gauge(t, reg, "fleetscribe_triton_partition_healthy", a.Addr) == 0 &&
+			gauge(t, reg, "fleetscribe_triton_partition_healthy", b.Addr) == 0
+	})
+	if n := p.CheckHealth(context.Background()); n != 2 {
+		t.Fatalf("health check found %d healthy, want 2", n)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("request after readmission: %v", err)
+	}
+	b.Close() // a dead partition fails its check and is ejected
+	if n := p.CheckHealth(context.Background()); n != 1 {
+		t.Fatalf("health check found %d healthy, want 1", n)
+	}
+	for range 3 {
+		if _, err := p.Transcribe(context.Background(), make([]float32, 3), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name, partition string) float64 {
+	t.Helper()
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == partition {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+// waitFor polls a condition that another goroutine makes true.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestPoolWaitHonoursContext(t *testing.T) {
+	a := tritontest.Start(t)
+	a.Hold()
+	cfg := poolConfig(a.Addr)
+	cfg.MaxInflight = 1
+	p := newPool(t, cfg, prometheus.NewRegistry())
+	go func() { _, _ = p.Transcribe(context.Background(), make([]float32, 3), false) }()
+	<-a.Started()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := p.Transcribe(ctx, make([]float32, 3), false); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want deadline exceeded while waiting for a slot, got %v", err)
+	}
+	a.Release()
+}
