@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/fleetscribe/fleetscribe/internal/flagenv"
+)
+
+func loadCompose(t *testing.T, profiles ...string) *types.Project {
+	t.Helper()
+	root, _ := filepath.Abs("../..")
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithWorkingDirectory(root),
+		cli.WithEnv([]string{"FLEETSCRIBE_QUEUE_URL=https://sqs.example/q", "FLEETSCRIBE_OUTPUT_BUCKET=out"}),
+		cli.WithProfiles(profiles),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cli.ProjectFromOptions(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load: %v", err)
+	}
+	return p
+}
+
+func env(s types.ServiceConfig, k string) string {
+	if v, ok := s.Environment[k]; ok && v != nil {
+		return *v
+	}
+	return ""
+}
+
+func workerFlags() map[string]bool {
+	var cfg config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	cfg.registerFlags(fs)
+	names := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { names[flagenv.Name(EnvPrefix, f.Name)] = true })
+	return names
+}
+
+func TestComposeStackShape(t *testing.T) {
+	p := loadCompose(t)
+	mps, err := p.GetService("mps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := env(mps, "CUDA_MPS_PIPE_DIRECTORY")
+	if pipe == "" || mps.Ipc != "host" || !slices.Contains(mps.Command, "nvidia-cuda-mps-control") {
+		t.Fatalf("mps service: ipc %q, pipe %q, command %v", mps.Ipc, pipe, mps.Command)
+	}
+	w, err := p.GetService("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := strings.Split(env(w, "FLEETSCRIBE_TRITON_ADDRS"), ",")
+	if len(addrs) != 4 {
+		t.Fatalf("worker talks to %d partitions, want 4: %v", len(addrs), addrs)
+	}
+	for i := range 4 {
+		name := "triton-" + string(rune('0'+i))
+		tr, err := p.GetService(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env(tr, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != "25" || env(tr, "CUDA_MPS_PIPE_DIRECTORY") != pipe || tr.Ipc != "host" {
+			t.Errorf("%s is not a 25%% MPS client of the shared daemon: %v ipc=%q", name, tr.Environment, tr.Ipc)
+		}
+		mounted := false
+		for _, v := range tr.Volumes {
+			mounted = mounted || v.Target == pipe
+		}
+		if !mounted {
+			t.Errorf("%s does not mount the MPS pipe directory %s", name, pipe)
+		}
+		if tr.Deploy == nil || len(tr.Deploy.Resources.Reservations.Devices) == 0 {
+			t.Errorf("%s reserves no GPU", name)
+		}
+		if !slices.Contains(addrs, name+":8001") {
+			t.Errorf("worker does not use %s", name)
+		}
+		if _, ok := w.DependsOn[name]; !ok {
+			t.Errorf("worker does not wait for %s", name)
+		}
+	}
+	if w.StopGracePeriod == nil {
+		t.Error("worker has no stop_grace_period to drain in")
+	}
+	if _, err := p.GetService("fauxqs"); err == nil {
+		t.Error("the local emulator should only run with the local profile")
+	}
+	if _, err := loadCompose(t, "local").GetService("fauxqs"); err != nil {
+		t.Errorf("local profile: %v", err)
+	}
+}
+
+// The same names in --help, docker-compose and the README.
+func TestComposeAndReadmeUseWorkerFlagNames(t *testing.T) {
+	known := workerFlags()
+	w, _ := loadCompose(t).GetService("worker")
+	for k := range w.Environment {
+		if strings.HasPrefix(k, EnvPrefix+"_") && !known[k] {
+			t.Errorf("docker-compose sets %s, which is no worker flag", k)
+		}
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range known {
+		if !strings.Contains(string(readme), k) {
+			t.Errorf("README does not document %s", k)
+		}
+	}
+}
