@@ -46,6 +46,10 @@ tf-lint: tflint ## lint every Terraform module with tflint
 	  echo "tflint $$d"; $(GOBIN)/tflint --chdir="$$d" --config="$(CURDIR)/terraform/.tflint.hcl"; \
 	done
 
+.PHONY: tf-fmt
+tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)
+	$(GO) run ./internal/tffmt terraform
+
 .PHONY: lint
 lint: tf-lint ## go vet, gofmt and tflint
 	$(GO) vet -tags $(TAGS) ./...

@@ -229,6 +229,10 @@ func (w *Worker) writeOutputs(ctx context.Context, keys OutputKeys, formats []st
 	return w.putJSON(ctx, keys.JSON, t)
 }
 
+// ErrorRecordTag is set on error records so a bucket lifecycle rule can
+// expire them (lifecycle filters match tags and prefixes, not suffixes).
+const ErrorRecordTag = "fleetscribe-record=error"
+
 func (w *Worker) putJSON(ctx context.Context, key string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -238,10 +242,14 @@ func (w *Worker) putJSON(ctx context.Context, key string, v any) error {
 }
 
 func (w *Worker) put(ctx context.Context, key string, body []byte, ctype string) error {
-	_, err := w.s3.PutObject(ctx, &s3.PutObjectInput{
+	in := &s3.PutObjectInput{
 		Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(key), Body: bytes.NewReader(body),
 		ContentType: aws.String(ctype), ContentLength: aws.Int64(int64(len(body))),
-	})
+	}
+	if strings.HasSuffix(key, ".error.json") {
+		in.Tagging = aws.String(ErrorRecordTag)
+	}
+	_, err := w.s3.PutObject(ctx, in)
 	if err != nil {
 		return fmt.Errorf("put s3://%s/%s: %w", w.cfg.OutputBucket, key, err)
 	}

@@ -107,10 +107,16 @@ func TestComposeStackShape(t *testing.T) {
 // The same names in --help, docker-compose and the README.
 func TestComposeAndReadmeUseWorkerFlagNames(t *testing.T) {
 	known := workerFlags()
-	w, _ := loadCompose(t).GetService("worker")
-	for k := range w.Environment {
-		if strings.HasPrefix(k, EnvPrefix+"_") && !known[k] {
-			t.Errorf("docker-compose sets %s, which is no worker flag", k)
+	p := loadCompose(t, "bulk")
+	for _, name := range []string{"worker", "worker-bulk"} {
+		w, err := p.GetService(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range w.Environment {
+			if strings.HasPrefix(k, EnvPrefix+"_") && !known[k] {
+				t.Errorf("docker-compose %s sets %s, which is no worker flag", name, k)
+			}
 		}
 	}
 	readme, err := os.ReadFile("../../README.md")

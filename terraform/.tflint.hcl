@@ -1,0 +1,8 @@
+config {
+  call_module_type = "local"
+}
+
+plugin "terraform" {
+  enabled = true
+  preset  = "all"
+}

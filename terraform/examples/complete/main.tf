@@ -1,0 +1,111 @@
+locals {
+  asg_name      = "${var.name}-workers"
+  output_prefix = "transcripts/"
+}
+
+module "queues" {
+  source = "../../modules/queues"
+
+  name_prefix            = var.name
+  max_receive_count      = var.max_receive_count
+  worker_max_job_seconds = var.max_job_seconds
+}
+
+module "buckets" {
+  source = "../../modules/buckets"
+
+  input_bucket_name  = var.input_bucket_name
+  output_bucket_name = var.output_bucket_name
+  output_prefix      = local.output_prefix
+}
+
+module "notifications" {
+  source = "../../modules/notifications"
+
+  bucket_name     = module.buckets.input_bucket_name
+  bucket_arn      = module.buckets.input_bucket_arn
+  queue_arn       = module.queues.queue_arns["live"]
+  queue_url       = module.queues.queue_urls["live"]
+  filter_prefix   = var.upload_prefix
+  filter_suffixes = var.upload_suffixes
+}
+
+module "iam" {
+  source = "../../modules/iam"
+
+  name                   = "${var.name}-worker"
+  queue_arns             = values(module.queues.queue_arns)
+  input_bucket_arn       = module.buckets.input_bucket_arn
+  output_bucket_arn      = module.buckets.output_bucket_arn
+  output_prefix          = local.output_prefix
+  kms_key_arns           = [module.buckets.kms_key_arn]
+  autoscaling_group_name = local.asg_name
+  ecr_repository_arns    = var.ecr_repository_arns
+}
+
+resource "aws_security_group" "workers" {
+  name        = "${var.name}-workers"
+  description = "fleetscribe workers: no inbound, HTTPS out to AWS APIs and registries"
+  vpc_id      = var.vpc_id
+
+  egress {
+    description = "HTTPS to SQS, S3, CloudWatch, Auto Scaling and image registries"
+    from_port   = 443
+    to_port     = 443
+    protocol    = "tcp"
+    cidr_blocks = ["0.0.0.0/0"]
+  }
+}
+
+module "fleet" {
+  source = "../../modules/fleet"
+
+  name                        = local.asg_name
+  subnet_ids                  = var.private_subnet_ids
+  security_group_ids          = [aws_security_group.workers.id]
+  instance_profile_name       = module.iam.instance_profile_name
+  max_size                    = var.max_instances
+  queue_names                 = values(module.queues.queue_names)
+  backlog_per_instance_target = var.backlog_per_instance_target
+  bulk_queue_url              = module.queues.queue_urls["bulk"]
+
+  worker_environment = {
+    FLEETSCRIBE_QUEUE_URL          = module.queues.queue_urls["live"]
+    FLEETSCRIBE_OUTPUT_BUCKET      = module.buckets.output_bucket_name
+    FLEETSCRIBE_OUTPUT_PREFIX      = local.output_prefix
+    FLEETSCRIBE_AWS_REGION         = var.region
+    FLEETSCRIBE_MAX_RECEIVES       = tostring(module.queues.max_receive_count)
+    FLEETSCRIBE_JOB_TIMEOUT        = "${var.max_job_seconds}s"
+    FLEETSCRIBE_VISIBILITY_TIMEOUT = "2m"
+    WORKER_IMAGE                   = var.worker_image
+  }
+
+  scheduled_scaling = var.bulk_window.enabled ? {
+    "${var.name}-bulk-window-start" = {
+      recurrence = var.bulk_window.start_cron
+      min_size   = var.bulk_window.min_instances
+      max_size   = var.max_instances
+      time_zone  = var.bulk_window.time_zone
+    }
+    "${var.name}-bulk-window-end" = {
+      recurrence = var.bulk_window.end_cron
+      min_size   = 0
+      max_size   = var.max_instances
+      time_zone  = var.bulk_window.time_zone
+    }
+  } : {}
+}
+
+module "alarms" {
+  source = "../../modules/alarms"
+
+  name_prefix            = var.name
+  queue_names            = module.queues.queue_names
+  dlq_names              = module.queues.dlq_names
+  autoscaling_group_name = module.fleet.autoscaling_group_name
+  alarm_actions          = var.alarm_topic_arns
+  oldest_message_sla_seconds = {
+    live = 900
+    bulk = 28800
+  }
+}

@@ -1,0 +1,8 @@
+output "alarm_arns" {
+  description = "ARNs of every alarm."
+  value = concat(
+    [for a in aws_cloudwatch_metric_alarm.dlq_not_empty : a.arn],
+    [for a in aws_cloudwatch_metric_alarm.oldest_message : a.arn],
+    [aws_cloudwatch_metric_alarm.no_capacity.arn],
+  )
+}

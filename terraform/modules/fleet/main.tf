@@ -1,0 +1,157 @@
+locals {
+  lifecycle_hook = "${var.name}-drain"
+  compose_yaml   = var.compose_yaml != null ? var.compose_yaml : file("${path.module}/../../../docker-compose.yml")
+  env = merge(var.worker_environment, {
+    FLEETSCRIBE_DRAIN_TIMEOUT = "${var.drain_timeout_seconds}s"
+    }, var.bulk_queue_url == null ? {} : {
+    FLEETSCRIBE_BULK_QUEUE_URL = var.bulk_queue_url
+    COMPOSE_PROFILES           = "bulk"
+  })
+  user_data = templatefile("${path.module}/user_data.sh.tftpl", {
+    compose_b64    = base64encode(local.compose_yaml)
+    env            = local.env
+    lifecycle_hook = local.lifecycle_hook
+    asg_name       = var.name
+    drain_seconds  = var.drain_timeout_seconds
+  })
+}
+
+resource "aws_launch_template" "this" {
+  name_prefix   = "${var.name}-"
+  image_id      = "resolve:ssm:${var.ami_ssm_parameter}"
+  instance_type = var.instance_types[0]
+  user_data     = base64encode(local.user_data)
+
+  vpc_security_group_ids = var.security_group_ids
+
+  iam_instance_profile {
+    name = var.instance_profile_name
+  }
+
+  metadata_options {
+    http_endpoint = "enabled"
+    http_tokens   = "required" # IMDSv2 only
+    # Containers sit one hop further from the instance.
+    http_put_response_hop_limit = 2
+    instance_metadata_tags      = "disabled"
+  }
+
+  block_device_mappings {
+    device_name = "/dev/sda1"
+    ebs {
+      volume_size           = var.root_volume_size_gb
+      volume_type           = "gp3"
+      encrypted             = true
+      kms_key_id            = var.ebs_kms_key_arn
+      delete_on_termination = true
+    }
+  }
+
+  monitoring {
+    enabled = true
+  }
+
+  tag_specifications {
+    resource_type = "instance"
+    tags          = merge(var.tags, { Name = var.name })
+  }
+
+  tag_specifications {
+    resource_type = "volume"
+    tags          = merge(var.tags, { Name = var.name })
+  }
+
+  tags = var.tags
+}
+
+resource "aws_autoscaling_group" "this" {
+  name                      = var.name
+  min_size                  = var.min_size
+  max_size                  = var.max_size
+  vpc_zone_identifier       = var.subnet_ids
+  health_check_type         = "EC2"
+  health_check_grace_period = var.instance_warmup_seconds
+  default_instance_warmup   = var.instance_warmup_seconds
+  capacity_rebalance        = var.spot.enabled
+  # Target tracking owns desired capacity.
+  metrics_granularity = "1Minute"
+  enabled_metrics     = ["GroupInServiceInstances", "GroupDesiredCapacity", "GroupPendingInstances", "GroupTerminatingInstances"]
+
+  dynamic "launch_template" {
+    for_each = var.spot.enabled ? [] : [1]
+    content {
+      id      = aws_launch_template.this.id
+      version = aws_launch_template.this.latest_version
+    }
+  }
+
+  dynamic "mixed_instances_policy" {
+    for_each = var.spot.enabled ? [1] : []
+    content {
+      instances_distribution {
+        on_demand_base_capacity                  = var.spot.on_demand_base_capacity
+        on_demand_percentage_above_base_capacity = var.spot.on_demand_percentage_above_base_capacity
+        spot_allocation_strategy                 = var.spot.spot_allocation_strategy
+      }
+      launch_template {
+        launch_template_specification {
+          launch_template_id = aws_launch_template.this.id
+          version            = aws_launch_template.this.latest_version
+        }
+        dynamic "override" {
+          for_each = var.instance_types
+          content {
+            instance_type = override.value
+          }
+        }
+      }
+    }
+  }
+
+  dynamic "warm_pool" {
+    for_each = var.warm_pool.enabled ? [1] : []
+    content {
+      pool_state                  = var.warm_pool.pool_state
+      min_size                    = var.warm_pool.min_size
+      max_group_prepared_capacity = var.warm_pool.max_group_prepared_capacity
+    }
+  }
+
+  # Terminating instances wait here while the worker drains; the instance's
+  # drain service completes the action (or it times out and continues).
+  initial_lifecycle_hook {
+    name                 = local.lifecycle_hook
+    lifecycle_transition = "autoscaling:EC2_INSTANCE_TERMINATING"
+    heartbeat_timeout    = var.drain_timeout_seconds + 120
+    default_result       = "CONTINUE"
+  }
+
+  instance_refresh {
+    strategy = "Rolling"
+    preferences {
+      min_healthy_percentage = 50
+    }
+  }
+
+  dynamic "tag" {
+    for_each = merge(var.tags, { Name = var.name })
+    content {
+      key                 = tag.key
+      value               = tag.value
+      propagate_at_launch = false # the launch template tags instances and volumes
+    }
+  }
+
+  lifecycle {
+    ignore_changes = [desired_capacity]
+
+    precondition {
+      condition     = !(var.warm_pool.enabled && var.spot.enabled)
+      error_message = "A warm pool cannot be used with spot instances: enable one of warm_pool and spot, not both."
+    }
+    precondition {
+      condition     = var.max_size >= var.min_size && var.max_size >= var.scale_from_zero_capacity
+      error_message = "max_size must be at least min_size and scale_from_zero_capacity."
+    }
+  }
+}

@@ -1,0 +1,153 @@
+# Backlog per instance = (visible + in-flight messages of every queue)
+#                        / in-service instances
+# Target tracking holds it at backlog_per_instance_target. It cannot act on
+# an empty group (the division has no value at zero instances), so a step
+# policy starts the first instances when messages wait.
+
+locals {
+  queue_ids    = { for i, q in var.queue_names : q => i }
+  backlog_expr = join(" + ", flatten([for q, i in local.queue_ids : ["visible${i}", "inflight${i}"]]))
+}
+
+resource "aws_autoscaling_policy" "backlog_per_instance" {
+  name                   = "${var.name}-backlog-per-instance"
+  autoscaling_group_name = aws_autoscaling_group.this.name
+  policy_type            = "TargetTrackingScaling"
+
+  target_tracking_configuration {
+    target_value = var.backlog_per_instance_target
+
+    customized_metric_specification {
+      dynamic "metrics" {
+        for_each = local.queue_ids
+        content {
+          id          = "visible${metrics.value}"
+          return_data = false
+          metric_stat {
+            stat = "Sum"
+            metric {
+              namespace   = "AWS/SQS"
+              metric_name = "ApproximateNumberOfMessagesVisible"
+              dimensions {
+                name  = "QueueName"
+                value = metrics.key
+              }
+            }
+          }
+        }
+      }
+
+      dynamic "metrics" {
+        for_each = local.queue_ids
+        content {
+          id          = "inflight${metrics.value}"
+          return_data = false
+          metric_stat {
+            stat = "Sum"
+            metric {
+              namespace   = "AWS/SQS"
+              metric_name = "ApproximateNumberOfMessagesNotVisible"
+              dimensions {
+                name  = "QueueName"
+                value = metrics.key
+              }
+            }
+          }
+        }
+      }
+
+      metrics {
+        id          = "instances"
+        return_data = false
+        metric_stat {
+          stat = "Average"
+          metric {
+            namespace   = "AWS/AutoScaling"
+            metric_name = "GroupInServiceInstances"
+            dimensions {
+              name  = "AutoScalingGroupName"
+              value = aws_autoscaling_group.this.name
+            }
+          }
+        }
+      }
+
+      metrics {
+        id          = "backlog_per_instance"
+        label       = "Queue messages per in-service instance"
+        expression  = "(${local.backlog_expr}) / instances"
+        return_data = true
+      }
+    }
+  }
+}
+
+resource "aws_autoscaling_policy" "scale_from_zero" {
+  name                   = "${var.name}-scale-from-zero"
+  autoscaling_group_name = aws_autoscaling_group.this.name
+  policy_type            = "StepScaling"
+  adjustment_type        = "ExactCapacity"
+
+  step_adjustment {
+    metric_interval_lower_bound = 0
+    scaling_adjustment          = var.scale_from_zero_capacity
+  }
+}
+
+resource "aws_cloudwatch_metric_alarm" "scale_from_zero" {
+  alarm_name          = "${var.name}-scale-from-zero"
+  alarm_description   = "Messages are waiting and no instance is in service."
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  threshold           = 1
+  evaluation_periods  = 1
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [aws_autoscaling_policy.scale_from_zero.arn]
+
+  dynamic "metric_query" {
+    for_each = local.queue_ids
+    content {
+      id = "visible${metric_query.value}"
+      metric {
+        namespace   = "AWS/SQS"
+        metric_name = "ApproximateNumberOfMessagesVisible"
+        period      = 60
+        stat        = "Sum"
+        dimensions = {
+          QueueName = metric_query.key
+        }
+      }
+    }
+  }
+
+  metric_query {
+    id = "instances"
+    metric {
+      namespace   = "AWS/AutoScaling"
+      metric_name = "GroupInServiceInstances"
+      period      = 60
+      stat        = "Average"
+      dimensions = {
+        AutoScalingGroupName = aws_autoscaling_group.this.name
+      }
+    }
+  }
+
+  metric_query {
+    id          = "waiting_with_no_instances"
+    expression  = "IF((${join(" + ", [for q, i in local.queue_ids : "visible${i}"])}) > 0 AND FILL(instances, 0) == 0, 1, 0)"
+    label       = "Messages waiting with no instance in service"
+    return_data = true
+  }
+}
+
+resource "aws_autoscaling_schedule" "this" {
+  for_each = var.scheduled_scaling
+
+  scheduled_action_name  = each.key
+  autoscaling_group_name = aws_autoscaling_group.this.name
+  recurrence             = each.value.recurrence
+  time_zone              = each.value.time_zone
+  min_size               = each.value.min_size
+  max_size               = each.value.max_size
+  desired_capacity       = each.value.desired_capacity == null ? -1 : each.value.desired_capacity
+}

@@ -1,0 +1,164 @@
+variable "name" {
+  type        = string
+  description = "Name of the Auto Scaling group, launch template and related resources."
+}
+
+variable "ami_ssm_parameter" {
+  type        = string
+  description = "SSM parameter holding the GPU AMI id (NVIDIA driver, Docker and the NVIDIA container toolkit installed). Resolved at every launch, so new instances follow the parameter."
+  default     = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+}
+
+variable "instance_types" {
+  type        = list(string)
+  description = "Single-GPU g6e sizes (one L40S each); the stack runs four MPS partitions on GPU 0. The first is the launch template's; all are used with spot."
+  default     = ["g6e.xlarge", "g6e.2xlarge"]
+
+  validation {
+    condition     = length(var.instance_types) > 0 && alltrue([for t in var.instance_types : contains(["g6e.xlarge", "g6e.2xlarge", "g6e.4xlarge", "g6e.8xlarge", "g6e.16xlarge"], t)])
+    error_message = "instance_types must be single-GPU g6e sizes: g6e.xlarge, g6e.2xlarge, g6e.4xlarge, g6e.8xlarge or g6e.16xlarge."
+  }
+}
+
+variable "subnet_ids" {
+  type        = list(string)
+  description = "Private subnets, in several Availability Zones, for the group."
+
+  validation {
+    condition     = length(var.subnet_ids) > 0
+    error_message = "Give at least one subnet."
+  }
+}
+
+variable "security_group_ids" {
+  type        = list(string)
+  description = "Security groups for the instances. The worker needs egress to SQS, S3 (ideally through VPC endpoints) and the image registry only."
+}
+
+variable "instance_profile_name" {
+  type        = string
+  description = "Instance profile from the iam module."
+}
+
+variable "root_volume_size_gb" {
+  type        = number
+  description = "Root volume size; holds the Triton and worker images and model weights."
+  default     = 200
+}
+
+variable "ebs_kms_key_arn" {
+  type        = string
+  description = "KMS key for the root volume. Null uses the account's default EBS key; the volume is encrypted either way."
+  default     = null
+}
+
+variable "min_size" {
+  type        = number
+  description = "Fewest instances. 0 lets the fleet scale to nothing when the queues are empty."
+  default     = 0
+
+  validation {
+    condition     = var.min_size >= 0
+    error_message = "min_size cannot be negative."
+  }
+}
+
+variable "max_size" {
+  type        = number
+  description = "Most instances."
+}
+
+variable "queue_names" {
+  type        = list(string)
+  description = "Queues whose backlog drives scaling (visible plus in-flight messages of all of them)."
+
+  validation {
+    condition     = length(var.queue_names) > 0 && length(var.queue_names) <= 10
+    error_message = "Give between 1 and 10 queues (metric math allows few metrics per policy)."
+  }
+}
+
+variable "backlog_per_instance_target" {
+  type        = number
+  description = "Messages per in-service instance to hold. Choose SLA seconds x jobs per second one instance completes (see the README)."
+}
+
+variable "scale_from_zero_capacity" {
+  type        = number
+  description = "Instances to start when messages wait and none is in service."
+  default     = 1
+}
+
+variable "instance_warmup_seconds" {
+  type        = number
+  description = "Time from launch until an instance's work shows in the metrics (image pull, model load)."
+  default     = 600
+}
+
+variable "drain_timeout_seconds" {
+  type        = number
+  description = "How long a terminating instance lets jobs in hand finish (the worker's FLEETSCRIBE_DRAIN_TIMEOUT)."
+  default     = 300
+}
+
+variable "worker_environment" {
+  type        = map(string)
+  description = "Worker settings written to the instance's .env, by the worker's environment names: at least FLEETSCRIBE_QUEUE_URL and FLEETSCRIBE_OUTPUT_BUCKET."
+
+  validation {
+    condition     = contains(keys(var.worker_environment), "FLEETSCRIBE_QUEUE_URL") && contains(keys(var.worker_environment), "FLEETSCRIBE_OUTPUT_BUCKET")
+    error_message = "worker_environment needs FLEETSCRIBE_QUEUE_URL and FLEETSCRIBE_OUTPUT_BUCKET."
+  }
+}
+
+variable "bulk_queue_url" {
+  type        = string
+  description = "URL of the bulk queue; when set, a second worker on each instance drains it at lower concurrency, sharing the partitions."
+  default     = null
+}
+
+variable "compose_yaml" {
+  type        = string
+  description = "docker-compose.yml the instances run. Null uses the project's own file."
+  default     = null
+}
+
+variable "spot" {
+  type = object({
+    enabled                                  = bool
+    on_demand_base_capacity                  = optional(number, 0)
+    on_demand_percentage_above_base_capacity = optional(number, 0)
+    spot_allocation_strategy                 = optional(string, "price-capacity-optimized")
+  })
+  description = "Mixed spot/on-demand instances. Cannot be combined with a warm pool."
+  default     = { enabled = false }
+}
+
+variable "warm_pool" {
+  type = object({
+    enabled                     = bool
+    min_size                    = optional(number, 0)
+    max_group_prepared_capacity = optional(number)
+    pool_state                  = optional(string, "Stopped")
+  })
+  description = "Pre-initialised stopped instances for faster scale-out (on-demand only). Cannot be combined with spot."
+  default     = { enabled = false }
+}
+
+variable "scheduled_scaling" {
+  type = map(object({
+    recurrence       = string
+    min_size         = number
+    max_size         = number
+    desired_capacity = optional(number)
+    time_zone        = optional(string, "UTC")
+  }))
+  description = "Scheduled capacity changes, e.g. a larger floor for the overnight bulk window and a return to zero in the morning; keyed by action name."
+  default     = {}
+}
+
+variable "tags" {
+  type        = map(string)
+  description = "Tags for the group, its instances and volumes."
+  default     = {}
+}

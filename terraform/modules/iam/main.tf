@@ -1,0 +1,152 @@
+data "aws_partition" "current" {}
+data "aws_region" "current" {}
+data "aws_caller_identity" "current" {}
+
+locals {
+  asg_arn = "arn:${data.aws_partition.current.partition}:autoscaling:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.autoscaling_group_name}"
+}
+
+data "aws_iam_policy_document" "assume" {
+  statement {
+    effect  = "Allow"
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ec2.amazonaws.com"]
+    }
+  }
+}
+
+data "aws_iam_policy_document" "worker" {
+  statement {
+    sid    = "DrainQueues"
+    effect = "Allow"
+    # ChangeMessageVisibilityBatch and DeleteMessageBatch are authorised by
+    # the non-batch actions.
+    actions = [
+      "sqs:ReceiveMessage",
+      "sqs:DeleteMessage",
+      "sqs:ChangeMessageVisibility",
+      "sqs:GetQueueAttributes",
+      "sqs:GetQueueUrl",
+    ]
+    resources = var.queue_arns
+  }
+
+  statement {
+    sid       = "ReadInputAudio"
+    effect    = "Allow"
+    actions   = ["s3:GetObject", "s3:GetObjectVersion"]
+    resources = [for p in var.input_prefixes : "${var.input_bucket_arn}/${p}*"]
+  }
+
+  # Without ListBucket, S3 answers a HEAD of a missing key with 403 instead
+  # of 404, and the worker could not tell a missing input (error record)
+  # from a permissions fault (retry), nor a missing transcript from one it
+  # may not read.
+  statement {
+    sid       = "ListInputPrefixes"
+    effect    = "Allow"
+    actions   = ["s3:ListBucket"]
+    resources = [var.input_bucket_arn]
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = [for p in var.input_prefixes : "${p}*"]
+    }
+  }
+
+  statement {
+    sid       = "WriteTranscripts"
+    effect    = "Allow"
+    actions   = ["s3:PutObject", "s3:PutObjectTagging", "s3:GetObject"]
+    resources = ["${var.output_bucket_arn}/${var.output_prefix}*"]
+  }
+
+  statement {
+    sid       = "ListOutputPrefix"
+    effect    = "Allow"
+    actions   = ["s3:ListBucket"]
+    resources = [var.output_bucket_arn]
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = ["${var.output_prefix}*"]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.kms_key_arns) > 0 ? [1] : []
+    content {
+      sid       = "UseDataKeys"
+      effect    = "Allow"
+      actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+      resources = var.kms_key_arns
+    }
+  }
+
+  statement {
+    sid    = "DrainOnScaleIn"
+    effect = "Allow"
+    actions = [
+      "autoscaling:CompleteLifecycleAction",
+      "autoscaling:RecordLifecycleActionHeartbeat",
+      "autoscaling:SetInstanceProtection",
+    ]
+    resources = [local.asg_arn]
+  }
+
+  # PutMetricData has no resource-level permissions: AWS requires "*" here.
+  # The namespace condition is what scopes it.
+  statement {
+    sid       = "PublishMetrics"
+    effect    = "Allow"
+    actions   = ["cloudwatch:PutMetricData"]
+    resources = ["*"]
+    condition {
+      test     = "StringEquals"
+      variable = "cloudwatch:namespace"
+      values   = [var.metric_namespace]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.ecr_repository_arns) > 0 ? [1] : []
+    content {
+      sid       = "PullImages"
+      effect    = "Allow"
+      actions   = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]
+      resources = var.ecr_repository_arns
+    }
+  }
+
+  # GetAuthorizationToken has no resource-level permissions: AWS requires "*".
+  dynamic "statement" {
+    for_each = length(var.ecr_repository_arns) > 0 ? [1] : []
+    content {
+      sid       = "EcrLogin"
+      effect    = "Allow"
+      actions   = ["ecr:GetAuthorizationToken"]
+      resources = ["*"]
+    }
+  }
+}
+
+resource "aws_iam_role" "worker" {
+  name                 = var.name
+  assume_role_policy   = data.aws_iam_policy_document.assume.json
+  permissions_boundary = var.permissions_boundary_arn
+  tags                 = var.tags
+}
+
+resource "aws_iam_role_policy" "worker" {
+  name   = "${var.name}-worker"
+  role   = aws_iam_role.worker.id
+  policy = data.aws_iam_policy_document.worker.json
+}
+
+resource "aws_iam_instance_profile" "worker" {
+  name = var.name
+  role = aws_iam_role.worker.name
+  tags = var.tags
+}

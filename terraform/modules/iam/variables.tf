@@ -1,0 +1,65 @@
+variable "name" {
+  type        = string
+  description = "Name of the worker instance role and profile."
+}
+
+variable "queue_arns" {
+  type        = list(string)
+  description = "Queues the worker drains."
+}
+
+variable "input_bucket_arn" {
+  type        = string
+  description = "ARN of the input bucket."
+}
+
+variable "input_prefixes" {
+  type        = list(string)
+  description = "Key prefixes the worker may read under; [\"\"] for the whole bucket."
+  default     = [""]
+}
+
+variable "output_bucket_arn" {
+  type        = string
+  description = "ARN of the output bucket."
+}
+
+variable "output_prefix" {
+  type        = string
+  description = "Key prefix the worker writes transcripts and error records under."
+}
+
+variable "kms_key_arns" {
+  type        = list(string)
+  description = "KMS keys of the buckets (and of the queues, when they use a customer managed key)."
+  default     = []
+}
+
+variable "autoscaling_group_name" {
+  type        = string
+  description = "Name of the worker Auto Scaling group; lifecycle and protection calls are allowed on it alone."
+}
+
+variable "metric_namespace" {
+  type        = string
+  description = "CloudWatch namespace the worker may publish to."
+  default     = "Fleetscribe"
+}
+
+variable "ecr_repository_arns" {
+  type        = list(string)
+  description = "ECR repositories the instance pulls images from; empty when images come from elsewhere."
+  default     = []
+}
+
+variable "permissions_boundary_arn" {
+  type        = string
+  description = "Optional permissions boundary for the role."
+  default     = null
+}
+
+variable "tags" {
+  type        = map(string)
+  description = "Tags for the role and profile."
+  default     = {}
+}

@@ -1,0 +1,587 @@
+package terraform
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/hashicorp/hcl/v2/hclwrite"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+	"github.com/zclconf/go-cty/cty/function/stdlib"
+)
+
+// module is the parsed .tf files of one directory.
+type module struct {
+	dir    string
+	bodies []*hclsyntax.Body
+	src    map[string][]byte
+}
+
+func tfFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(".", func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".tf") {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 20 {
+		t.Fatalf("found only %d .tf files", len(files))
+	}
+	return files
+}
+
+func load(t *testing.T, dir string) *module {
+	t.Helper()
+	m := &module{dir: dir, src: map[string][]byte{}}
+	p := hclparse.NewParser()
+	matches, _ := filepath.Glob(filepath.Join(dir, "*.tf"))
+	if len(matches) == 0 {
+		t.Fatalf("no .tf files in %s", dir)
+	}
+	for _, f := range matches {
+		file, diags := p.ParseHCLFile(f)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %s", f, diags.Error())
+		}
+		m.bodies = append(m.bodies, file.Body.(*hclsyntax.Body))
+		m.src[f] = file.Bytes
+	}
+	return m
+}
+
+func modules(t *testing.T) map[string]*module {
+	out := map[string]*module{}
+	dirs, _ := filepath.Glob("modules/*")
+	dirs = append(dirs, "examples/complete")
+	for _, d := range dirs {
+		out[d] = load(t, d)
+	}
+	return out
+}
+
+// blocks returns top-level blocks of a type with the given labels (a
+// prefix of them).
+func (m *module) blocks(typ string, labels ...string) []*hclsyntax.Block {
+	var out []*hclsyntax.Block
+	for _, b := range m.bodies {
+		for _, bl := range b.Blocks {
+			if bl.Type == typ && len(bl.Labels) >= len(labels) && slices.Equal(bl.Labels[:len(labels)], labels) {
+				out = append(out, bl)
+			}
+		}
+	}
+	return out
+}
+
+func (m *module) one(t *testing.T, typ string, labels ...string) *hclsyntax.Block {
+	t.Helper()
+	bs := m.blocks(typ, labels...)
+	if len(bs) != 1 {
+		t.Fatalf("%s: %d %s %v blocks, want 1", m.dir, len(bs), typ, labels)
+	}
+	return bs[0]
+}
+
+// nested returns the child blocks of a type, looking through dynamic
+// blocks to their content.
+func nested(b *hclsyntax.Block, typ string) []*hclsyntax.Block {
+	var out []*hclsyntax.Block
+	for _, c := range b.Body.Blocks {
+		switch {
+		case c.Type == typ:
+			out = append(out, c)
+		case c.Type == "dynamic" && len(c.Labels) == 1 && c.Labels[0] == typ:
+			for _, cc := range c.Body.Blocks {
+				if cc.Type == "content" {
+					out = append(out, cc)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func attr(b *hclsyntax.Block, name string) hclsyntax.Expression {
+	if a, ok := b.Body.Attributes[name]; ok {
+		return a.Expr
+	}
+	return nil
+}
+
+// literal evaluates an expression that needs no variables.
+func literal(t *testing.T, e hclsyntax.Expression) cty.Value {
+	t.Helper()
+	if e == nil {
+		return cty.NilVal
+	}
+	v, diags := e.Value(nil)
+	if diags.HasErrors() {
+		return cty.NilVal
+	}
+	return v
+}
+
+func str(t *testing.T, e hclsyntax.Expression) string {
+	v := literal(t, e)
+	if v == cty.NilVal || !v.IsKnown() || v.IsNull() || v.Type() != cty.String {
+		return ""
+	}
+	return v.AsString()
+}
+
+func strs(t *testing.T, e hclsyntax.Expression) ([]string, bool) {
+	v := literal(t, e)
+	if v == cty.NilVal || !v.IsKnown() || v.IsNull() || !(v.Type().IsTupleType() || v.Type().IsListType()) {
+		return nil, false
+	}
+	var out []string
+	for it := v.ElementIterator(); it.Next(); {
+		_, ev := it.Element()
+		if ev.Type() != cty.String {
+			return nil, false
+		}
+		out = append(out, ev.AsString())
+	}
+	return out, true
+}
+
+// refs returns the traversals an expression refers to, as "a.b.c".
+func refs(e hclsyntax.Expression) []string {
+	var out []string
+	for _, tr := range e.Variables() {
+		var parts []string
+		for _, s := range tr {
+			switch s := s.(type) {
+			case hcl.TraverseRoot:
+				parts = append(parts, s.Name)
+			case hcl.TraverseAttr:
+				parts = append(parts, s.Name)
+			}
+		}
+		out = append(out, strings.Join(parts, "."))
+	}
+	return out
+}
+
+func refersTo(e hclsyntax.Expression, prefix string) bool {
+	for _, r := range refs(e) {
+		if strings.HasPrefix(r, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestFormatted(t *testing.T) {
+	for _, f := range tfFiles(t) {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(hclwrite.Format(src), src) {
+			t.Errorf("%s is not formatted: run make tf-fmt", f)
+		}
+	}
+}
+
+func TestVariablesTypedAndDescribed(t *testing.T) {
+	n := 0
+	for dir, m := range modules(t) {
+		for _, v := range m.blocks("variable") {
+			n++
+			if attr(v, "type") == nil {
+				t.Errorf("%s: variable %q has no type", dir, v.Labels[0])
+			}
+			if str(t, attr(v, "description")) == "" {
+				t.Errorf("%s: variable %q has no description", dir, v.Labels[0])
+			}
+		}
+		for _, o := range m.blocks("output") {
+			if str(t, attr(o, "description")) == "" {
+				t.Errorf("%s: output %q has no description", dir, o.Labels[0])
+			}
+		}
+	}
+	if n < 40 {
+		t.Errorf("only %d variables found", n)
+	}
+}
+
+func TestIMDSv2AndEncryptedRootVolume(t *testing.T) {
+	lt := load(t, "modules/fleet").one(t, "resource", "aws_launch_template")
+	md := nested(lt, "metadata_options")
+	if len(md) != 1 || str(t, attr(md[0], "http_tokens")) != "required" {
+		t.Fatal("launch template does not require IMDSv2 (metadata_options.http_tokens = \"required\")")
+	}
+	for _, bdm := range nested(lt, "block_device_mappings") {
+		for _, ebs := range nested(bdm, "ebs") {
+			if v := literal(t, attr(ebs, "encrypted")); v != cty.True {
+				t.Error("root volume is not encrypted")
+			}
+		}
+	}
+	if !strings.HasPrefix(strings.TrimPrefix(string(lt.Body.Attributes["image_id"].Expr.Range().SliceBytes(load(t, "modules/fleet").src["modules/fleet/main.tf"])), `"`), "resolve:ssm:") {
+		t.Error("image id is not resolved from an SSM parameter")
+	}
+}
+
+// Actions for which AWS offers no resource-level permissions, so "*" is
+// the only valid resource. Each must be explained next to its statement.
+var starResourceAllowed = map[string]bool{
+	"cloudwatch:PutMetricData":  true,
+	"ecr:GetAuthorizationToken": true,
+}
+
+func TestIAMNoWildcards(t *testing.T) {
+	checked := 0
+	for dir, m := range modules(t) {
+		for _, doc := range m.blocks("data", "aws_iam_policy_document") {
+			for _, st := range nested(doc, "statement") {
+				checked++
+				effect := str(t, attr(st, "effect"))
+				actions, ok := strs(t, attr(st, "actions"))
+				if !ok {
+					t.Errorf("%s %s: actions must be a literal list", dir, doc.Labels[1])
+					continue
+				}
+				conds := nested(st, "condition")
+				for _, a := range actions {
+					if !strings.Contains(a, "*") {
+						continue
+					}
+					// The one exception: deny everything over plain HTTP.
+					if effect != "Deny" || len(conds) != 1 || str(t, attr(conds[0], "variable")) != "aws:SecureTransport" {
+						t.Errorf("%s %s: wildcard action %q", dir, doc.Labels[1], a)
+					}
+				}
+				res, literalRes := strs(t, attr(st, "resources"))
+				if literalRes && slices.Contains(res, "*") && effect == "Allow" {
+					for _, a := range actions {
+						if !starResourceAllowed[a] {
+							t.Errorf("%s %s: action %s on resource \"*\"", dir, doc.Labels[1], a)
+						}
+					}
+					if slices.Contains(actions, "cloudwatch:PutMetricData") && len(conds) == 0 {
+						t.Errorf("%s: PutMetricData must be scoped to a namespace by condition", dir)
+					}
+				}
+				if attr(st, "resources") == nil {
+					if effect != "Allow" || !slices.Contains(actions, "sts:AssumeRole") {
+						t.Errorf("%s %s: statement without resources", dir, doc.Labels[1])
+					}
+				}
+			}
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d policy statements checked", checked)
+	}
+}
+
+func TestWorkerRoleGrantsExactlyWhatTheWorkerDoes(t *testing.T) {
+	doc := load(t, "modules/iam").one(t, "data", "aws_iam_policy_document", "worker")
+	var got []string
+	for _, st := range nested(doc, "statement") {
+		a, _ := strs(t, attr(st, "actions"))
+		got = append(got, a...)
+	}
+	sort.Strings(got)
+	got = slices.Compact(got)
+	want := []string{
+		"autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat", "autoscaling:SetInstanceProtection",
+		"cloudwatch:PutMetricData",
+		"ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetAuthorizationToken", "ecr:GetDownloadUrlForLayer",
+		"kms:Decrypt", "kms:GenerateDataKey",
+		"s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket", "s3:PutObject", "s3:PutObjectTagging",
+		"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("worker role actions changed:\n got %v\nwant %v", got, want)
+	}
+	for _, st := range nested(doc, "statement") {
+		a, _ := strs(t, attr(st, "actions"))
+		if slices.Contains(a, "autoscaling:CompleteLifecycleAction") && !refersTo(attr(st, "resources"), "local.asg_arn") {
+			t.Error("lifecycle actions are not scoped to the worker's own group")
+		}
+		if slices.Contains(a, "s3:ListBucket") && len(nested(st, "condition")) == 0 {
+			t.Error("ListBucket is not limited to the worker's prefixes")
+		}
+	}
+}
+
+func TestQueuesEncryptedWithDLQ(t *testing.T) {
+	m := load(t, "modules/queues")
+	queues := m.blocks("resource", "aws_sqs_queue")
+	if len(queues) != 2 {
+		t.Fatalf("%d aws_sqs_queue resources, want main and dlq", len(queues))
+	}
+	for _, q := range queues {
+		if attr(q, "sqs_managed_sse_enabled") == nil || attr(q, "kms_master_key_id") == nil {
+			t.Errorf("queue %s does not set both SSE-SQS and the KMS key choice", q.Labels[1])
+		}
+	}
+	main := m.one(t, "resource", "aws_sqs_queue", "main")
+	rp := attr(main, "redrive_policy")
+	if rp == nil || !refersTo(rp, "aws_sqs_queue.dlq") || !refersTo(rp, "var.max_receive_count") {
+		t.Error("work queues do not redrive to their DLQ after max_receive_count")
+	}
+	dlq := m.one(t, "resource", "aws_sqs_queue", "dlq")
+	if !refersTo(attr(main, "for_each"), "var.queues") || !refersTo(attr(dlq, "for_each"), "var.queues") {
+		t.Error("queues and DLQs must be created per entry of var.queues")
+	}
+	if !refersTo(attr(main, "visibility_timeout_seconds"), "local.visibility_timeout") {
+		t.Error("visibility timeout is not tied to the worker's job time")
+	}
+	// Every other queue in the project is one of these.
+	for dir, mm := range modules(t) {
+		if dir != "modules/queues" && len(mm.blocks("resource", "aws_sqs_queue")) > 0 {
+			t.Errorf("%s creates queues outside the queues module", dir)
+		}
+	}
+}
+
+func TestBucketsEncryptedPrivateTLSOnly(t *testing.T) {
+	m := load(t, "modules/buckets")
+	bucket := m.one(t, "resource", "aws_s3_bucket", "this")
+	for _, typ := range []string{"aws_s3_bucket_server_side_encryption_configuration", "aws_s3_bucket_public_access_block", "aws_s3_bucket_policy", "aws_s3_bucket_lifecycle_configuration"} {
+		r := m.one(t, "resource", typ)
+		if !refersTo(attr(r, "for_each"), "aws_s3_bucket.this") {
+			t.Errorf("%s is not applied to every bucket", typ)
+		}
+	}
+	_ = bucket
+	sse := m.one(t, "resource", "aws_s3_bucket_server_side_encryption_configuration")
+	for _, rule := range nested(sse, "rule") {
+		for _, d := range nested(rule, "apply_server_side_encryption_by_default") {
+			if str(t, attr(d, "sse_algorithm")) != "aws:kms" {
+				t.Error("buckets are not SSE-KMS")
+			}
+		}
+	}
+	pab := m.one(t, "resource", "aws_s3_bucket_public_access_block")
+	for _, k := range []string{"block_public_acls", "block_public_policy", "ignore_public_acls", "restrict_public_buckets"} {
+		if literal(t, attr(pab, k)) != cty.True {
+			t.Errorf("public access block: %s is not true", k)
+		}
+	}
+	lc := m.one(t, "resource", "aws_s3_bucket_lifecycle_configuration")
+	found := false
+	for _, r := range nested(lc, "rule") {
+		if str(t, attr(r, "id")) == "expire-error-records" {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no lifecycle rule for error records")
+	}
+}
+
+func TestNotificationsOnlyFromTheBucket(t *testing.T) {
+	m := load(t, "modules/notifications")
+	doc := m.one(t, "data", "aws_iam_policy_document", "queue")
+	st := nested(doc, "statement")
+	if len(st) != 1 {
+		t.Fatalf("%d statements in the queue policy", len(st))
+	}
+	a, _ := strs(t, attr(st[0], "actions"))
+	if !slices.Equal(a, []string{"sqs:SendMessage"}) {
+		t.Errorf("queue policy actions %v", a)
+	}
+	var sourceArn bool
+	for _, c := range nested(st[0], "condition") {
+		if str(t, attr(c, "variable")) == "aws:SourceArn" && refersTo(attr(c, "values"), "var.bucket_arn") {
+			sourceArn = true
+		}
+	}
+	if !sourceArn {
+		t.Error("queue policy does not restrict senders to the bucket (aws:SourceArn)")
+	}
+	n := m.one(t, "resource", "aws_s3_bucket_notification")
+	qs := nested(n, "queue")
+	if len(qs) != 1 || !refersTo(attr(qs[0], "filter_prefix"), "var.filter_prefix") || !refersTo(attr(qs[0], "filter_suffix"), "queue.value") {
+		t.Error("notifications do not apply the prefix and suffix filters")
+	}
+}
+
+// evalContext evaluates the fleet module's locals for the given queue names.
+func fleetLocals(t *testing.T, m *module, queueNames []string) *hcl.EvalContext {
+	t.Helper()
+	names := make([]cty.Value, len(queueNames))
+	for i, q := range queueNames {
+		names[i] = cty.StringVal(q)
+	}
+	ctx := &hcl.EvalContext{
+		Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{"queue_names": cty.TupleVal(names)})},
+		Functions: map[string]function.Function{"join": stdlib.JoinFunc, "flatten": stdlib.FlattenFunc},
+	}
+	locals := map[string]cty.Value{}
+	for _, lb := range m.blocks("locals") {
+		for _, name := range []string{"queue_ids", "backlog_expr"} { // in dependency order
+			if a, ok := lb.Body.Attributes[name]; ok {
+				ctx.Variables["local"] = cty.ObjectVal(locals)
+				v, diags := a.Expr.Value(ctx)
+				if diags.HasErrors() {
+					t.Fatalf("local.%s: %s", name, diags.Error())
+				}
+				locals[name] = v
+			}
+		}
+	}
+	ctx.Variables["local"] = cty.ObjectVal(locals)
+	return ctx
+}
+
+func TestBacklogPerInstanceTargetTracking(t *testing.T) {
+	m := load(t, "modules/fleet")
+	pol := m.one(t, "resource", "aws_autoscaling_policy", "backlog_per_instance")
+	if str(t, attr(pol, "policy_type")) != "TargetTrackingScaling" {
+		t.Fatal("backlog policy is not target tracking")
+	}
+	spec := nested(nested(pol, "target_tracking_configuration")[0], "customized_metric_specification")[0]
+	ctx := fleetLocals(t, m, []string{"live", "bulk"})
+	var expression string
+	metricNames := map[string]string{} // id pattern → metric name
+	for _, mb := range nested(spec, "metrics") {
+		if e := attr(mb, "expression"); e != nil {
+			v, diags := e.Value(ctx)
+			if diags.HasErrors() {
+				t.Fatal(diags.Error())
+			}
+			expression = v.AsString()
+			if literal(t, attr(mb, "return_data")) != cty.True {
+				t.Error("the expression is not the returned metric")
+			}
+			continue
+		}
+		id := string(attr(mb, "id").Range().SliceBytes(m.src["modules/fleet/scaling.tf"]))
+		for _, ms := range nested(mb, "metric_stat") {
+			for _, met := range nested(ms, "metric") {
+				metricNames[id] = str(t, attr(met, "metric_name"))
+			}
+		}
+	}
+	// Sum of visible and in-flight messages of every queue, divided by
+	// in-service instances (terms in map-key order).
+	num, den, ok := strings.Cut(expression, ") / ")
+	terms := strings.Split(strings.TrimPrefix(num, "("), " + ")
+	sort.Strings(terms)
+	if !ok || den != "instances" || !slices.Equal(terms, []string{"inflight0", "inflight1", "visible0", "visible1"}) {
+		t.Errorf("backlog expression = %q, want (visible+inflight of both queues) / instances", expression)
+	}
+	want := map[string]string{
+		`"visible${metrics.value}"`:  "ApproximateNumberOfMessagesVisible",
+		`"inflight${metrics.value}"`: "ApproximateNumberOfMessagesNotVisible",
+		`"instances"`:                "GroupInServiceInstances",
+	}
+	for id, name := range want {
+		if metricNames[id] != name {
+			t.Errorf("metric %s is %q, want %s (all: %v)", id, metricNames[id], name, metricNames)
+		}
+	}
+	asg := m.one(t, "resource", "aws_autoscaling_group", "this")
+	if em, _ := strs(t, attr(asg, "enabled_metrics")); !slices.Contains(em, "GroupInServiceInstances") {
+		t.Error("the group does not publish GroupInServiceInstances")
+	}
+}
+
+func TestScaleFromZero(t *testing.T) {
+	m := load(t, "modules/fleet")
+	pol := m.one(t, "resource", "aws_autoscaling_policy", "scale_from_zero")
+	if str(t, attr(pol, "policy_type")) != "StepScaling" {
+		t.Error("scale-from-zero is not a step policy")
+	}
+	alarm := m.one(t, "resource", "aws_cloudwatch_metric_alarm", "scale_from_zero")
+	if !refersTo(attr(alarm, "alarm_actions"), "aws_autoscaling_policy.scale_from_zero.arn") {
+		t.Error("the scale-from-zero alarm does not trigger the step policy")
+	}
+	src := string(m.src["modules/fleet/scaling.tf"])
+	if !strings.Contains(src, "FILL(instances, 0) == 0") {
+		t.Error("scale-from-zero does not test for zero in-service instances")
+	}
+	if v := literal(t, attr(m.one(t, "variable", "min_size"), "default")); v == cty.NilVal || !v.Equals(cty.Zero).True() {
+		t.Error("min_size does not default to 0")
+	}
+}
+
+func TestTerminationLifecycleHook(t *testing.T) {
+	asg := load(t, "modules/fleet").one(t, "resource", "aws_autoscaling_group", "this")
+	hooks := nested(asg, "initial_lifecycle_hook")
+	if len(hooks) != 1 || str(t, attr(hooks[0], "lifecycle_transition")) != "autoscaling:EC2_INSTANCE_TERMINATING" {
+		t.Fatal("no termination lifecycle hook on the group")
+	}
+	if !refersTo(attr(hooks[0], "heartbeat_timeout"), "var.drain_timeout_seconds") {
+		t.Error("hook timeout is not tied to the drain timeout")
+	}
+}
+
+func TestWarmPoolAndSpotMutuallyExclusive(t *testing.T) {
+	asg := load(t, "modules/fleet").one(t, "resource", "aws_autoscaling_group", "this")
+	var cond hclsyntax.Expression
+	for _, lc := range nested(asg, "lifecycle") {
+		for _, pc := range nested(lc, "precondition") {
+			if refersTo(attr(pc, "condition"), "var.warm_pool") && refersTo(attr(pc, "condition"), "var.spot") {
+				cond = attr(pc, "condition")
+			}
+		}
+	}
+	if cond == nil {
+		t.Fatal("no precondition relating warm_pool and spot")
+	}
+	for _, c := range []struct{ warm, spot, ok bool }{{false, false, true}, {true, false, true}, {false, true, true}, {true, true, false}} {
+		ctx := &hcl.EvalContext{Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{
+			"warm_pool": cty.ObjectVal(map[string]cty.Value{"enabled": cty.BoolVal(c.warm)}),
+			"spot":      cty.ObjectVal(map[string]cty.Value{"enabled": cty.BoolVal(c.spot)}),
+		})}}
+		v, diags := cond.Value(ctx)
+		if diags.HasErrors() {
+			t.Fatal(diags.Error())
+		}
+		if v.True() != c.ok {
+			t.Errorf("warm pool %v, spot %v: precondition %v, want %v", c.warm, c.spot, v.True(), c.ok)
+		}
+	}
+}
+
+func TestNoHardcodedAccountsRegionsOrSecrets(t *testing.T) {
+	account := regexp.MustCompile(`\b\d{12}\b`)
+	region := regexp.MustCompile(`\b(us|eu|ap|sa|ca|me|af|il)-(north|south|east|west|central|northeast|southeast)-\d\b`)
+	secret := regexp.MustCompile(`(?i)(AKIA[0-9A-Z]{16}|secret_key|password\s*=)`)
+	files, _ := filepath.Glob("modules/*/*")
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, re := range []*regexp.Regexp{account, region, secret} {
+			if loc := re.Find(b); loc != nil {
+				t.Errorf("%s hard-codes %q", f, loc)
+			}
+		}
+	}
+}
+
+func TestFleetShipsTheProjectComposeFile(t *testing.T) {
+	if _, err := os.Stat(filepath.Join("modules/fleet", "../../../docker-compose.yml")); err != nil {
+		t.Fatalf("fleet module's default compose file: %v", err)
+	}
+	tpl, err := os.ReadFile("modules/fleet/user_data.sh.tftpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"docker compose up -d", "complete-lifecycle-action", "record-lifecycle-action-heartbeat", "EXCLUSIVE_PROCESS"} {
+		if !bytes.Contains(tpl, []byte(want)) {
+			t.Errorf("user data lacks %q", want)
+		}
+	}
+}
