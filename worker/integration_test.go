@@ -373,6 +373,27 @@ func TestBadInputsGetErrorRecordsAndNoRedelivery(t *testing.T) {
 	if _, ok := e.outputs("good.wav")["json"]; !ok {
 		t.Error("the good file next to bad ones was not transcribed")
 	}
+	// Messages that are not jobs are kept, body and all, in error records.
+	res, err := e.s3.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(e.out), Prefix: aws.String("transcripts/_invalid-messages/")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[string]bool{}
+	for _, o := range res.Contents {
+		obj, err := e.s3.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(e.out), Key: o.Key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec worker.ErrorRecord
+		if err := json.NewDecoder(obj.Body).Decode(&rec); err != nil || rec.Class != worker.ClassBadMessage || rec.MessageID == "" {
+			t.Errorf("invalid-message record %+v, %v", rec, err)
+		}
+		obj.Body.Close()
+		bodies[rec.MessageBody] = true
+	}
+	if !bodies[`{"not": "a job"}`] || !bodies[`this is not json`] {
+		t.Errorf("invalid messages not kept: %v", bodies)
+	}
 	if v, f := e.depth(e.queue.URL); v+f != 0 {
 		t.Errorf("queue not drained: %d visible, %d in flight", v, f)
 	}
@@ -439,6 +460,61 @@ func TestS3EventNotificationIsProcessed(t *testing.T) {
 	var tr worker.Transcript
 	if err := json.Unmarshal(e.outputs("up loads/x.wav")["json"], &tr); err != nil || tr.Text != tritontest.Text(3200) {
 		t.Fatalf("transcript %+v, %v", tr, err)
+	}
+}
+
+// failingErrorRecords makes every error-record write fail.
+type failingErrorRecords struct{ worker.S3API }
+
+func (f failingErrorRecords) PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	if strings.HasSuffix(aws.ToString(in.Key), ".error.json") {
+		return nil, fmt.Errorf("injected: S3 unavailable")
+	}
+	return f.S3API.PutObject(ctx, in, opts...)
+}
+
+func TestUnwritableErrorRecordKeepsMessage(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.put("corrupt.wav", []byte("RIFF\x10\x00\x00\x00WAVEjunkjunk"))
+	e.sendJob("corrupt.wav")
+	cfg := e.config()
+	cfg.ExitWhenIdle = time.Second
+	e.wreg = prometheus.NewRegistry()
+	w, err := worker.New(cfg, "asr", e.recorder, failingErrorRecords{e.s3}, e.pool, zerolog.New(io.Discard), e.wreg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e.recorder.deletes != 0 {
+		t.Fatal("message deleted although its error record could not be written")
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 1 {
+		t.Fatalf("message should wait for redelivery, depth %d", v+f)
+	}
+	// Once S3 works again, the redelivery writes the record and deletes.
+	cfg.ExitWhenIdle = 3 * time.Second // past the 1 s retry backoff
+	e.run(cfg, nil)
+	var rec worker.ErrorRecord
+	if err := json.Unmarshal(e.outputs("corrupt.wav")["error.json"], &rec); err != nil || rec.Class != worker.ClassCorruptAudio || rec.Attempt != 2 {
+		t.Fatalf("record after recovery: %+v, %v", rec, err)
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 0 {
+		t.Fatalf("queue not drained after recovery: %d", v+f)
+	}
+}
+
+func TestMissingQueueIsAClearError(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	cfg := e.config()
+	cfg.QueueURL = e.queue.URL + "-nope"
+	w, err := worker.New(cfg, "asr", e.sqs, e.s3, e.pool, zerolog.New(io.Discard), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "-nope") {
+		t.Fatalf("want an error naming the queue, got %v", err)
 	}
 }
 

@@ -57,6 +57,15 @@ type ErrorRecord struct {
 	Attempt   int       `json:"attempt"`
 	Final     bool      `json:"final"` // false: the message stays queued and may still succeed from the DLQ
 	CreatedAt time.Time `json:"created_at"`
+	// For a message that is not a job: its id and body, kept so nothing is lost.
+	MessageID   string `json:"message_id,omitempty"`
+	MessageBody string `json:"message_body,omitempty"`
+}
+
+// InvalidMessageKey is where the error record of a message that is not a
+// job goes: there is no input key to put it beside.
+func InvalidMessageKey(prefix, messageID string) string {
+	return prefix + "_invalid-messages/" + sanitizeSegment(messageID) + ".error.json"
 }
 
 // OutputKeys are the deterministic keys of one job's outputs.

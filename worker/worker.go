@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -25,6 +26,7 @@ type SQSAPI interface {
 	DeleteMessage(ctx context.Context, params *sqs.DeleteMessageInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
 	ChangeMessageVisibility(ctx context.Context, params *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
 	ChangeMessageVisibilityBatch(ctx context.Context, params *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
+	GetQueueAttributes(ctx context.Context, params *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
 }
 
 // S3API is the part of the S3 client the worker uses.
@@ -68,6 +70,9 @@ func New(cfg Config, model string, sqsc SQSAPI, s3c S3API, tr Transcriber, log z
 // ExitWhenIdle, until the queue has been quiet that long), then drains the
 // jobs in hand. It returns nil after a clean drain.
 func (w *Worker) Run(ctx context.Context) error {
+	if err := w.checkQueue(ctx); err != nil {
+		return err
+	}
 	// Jobs outlive ctx: cancelling ctx only stops receiving.
 	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelWork(nil)
@@ -267,10 +272,11 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, msg types.M
 	}()
 	jobs, err := ParseMessage([]byte(aws.ToString(msg.Body)))
 	if err != nil {
-		// No input to put an error record beside: the body is logged by
-		// size only and the message is deleted.
+		// There is no input to put the record beside, so it goes under
+		// the output prefix by message id and keeps the body: nothing is
+		// lost, and the body is never logged.
 		log.Warn().Int("body_bytes", len(aws.ToString(msg.Body))).Err(err).Msg("unparseable message")
-		return OutcomeFailed, err
+		return w.recordInvalidMessage(ctx, msg, attempt, err)
 	}
 	outcome = OutcomeOK
 	for _, job := range jobs {
@@ -321,10 +327,56 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, job Job, attemp
 	defer cancel()
 	if werr := w.putJSON(wctx, keys.Error, rec); werr != nil {
 		// Without the record the failure would be silent: retry instead.
-		return OutcomeRetry, fmt.Errorf("write error record: %w (job error: %w)", werr, err)
+		// The job error is flattened (%v) so the message is not taken for
+		// a permanent failure and deleted.
+		return OutcomeRetry, fmt.Errorf("write error record: %w (job error: %v)", werr, err)
 	}
 	log.Info().Str("error_key", keys.Error).Msg("error record written")
 	return OutcomeFailed, err
+}
+
+// recordInvalidMessage writes the error record of a message that is not a
+// job. A failed write leaves the message for redelivery.
+func (w *Worker) recordInvalidMessage(ctx context.Context, msg types.Message, attempt int, err error) (string, error) {
+	key := InvalidMessageKey(w.cfg.OutputPrefix, aws.ToString(msg.MessageId))
+	rec := ErrorRecord{
+		Schema: ErrorSchema, Model: w.model, Class: ErrorClass(err), Message: err.Error(),
+		Attempt: attempt, Final: true, CreatedAt: w.now().UTC(),
+		MessageID: aws.ToString(msg.MessageId), MessageBody: aws.ToString(msg.Body),
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if werr := w.putJSON(wctx, key, rec); werr != nil {
+		return OutcomeRetry, fmt.Errorf("write error record: %w (message error: %v)", werr, err)
+	}
+	return OutcomeFailed, err
+}
+
+// checkQueue fails fast on a queue that does not exist, and warns when its
+// redrive policy disagrees with MaxReceives.
+func (w *Worker) checkQueue(ctx context.Context) error {
+	out, err := w.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(w.cfg.QueueURL),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy},
+	})
+	if err != nil {
+		return fmt.Errorf("queue %s: %w", w.cfg.QueueURL, err)
+	}
+	raw, ok := out.Attributes[string(types.QueueAttributeNameRedrivePolicy)]
+	if !ok {
+		w.log.Warn().Msg("queue has no redrive policy: messages that keep failing will never reach a dead-letter queue")
+		return nil
+	}
+	var rp struct {
+		MaxReceiveCount json.Number `json:"maxReceiveCount"`
+	}
+	if json.Unmarshal([]byte(raw), &rp) == nil {
+		if n, err := rp.MaxReceiveCount.Int64(); err == nil && int(n) != w.cfg.MaxReceives {
+			w.log.Warn().Int64("queue_max_receive_count", n).Int("max_receives", w.cfg.MaxReceives).
+				Msg("queue redrive maxReceiveCount differs from -max-receives: error records for exhausted retries will be written at the wrong receive")
+		}
+	}
+	return nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
