@@ -292,8 +292,20 @@ func TestTwentyJobsEndToEnd(t *testing.T) {
 		t.Errorf("DLQ has %d messages", v+f)
 	}
 	e.recorder.check(t, 20)
-	if got := testutil.ToFloat64(counterVec(t, e.wreg, "fleetscribe_jobs_total", "outcome", "ok")); got != 20 {
-		t.Errorf("jobs ok = %v, want 20", got)
+	wantMetrics := `
+# HELP fleetscribe_jobs_total Jobs finished, by outcome.
+# TYPE fleetscribe_jobs_total counter
+fleetscribe_jobs_total{outcome="ok"} 20
+# HELP fleetscribe_messages_received_total Queue messages received.
+# TYPE fleetscribe_messages_received_total counter
+fleetscribe_messages_received_total 20
+# HELP fleetscribe_jobs_inflight Messages in hand.
+# TYPE fleetscribe_jobs_inflight gauge
+fleetscribe_jobs_inflight 0
+`
+	if err := testutil.GatherAndCompare(e.wreg, strings.NewReader(wantMetrics),
+		"fleetscribe_jobs_total", "fleetscribe_messages_received_total", "fleetscribe_jobs_inflight", "fleetscribe_job_errors_total"); err != nil {
+		t.Error(err)
 	}
 	var calls int64
 	for _, s := range e.servers {

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/fleetscribe/fleetscribe/internal/leaktest"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 )
 
@@ -26,11 +27,7 @@ func TestMain(m *testing.M) {
 	srv.Stop()
 	if code == 0 {
 		// Idle keep-alive connections of the SDK's HTTP client are not leaks.
-		if err := goleak.Find(
-			goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-			goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		); err != nil {
+		if err := goleak.Find(leaktest.Ignore()...); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

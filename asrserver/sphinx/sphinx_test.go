@@ -13,9 +13,12 @@ import (
 	"github.com/fleetscribe/fleetscribe/asrserver"
 	"github.com/fleetscribe/fleetscribe/asrserver/sphinx"
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/internal/leaktest"
 	"github.com/fleetscribe/fleetscribe/internal/wer"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
+
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
 // TestRealSpeechOverGRPC synthesises speech with ffmpeg's flite voice,
 // resamples it the way the worker does, and recognises it through the

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -17,8 +18,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"go.uber.org/goleak"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/internal/leaktest"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 	"github.com/fleetscribe/fleetscribe/worker"
@@ -32,7 +35,14 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(leaktest.Ignore()...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 func TestSIGTERMFinishesJobInHandAndStopsReceiving(t *testing.T) {
