@@ -51,9 +51,10 @@ tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)
 	$(GO) run ./internal/tffmt terraform
 
 .PHONY: lint
-lint: tf-lint ## go vet, gofmt and tflint
-	$(GO) vet -tags $(TAGS) ./...
-	@test -z "$$(gofmt -l .)"
+lint: deps tf-lint ## golangci-lint (see .golangci.yml), gofmt and tflint
+	@scripts/tools.sh golangci-lint
+	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
+	$(GOBIN)/golangci-lint run ./...
 
 .PHONY: proto
 proto: ## regenerate the KServe v2 gRPC code from triton/inference/grpc_service.proto

@@ -14,6 +14,7 @@ for t in "$@"; do
     protoc-gen-go) install protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.11 ;;
     protoc-gen-go-grpc) install protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2 ;;
     tflint) install tflint github.com/terraform-linters/tflint@v0.61.0 ;;
+    golangci-lint) install golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.6.2 ;;
     *) echo "unknown tool $t" >&2; exit 1 ;;
   esac
 done

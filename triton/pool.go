@@ -5,13 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/fleetscribe/fleetscribe/internal/backoff"
 )
 
 // PoolConfig configures a Pool.
@@ -121,7 +122,7 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 	for _, addr := range cfg.Addrs {
 		c, err := Dial(addr, io)
 		if err != nil {
-			p.Close()
+			_ = p.Close()
 			return nil, err
 		}
 		p.parts = append(p.parts, &partition{client: c})
@@ -244,7 +245,7 @@ func (p *Pool) Transcribe(ctx context.Context, samples []float32, timestamps boo
 	var lastErr error
 	for attempt := 0; attempt < p.cfg.Attempts; attempt++ {
 		if attempt > 0 {
-			if err := sleepCtx(ctx, p.backoff(attempt)); err != nil {
+			if err := backoff.Sleep(ctx, backoff.Jitter(backoff.Delay(p.cfg.BackoffBase, p.cfg.BackoffMax, attempt))); err != nil {
 				return Result{}, fmt.Errorf("%w (after %d attempts; last: %w)", err, attempt, lastErr)
 			}
 		}
@@ -272,26 +273,6 @@ func (p *Pool) Transcribe(ctx context.Context, samples []float32, timestamps boo
 		lastErr = fmt.Errorf("partition %s: %w", part.client.addr, err)
 	}
 	return Result{}, fmt.Errorf("inference failed after %d attempts: %w", p.cfg.Attempts, lastErr)
-}
-
-func (p *Pool) backoff(attempt int) time.Duration {
-	d := p.cfg.BackoffBase << (attempt - 1)
-	if d > p.cfg.BackoffMax || d <= 0 {
-		d = p.cfg.BackoffMax
-	}
-	// Full jitter in [d/2, d): retries from many workers must not line up.
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // CheckHealth probes every partition once: a partition whose server or
@@ -337,7 +318,7 @@ func (p *Pool) WaitReady(ctx context.Context) error {
 		if p.CheckHealth(ctx) > 0 {
 			return nil
 		}
-		if err := sleepCtx(ctx, p.cfg.HealthInterval); err != nil {
+		if err := backoff.Sleep(ctx, p.cfg.HealthInterval); err != nil {
 			return fmt.Errorf("wait for a ready triton partition: %w", err)
 		}
 	}

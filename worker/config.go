@@ -39,7 +39,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 5*time.Minute, "on SIGTERM, how long jobs in hand may finish before they are released to the queue")
 	fs.IntVar(&c.MaxReceives, "max-receives", 5, "the queue's redrive maxReceiveCount: at this receive a retryable failure writes an error record")
 	fs.DurationVar(&c.RetryBackoff, "retry-backoff", 30*time.Second, "visibility after a first retryable failure; doubles per receive, max 15m")
-	fs.Int64Var(&c.MaxObjectBytes, "max-object-bytes", 1<<30, "larger input objects get a too_large error record")
+	fs.Int64Var(&c.MaxObjectBytes, "max-object-bytes", 256<<20, "larger input objects get a too_large error record; a job holds about 5x its object size in memory")
 	fs.Float64Var(&c.ChunkSeconds, "chunk-seconds", 30, "longest audio chunk sent to the model; cuts fall at quiet points")
 	fs.IntVar(&c.ChunkParallelism, "chunk-parallelism", 8, "chunks of one job in flight at once")
 	fs.BoolVar(&c.Timestamps, "timestamps", true, "ask the model for word timestamps")

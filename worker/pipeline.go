@@ -77,7 +77,6 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, job Job, in *I
 		return "", keys, err
 	}
 	clip, err := audio.Decode(data)
-	data = nil
 	if err != nil {
 		class := ClassCorruptAudio
 		if errors.Is(err, audio.ErrUnsupported) {
@@ -137,7 +136,7 @@ func (w *Worker) fetch(ctx context.Context, job Job, in *InputRef) ([]byte, erro
 	default:
 		return nil, fmt.Errorf("get input: %w", err)
 	}
-	defer obj.Body.Close()
+	defer func() { _ = obj.Body.Close() }()
 	var buf bytes.Buffer
 	if in.Size > 0 {
 		buf.Grow(int(in.Size))

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/fleetscribe/fleetscribe/internal/backoff"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
@@ -118,20 +119,17 @@ receive:
 				break receive
 			}
 			w.log.Error().Err(err).Msg("receive failed; backing off")
-			if sleepCtx(ctx, time.Second) != nil {
+			if backoff.Sleep(ctx, time.Second) != nil {
 				break receive
 			}
 			continue
 		}
-		if len(msgs) > 0 {
+		switch {
+		case len(msgs) > 0 || len(slots) > 0: // work arrived or is in hand
 			lastActive = w.now()
-		} else if w.cfg.ExitWhenIdle > 0 && len(slots) == 0 {
-			if w.now().Sub(lastActive) >= w.cfg.ExitWhenIdle {
-				reason = "queue idle"
-				break receive
-			}
-		} else if len(slots) > 0 {
-			lastActive = w.now()
+		case w.cfg.ExitWhenIdle > 0 && w.now().Sub(lastActive) >= w.cfg.ExitWhenIdle:
+			reason = "queue idle"
+			break receive
 		}
 		for _, msg := range msgs {
 			jobs.Go(func() {
@@ -234,8 +232,7 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, msg types.Message) {
 }
 
 func (w *Worker) retryBackoff(attempt int) time.Duration {
-	d := w.cfg.RetryBackoff << min(attempt-1, 10)
-	return min(d, 15*time.Minute)
+	return backoff.Delay(w.cfg.RetryBackoff, 15*time.Minute, attempt)
 }
 
 func (w *Worker) deleteMessage(ctx context.Context, msg types.Message) error {
@@ -245,7 +242,7 @@ func (w *Worker) deleteMessage(ctx context.Context, msg types.Message) error {
 		if err == nil {
 			return nil
 		}
-		if sleepCtx(ctx, time.Duration(100<<try)*time.Millisecond) != nil {
+		if backoff.Sleep(ctx, backoff.Delay(100*time.Millisecond, time.Second, try+1)) != nil {
 			break
 		}
 	}
@@ -329,7 +326,7 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, job Job, attemp
 		// Without the record the failure would be silent: retry instead.
 		// The job error is flattened (%v) so the message is not taken for
 		// a permanent failure and deleted.
-		return OutcomeRetry, fmt.Errorf("write error record: %w (job error: %v)", werr, err)
+		return OutcomeRetry, fmt.Errorf("write error record: %w (job error: %v)", werr, err) //nolint:errorlint // must not match as permanent
 	}
 	log.Info().Str("error_key", keys.Error).Msg("error record written")
 	return OutcomeFailed, err
@@ -347,7 +344,7 @@ func (w *Worker) recordInvalidMessage(ctx context.Context, msg types.Message, at
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if werr := w.putJSON(wctx, key, rec); werr != nil {
-		return OutcomeRetry, fmt.Errorf("write error record: %w (message error: %v)", werr, err)
+		return OutcomeRetry, fmt.Errorf("write error record: %w (message error: %v)", werr, err) //nolint:errorlint // must not match as permanent
 	}
 	return OutcomeFailed, err
 }
@@ -377,15 +374,4 @@ func (w *Worker) checkQueue(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

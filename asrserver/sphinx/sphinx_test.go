@@ -37,7 +37,7 @@ func TestRealSpeechOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rec.Close()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestRealSpeechOverGRPC(t *testing.T) {
 	for i, s := range sentences {
 		// 22.05 kHz, so the worker's resampler is part of what is tested.
 		wav := filepath.Join(t.TempDir(), "s.wav")
-		out, err := exec.Command("ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi",
+		out, err := exec.CommandContext(t.Context(), "ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi",
 			"-i", "flite=text='"+s+"':voice=rms", "-ar", "22050", "-ac", "1", wav).CombinedOutput()
 		if err != nil {
 			t.Fatalf("ffmpeg: %v %s", err, out)

@@ -57,7 +57,7 @@ func run(args []string) error {
 	defer rec.Close()
 	io := triton.DefaultModelIO()
 	io.Model = *model
-	lis, err := net.Listen("tcp", *addr)
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", *addr)
 	if err != nil {
 		return err
 	}

@@ -64,15 +64,15 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	defer func() { _ = os.RemoveAll(work) }()
 
 	step("starting local SQS+S3 emulator")
-	aws_, err := localaws.Start(ctx)
+	emu, err := localaws.Start(ctx)
 	if err != nil {
 		return err
 	}
-	defer aws_.Stop()
-	sqsc, s3c := aws_.Clients()
+	defer emu.Stop()
+	sqsc, s3c := emu.Clients()
 	const bucket, outBucket = "demo-audio", "demo-transcripts"
 	for _, b := range []string{bucket, outBucket} {
 		if err := localaws.CreateBucket(ctx, s3c, b); err != nil {
@@ -83,7 +83,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("   endpoint %s, queue %s (DLQ after 3 receives)\n", aws_.Endpoint, q.URL)
+	fmt.Printf("   endpoint %s, queue %s (DLQ after 3 receives)\n", emu.Endpoint, q.URL)
 
 	step("starting the pocketsphinx inference server (KServe v2 gRPC)")
 	addrFile := filepath.Join(work, "asr.addr")
@@ -116,14 +116,14 @@ func run(ctx context.Context) error {
 		}
 		keys[i] = fmt.Sprintf("incoming/clip-%02d.wav", i+1)
 		_, err = s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(keys[i]), Body: f})
-		f.Close()
+		_ = f.Close() // read-only
 		if err != nil {
 			return fmt.Errorf("upload: %w", err)
 		}
 	}
 
 	step("enqueueing with `enqueue -prefix incoming/`")
-	common := []string{"-aws-endpoint", aws_.Endpoint, "-queue-url", q.URL}
+	common := []string{"-aws-endpoint", emu.Endpoint, "-queue-url", q.URL}
 	enq := exec.CommandContext(ctx, filepath.Join(*binDir, "enqueue"), append(common,
 		"-bucket", bucket, "-prefix", "incoming/", "-suffix", ".wav", "-job-formats", "txt,srt,vtt")...)
 	enq.Stdout, enq.Stderr = os.Stdout, os.Stderr
@@ -206,7 +206,7 @@ func readTranscript(ctx context.Context, c *s3.Client, bucket, key string) (work
 		if err != nil {
 			return t, err
 		}
-		defer obj.Body.Close()
+		defer func() { _ = obj.Body.Close() }()
 		return t, json.NewDecoder(obj.Body).Decode(&t)
 	}
 	return t, fmt.Errorf("no transcript for %s", key)

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/fleetscribe/fleetscribe/internal/backoff"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
 
@@ -137,7 +138,7 @@ func (e *Enqueuer) sendBatch(ctx context.Context, entries []types.SendMessageBat
 	for try := 0; try < attempts && len(pending) > 0; try++ {
 		if try > 0 {
 			st.Retried += len(pending)
-			if err := e.sleep(ctx, time.Duration(200<<min(try-1, 6))*time.Millisecond); err != nil {
+			if err := e.sleep(ctx, backoff.Delay(200*time.Millisecond, 15*time.Second, try)); err != nil {
 				return err
 			}
 		}
@@ -181,12 +182,5 @@ func (e *Enqueuer) sleep(ctx context.Context, d time.Duration) error {
 	if e.Sleep != nil {
 		return e.Sleep(ctx, d)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return backoff.Sleep(ctx, d)
 }

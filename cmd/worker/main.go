@@ -88,7 +88,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return fmt.Errorf("triton pool: %w", err)
 	}
-	defer pool.Close()
+	defer func() { _ = pool.Close() }()
 	sqsc, s3c, err := cfg.aws.Clients(ctx)
 	if err != nil {
 		return err
@@ -115,7 +115,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	g, gctx := errgroup.WithContext(helpers)
 	g.Go(func() error { return pool.Run(gctx) })
 	if cfg.metricsAddr != "" {
-		lis, err := net.Listen("tcp", cfg.metricsAddr)
+		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.metricsAddr)
 		if err != nil {
 			return fmt.Errorf("metrics listener: %w", err)
 		}

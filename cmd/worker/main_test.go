@@ -76,7 +76,7 @@ func TestSIGTERMFinishesJobInHandAndStopsReceiving(t *testing.T) {
 	asr := tritontest.Start(t)
 	asr.Hold()
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := exec.CommandContext(t.Context(), os.Args[0])
 	cmd.Env = append(os.Environ(),
 		"FLEETSCRIBE_TEST_RUN_WORKER=1",
 		"FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint,

@@ -65,7 +65,8 @@ func Start(ctx context.Context) (*Server, error) {
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "fauxqs")); err != nil {
 		return nil, fmt.Errorf("fauxqs is not installed in %s: run `make deps` (npm ci): %w", dir, err)
 	}
-	cmd := exec.Command("node", "serve.mjs", "0")
+	// The emulator outlives ctx, which bounds only the start; Stop ends it.
+	cmd := exec.Command("node", "serve.mjs", "0") //nolint:noctx // see above
 	cmd.Dir = dir
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -124,7 +125,7 @@ func (s *Server) waitHealthy(ctx context.Context) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+"/health", nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}

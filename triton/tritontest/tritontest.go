@@ -53,7 +53,7 @@ func Start(t testing.TB) *Server {
 
 // Listen serves io on addr until Close.
 func Listen(addr string, io triton.ModelIO) (*Server, error) {
-	lis, err := net.Listen("tcp", addr)
+	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
