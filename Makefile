@@ -4,7 +4,7 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
-GOBIN := $(shell $(GO) env GOPATH)/bin
+GOBIN = $(shell $(GO) env GOPATH)/bin # lazy: deps may install go first
 export GOTOOLCHAIN ?= auto
 TAGS := pocketsphinx
 BIN := bin

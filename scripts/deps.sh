@@ -16,9 +16,7 @@ for pkg in libpocketsphinx-dev pocketsphinx-en-us; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ! command -v go >/dev/null 2>&1; then
-  # Debian's Go is older than go.mod asks for; it fetches the right
-  # toolchain through the module proxy (GOTOOLCHAIN=auto).
-  need_apt+=(golang-go)
+  need_apt+=(golang-go) # only to bootstrap the Go that go.mod asks for, below
 fi
 if ((${#need_apt[@]})); then
   echo "deps: apt-get install ${need_apt[*]}"
@@ -31,6 +29,34 @@ if [ ! -f tools/fauxqs/node_modules/fauxqs/package.json ] ||
    [ tools/fauxqs/package-lock.json -nt tools/fauxqs/node_modules/.package-lock.json ]; then
   echo "deps: npm ci (tools/fauxqs)"
   (cd tools/fauxqs && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# Go 1.21 and later fetch the toolchain go.mod asks for by themselves
+# (GOTOOLCHAIN=auto). Older ones, like Debian bookworm's 1.19, cannot: the
+# toolchain is itself a module on the Go module proxy, so the old go
+# downloads it and it is installed in GO_BOOTSTRAP_ROOT.
+go_minor() { go env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p'; }
+minor=$(go_minor)
+if [ -z "$minor" ] || [ "$minor" -lt 21 ]; then
+  want=$(awk '$1 == "go" { print $2 }' go.mod)
+  root="${GO_BOOTSTRAP_ROOT:-/usr/local/go}"
+  link="${GO_BOOTSTRAP_LINK:-/usr/local/bin/go}"
+  arch=$(dpkg --print-architecture)
+  echo "deps: installing Go $want in $root (found $(go version 2>/dev/null || echo none))"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  dir=$(cd "$tmp" && go mod init bootstrap >/dev/null 2>&1 &&
+    GOFLAGS=-modcacherw GOMODCACHE="$tmp/mod" GOTOOLCHAIN=local \
+    go mod download -json "golang.org/toolchain@v0.0.1-go${want}.linux-${arch}" |
+    sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  chmod +x "$dir"/bin/* "$dir"/pkg/tool/*/*
+  rm -rf "$root" && mkdir -p "$(dirname "$root")" && cp -a "$dir" "$root"
+  mkdir -p "$(dirname "$link")"
+  ln -sf "$root/bin/go" "$link"
+  ln -sf "$root/bin/gofmt" "$(dirname "$link")/gofmt"
+  hash -r
+  export PATH="$(dirname "$link"):$PATH"
+  go version
 fi
 
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
