@@ -53,13 +53,8 @@ func newEnv(t *testing.T, partitions, maxReceives int) *env {
 	sqsc, s3c := emulator.Clients()
 	e := &env{t: t, sqs: sqsc, s3: s3c, in: fmt.Sprintf("in-%d", n), out: fmt.Sprintf("out-%d", n), reg: prometheus.NewRegistry()}
 	var err error
-	if e.queue, err = localaws.CreateQueue(ctx, sqsc, fmt.Sprintf("q-%d", n), maxReceives, 30*time.Second); err != nil {
+	if e.queue, err = emulator.Provision(ctx, fmt.Sprintf("q-%d", n), maxReceives, e.in, e.out); err != nil {
 		t.Fatal(err)
-	}
-	for _, b := range []string{e.in, e.out} {
-		if err := localaws.CreateBucket(ctx, s3c, b); err != nil {
-			t.Fatal(err)
-		}
 	}
 	var addrs []string
 	for range partitions {

@@ -74,12 +74,7 @@ func run(ctx context.Context) error {
 	defer emu.Stop()
 	sqsc, s3c := emu.Clients()
 	const bucket, outBucket = "demo-audio", "demo-transcripts"
-	for _, b := range []string{bucket, outBucket} {
-		if err := localaws.CreateBucket(ctx, s3c, b); err != nil {
-			return err
-		}
-	}
-	q, err := localaws.CreateQueue(ctx, sqsc, "demo-live", 3, 60*time.Second)
+	q, err := emu.Provision(ctx, "demo-live", 3, bucket, outBucket)
 	if err != nil {
 		return err
 	}

@@ -121,11 +121,8 @@ func TestBackfillPrefixAgainstEmulator(t *testing.T) {
 	}
 	defer emu.Stop()
 	sqsc, s3c := emu.Clients()
-	q, err := localaws.CreateQueue(ctx, sqsc, "backfill", 3, 30*time.Second)
+	q, err := emu.Provision(ctx, "backfill", 3, "archive")
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := localaws.CreateBucket(ctx, s3c, "archive"); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]bool{}

@@ -53,14 +53,9 @@ func TestSIGTERMFinishesJobInHandAndStopsReceiving(t *testing.T) {
 	}
 	defer emu.Stop()
 	sqsc, s3c := emu.Clients()
-	q, err := localaws.CreateQueue(ctx, sqsc, "sigterm", 3, 30*time.Second)
+	q, err := emu.Provision(ctx, "sigterm", 3, "in", "out")
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, b := range []string{"in", "out"} {
-		if err := localaws.CreateBucket(ctx, s3c, b); err != nil {
-			t.Fatal(err)
-		}
 	}
 	keys := []string{"a.wav", "b.wav", "c.wav"}
 	for _, k := range keys {

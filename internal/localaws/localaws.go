@@ -195,6 +195,18 @@ func CreateQueue(ctx context.Context, c *sqs.Client, name string, maxReceives in
 	return Queue{URL: aws.ToString(q.QueueUrl), DLQURL: aws.ToString(dlq.QueueUrl)}, nil
 }
 
+// Provision creates a queue with its DLQ (see CreateQueue) and buckets:
+// what a test or the demo needs before sending work.
+func (s *Server) Provision(ctx context.Context, queue string, maxReceives int, buckets ...string) (Queue, error) {
+	sqsc, s3c := s.Clients()
+	for _, b := range buckets {
+		if err := CreateBucket(ctx, s3c, b); err != nil {
+			return Queue{}, err
+		}
+	}
+	return CreateQueue(ctx, sqsc, queue, maxReceives, 30*time.Second)
+}
+
 // CreateBucket creates a bucket.
 func CreateBucket(ctx context.Context, c *s3.Client, name string) error {
 	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
