@@ -4,7 +4,8 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
-GOBIN = $(shell $(GO) env GOPATH)/bin # lazy: deps may install go first
+# Expanded when used (=, not :=): make deps may install go first.
+GOBIN = $(shell $(GO) env GOPATH)/bin
 export GOTOOLCHAIN ?= auto
 TAGS := pocketsphinx
 BIN := bin

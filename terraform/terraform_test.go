@@ -3,6 +3,7 @@ package terraform
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -583,5 +584,48 @@ func TestFleetShipsTheProjectComposeFile(t *testing.T) {
 		if !bytes.Contains(tpl, []byte(want)) {
 			t.Errorf("user data lacks %q", want)
 		}
+	}
+}
+
+// TestUserDataRendersToValidShell renders the user data template as
+// templatefile does and checks the script with bash -n.
+func TestUserDataRendersToValidShell(t *testing.T) {
+	src, err := os.ReadFile("modules/fleet/user_data.sh.tftpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, diags := hclsyntax.ParseTemplate(src, "user_data.sh.tftpl", hcl.InitialPos)
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	ctx := &hcl.EvalContext{Variables: map[string]cty.Value{
+		"compose_gz_b64": cty.StringVal("H4sIAAAAAAAAA0tMSgYAK8vU1AMAAAA="),
+		"env": cty.MapVal(map[string]cty.Value{
+			"FLEETSCRIBE_QUEUE_URL":     cty.StringVal("https://sqs.example/q"),
+			"FLEETSCRIBE_OUTPUT_BUCKET": cty.StringVal("out"),
+		}),
+		"asg_name":       cty.StringVal("fleet"),
+		"lifecycle_hook": cty.StringVal("fleet-drain"),
+		"drain_seconds":  cty.NumberIntVal(300),
+	}}
+	v, diags := tpl.Value(ctx)
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	script := v.AsString()
+	for _, want := range []string{"\nFLEETSCRIBE_OUTPUT_BUCKET=out\nFLEETSCRIBE_QUEUE_URL=https://sqs.example/q\nENV\n", "docker compose stop -t 300", "--lifecycle-hook-name 'fleet-drain'"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("rendered user data lacks %q", want)
+		}
+	}
+	if len(script) > 16384 {
+		t.Errorf("rendered user data is %d bytes, over EC2's 16 KB", len(script))
+	}
+	f := filepath.Join(t.TempDir(), "user_data.sh")
+	if err := os.WriteFile(f, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(t.Context(), "bash", "-n", f).CombinedOutput(); err != nil {
+		t.Fatalf("bash -n: %v\n%s", err, out)
 	}
 }

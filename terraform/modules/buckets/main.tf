@@ -16,7 +16,7 @@ resource "aws_kms_key" "this" {
 resource "aws_kms_alias" "this" {
   count = var.kms_key_arn == null ? 1 : 0
 
-  name          = "alias/${var.output_bucket_name}"
+  name          = "alias/${replace(var.output_bucket_name, ".", "-")}" # dots are valid in bucket names, not in aliases
   target_key_id = aws_kms_key.this[0].key_id
 }
 

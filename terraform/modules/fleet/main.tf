@@ -8,7 +8,7 @@ locals {
     COMPOSE_PROFILES           = "bulk"
   })
   user_data = templatefile("${path.module}/user_data.sh.tftpl", {
-    compose_b64    = base64encode(local.compose_yaml)
+    compose_gz_b64 = base64gzip(local.compose_yaml)
     env            = local.env
     lifecycle_hook = local.lifecycle_hook
     asg_name       = var.name
@@ -62,6 +62,13 @@ resource "aws_launch_template" "this" {
   }
 
   tags = var.tags
+
+  lifecycle {
+    precondition {
+      condition     = length(local.user_data) <= 16384
+      error_message = "User data exceeds EC2's 16 KB limit; shorten compose_yaml or worker_environment."
+    }
+  }
 }
 
 resource "aws_autoscaling_group" "this" {
