@@ -603,6 +603,7 @@ func TestUserDataRendersToValidShell(t *testing.T) {
 		"env": cty.MapVal(map[string]cty.Value{
 			"FLEETSCRIBE_QUEUE_URL":     cty.StringVal("https://sqs.example/q"),
 			"FLEETSCRIBE_OUTPUT_BUCKET": cty.StringVal("out"),
+			"WORKER_IMAGE":              cty.StringVal("123456789012.dkr.ecr.eu-west-1.amazonaws.com/fleetscribe/worker:1"),
 		}),
 		"asg_name":       cty.StringVal("fleet"),
 		"lifecycle_hook": cty.StringVal("fleet-drain"),
@@ -613,7 +614,7 @@ func TestUserDataRendersToValidShell(t *testing.T) {
 		t.Fatal(diags.Error())
 	}
 	script := v.AsString()
-	for _, want := range []string{"\nFLEETSCRIBE_OUTPUT_BUCKET=out\nFLEETSCRIBE_QUEUE_URL=https://sqs.example/q\nENV\n", "docker compose stop -t 300", "--lifecycle-hook-name 'fleet-drain'"} {
+	for _, want := range []string{"\nFLEETSCRIBE_OUTPUT_BUCKET=out\nFLEETSCRIBE_QUEUE_URL=https://sqs.example/q\nWORKER_IMAGE=", "docker compose stop -t 300", "--lifecycle-hook-name 'fleet-drain'"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("rendered user data lacks %q", want)
 		}
