@@ -5,6 +5,9 @@
 // reservation, and a fatal fault in one client takes down every client on
 // that GPU: the worker's pool is built to ride through that.
 //
+// The cap is applied in whole TPCs (two SMs each): on an H200 with 132 SMs a
+// 25% client sees 32 SMs (TestRealMPSDaemon, FLEETSCRIBE_MPS_REAL=1).
+//
 // The package does not start Triton; it says how each partition must be
 // started (environment, ports, arguments).
 package mps
@@ -157,11 +160,24 @@ func (c *Control) ServerList(ctx context.Context) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parsePIDs("mps server list", out)
+}
+
+// ClientList returns the PIDs of the clients of one MPS server.
+func (c *Control) ClientList(ctx context.Context, serverPID int) ([]int, error) {
+	out, err := c.Send(ctx, "get_client_list "+strconv.Itoa(serverPID))
+	if err != nil {
+		return nil, err
+	}
+	return parsePIDs("mps client list", out)
+}
+
+func parsePIDs(what, out string) ([]int, error) {
 	var pids []int
 	for _, f := range strings.Fields(out) {
 		pid, err := strconv.Atoi(f)
 		if err != nil {
-			return nil, fmt.Errorf("mps server list: unexpected %q", out)
+			return nil, fmt.Errorf("%s: unexpected %q", what, out)
 		}
 		pids = append(pids, pid)
 	}

@@ -72,6 +72,7 @@ in=$(cat)
 echo "args=$* pipe=$CUDA_MPS_PIPE_DIRECTORY stdin=$in" >> ` + logf + `
 case "$in" in
   get_server_list) echo 4211; echo 4377 ;;
+  "get_client_list 4211") echo 5001; echo 5002 ;;
   bogus*) echo "unknown command" >&2; exit 1 ;;
 esac
 `
@@ -90,6 +91,10 @@ func TestControlCommands(t *testing.T) {
 	pids, err := c.ServerList(ctx)
 	if err != nil || !slices.Equal(pids, []int{4211, 4377}) {
 		t.Fatalf("server list %v, %v", pids, err)
+	}
+	clients, err := c.ClientList(ctx, 4211)
+	if err != nil || !slices.Equal(clients, []int{5001, 5002}) {
+		t.Fatalf("client list %v, %v", clients, err)
 	}
 	if err := c.SetDefaultActiveThreadPercentage(ctx, 25); err != nil {
 		t.Fatal(err)
@@ -111,6 +116,7 @@ func TestControlCommands(t *testing.T) {
 	want := []string{
 		"args=-d pipe=" + c.Dirs.Pipe + " stdin=",
 		"args= pipe=" + c.Dirs.Pipe + " stdin=get_server_list",
+		"args= pipe=" + c.Dirs.Pipe + " stdin=get_client_list 4211",
 		"args= pipe=" + c.Dirs.Pipe + " stdin=set_default_active_thread_percentage 25",
 		"args= pipe=" + c.Dirs.Pipe + " stdin=set_default_device_pinned_mem_limit 0 20G",
 		"args= pipe=" + c.Dirs.Pipe + " stdin=quit",
