@@ -33,8 +33,8 @@ demo: build ## transcribe synthesised speech end to end on local SQS/S3 and pock
 test: deps tflint ## vet, format check, terraform checks and all tests with -race
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags $(TAGS) ./...
-	$(GO) test -race -count=1 -tags $(TAGS) ./...
 	$(MAKE) --no-print-directory tf-lint
+	$(GO) test -race -count=1 -tags $(TAGS) ./...
 
 .PHONY: tflint
 tflint:
