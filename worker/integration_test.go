@@ -470,6 +470,48 @@ func TestS3EventNotificationIsProcessed(t *testing.T) {
 	}
 }
 
+// taggingS3 records the tags each PutObject asks for. The emulator stores
+// no tags, so the test checks what the worker sends.
+type taggingS3 struct {
+	worker.S3API
+	mu   sync.Mutex
+	tags map[string]string // key → Tagging
+}
+
+func (r *taggingS3) PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	r.mu.Lock()
+	r.tags[aws.ToString(in.Key)] = aws.ToString(in.Tagging)
+	r.mu.Unlock()
+	return r.S3API.PutObject(ctx, in, opts...)
+}
+
+func TestErrorRecordsAreTaggedForExpiry(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.put("corrupt.wav", []byte("RIFF\x10\x00\x00\x00WAVEjunkjunk"))
+	e.put("good.wav", tone(16000, 4000))
+	e.sendJob("corrupt.wav")
+	e.sendJob("good.wav", "srt")
+	e.send("not json")
+	rec := &taggingS3{S3API: e.s3, tags: map[string]string{}}
+	e.wreg = prometheus.NewRegistry()
+	w, err := worker.New(e.config(), "asr", e.recorder, rec, e.pool, zerolog.New(io.Discard), e.wreg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.tags) != 4 {
+		t.Fatalf("%d objects written, want 2 error records, a transcript and its srt: %v", len(rec.tags), rec.tags)
+	}
+	for key, tagging := range rec.tags {
+		isRecord := strings.HasSuffix(key, ".error.json")
+		if isRecord && tagging != worker.ErrorRecordTag || !isRecord && tagging != "" {
+			t.Errorf("%s tagged %q", key, tagging)
+		}
+	}
+}
+
 // failingErrorRecords makes every error-record write fail.
 type failingErrorRecords struct{ worker.S3API }
 

@@ -221,34 +221,32 @@ func (w *Worker) writeOutputs(ctx context.Context, keys OutputKeys, formats []st
 		case FormatVTT:
 			body, ctype = RenderVTT(t), "text/vtt"
 		}
-		if err := w.put(ctx, keys.Key(f), body, ctype); err != nil {
+		if err := w.put(ctx, keys.Key(f), body, ctype, ""); err != nil {
 			return err
 		}
 	}
-	return w.putJSON(ctx, keys.JSON, t)
+	return w.putJSON(ctx, keys.JSON, t, "")
 }
 
 // ErrorRecordTag is set on error records so a bucket lifecycle rule can
 // expire them (lifecycle filters match tags and prefixes, not suffixes).
 const ErrorRecordTag = "fleetscribe-record=error"
 
-func (w *Worker) putJSON(ctx context.Context, key string, v any) error {
+func (w *Worker) putJSON(ctx context.Context, key string, v any, tagging string) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", key, err)
 	}
-	return w.put(ctx, key, b, "application/json")
+	return w.put(ctx, key, b, "application/json", tagging)
 }
 
-func (w *Worker) put(ctx context.Context, key string, body []byte, ctype string) error {
-	in := &s3.PutObjectInput{
+// put writes one output object; tagging ("k=v", or empty) becomes its tags.
+func (w *Worker) put(ctx context.Context, key string, body []byte, ctype, tagging string) error {
+	_, err := w.s3.PutObject(ctx, &s3.PutObjectInput{
 		Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(key), Body: bytes.NewReader(body),
 		ContentType: aws.String(ctype), ContentLength: aws.Int64(int64(len(body))),
-	}
-	if strings.HasSuffix(key, ".error.json") {
-		in.Tagging = aws.String(ErrorRecordTag)
-	}
-	_, err := w.s3.PutObject(ctx, in)
+		Tagging: optional(tagging),
+	})
 	if err != nil {
 		return fmt.Errorf("put s3://%s/%s: %w", w.cfg.OutputBucket, key, err)
 	}

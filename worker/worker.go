@@ -320,33 +320,37 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, job Job, attemp
 		Schema: ErrorSchema, Input: in, Model: model, Class: class, Message: err.Error(),
 		Attempt: attempt, Final: final, CreatedAt: w.now().UTC(),
 	}
+	outcome, err = w.writeErrorRecord(ctx, keys.Error, rec, err)
+	if outcome == OutcomeFailed {
+		log.Info().Str("error_key", keys.Error).Msg("error record written")
+	}
+	return outcome, err
+}
+
+// writeErrorRecord writes rec at key, even after ctx is cancelled, and
+// returns the outcome and error of the job it records. A record that
+// cannot be written turns the failure into a retry: without the record it
+// would be silent.
+func (w *Worker) writeErrorRecord(ctx context.Context, key string, rec ErrorRecord, jobErr error) (string, error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if werr := w.putJSON(wctx, keys.Error, rec); werr != nil {
-		// Without the record the failure would be silent: retry instead.
+	if werr := w.putJSON(wctx, key, rec, ErrorRecordTag); werr != nil {
 		// The job error is flattened (%v) so the message is not taken for
 		// a permanent failure and deleted.
-		return OutcomeRetry, fmt.Errorf("write error record: %w (job error: %v)", werr, err) //nolint:errorlint // must not match as permanent
+		return OutcomeRetry, fmt.Errorf("write error record: %w (job error: %v)", werr, jobErr) //nolint:errorlint // must not match as permanent
 	}
-	log.Info().Str("error_key", keys.Error).Msg("error record written")
-	return OutcomeFailed, err
+	return OutcomeFailed, jobErr
 }
 
 // recordInvalidMessage writes the error record of a message that is not a
 // job. A failed write leaves the message for redelivery.
 func (w *Worker) recordInvalidMessage(ctx context.Context, msg types.Message, attempt int, err error) (string, error) {
-	key := InvalidMessageKey(w.cfg.OutputPrefix, aws.ToString(msg.MessageId))
 	rec := ErrorRecord{
 		Schema: ErrorSchema, Model: w.model, Class: ErrorClass(err), Message: err.Error(),
 		Attempt: attempt, Final: true, CreatedAt: w.now().UTC(),
 		MessageID: aws.ToString(msg.MessageId), MessageBody: aws.ToString(msg.Body),
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if werr := w.putJSON(wctx, key, rec); werr != nil {
-		return OutcomeRetry, fmt.Errorf("write error record: %w (message error: %v)", werr, err) //nolint:errorlint // must not match as permanent
-	}
-	return OutcomeFailed, err
+	return w.writeErrorRecord(ctx, InvalidMessageKey(w.cfg.OutputPrefix, aws.ToString(msg.MessageId)), rec, err)
 }
 
 // checkQueue fails fast on a queue that does not exist, and warns when its
