@@ -223,7 +223,8 @@ func TestVariablesTypedAndDescribed(t *testing.T) {
 }
 
 func TestIMDSv2AndEncryptedRootVolume(t *testing.T) {
-	lt := load(t, "modules/fleet").one(t, "resource", "aws_launch_template")
+	m := load(t, "modules/fleet")
+	lt := m.one(t, "resource", "aws_launch_template")
 	md := nested(lt, "metadata_options")
 	if len(md) != 1 || str(t, attr(md[0], "http_tokens")) != "required" {
 		t.Fatal("launch template does not require IMDSv2 (metadata_options.http_tokens = \"required\")")
@@ -235,7 +236,7 @@ func TestIMDSv2AndEncryptedRootVolume(t *testing.T) {
 			}
 		}
 	}
-	if !strings.HasPrefix(strings.TrimPrefix(string(lt.Body.Attributes["image_id"].Expr.Range().SliceBytes(load(t, "modules/fleet").src["modules/fleet/main.tf"])), `"`), "resolve:ssm:") {
+	if !strings.HasPrefix(strings.TrimPrefix(string(lt.Body.Attributes["image_id"].Expr.Range().SliceBytes(m.src["modules/fleet/main.tf"])), `"`), "resolve:ssm:") {
 		t.Error("image id is not resolved from an SSM parameter")
 	}
 }
@@ -357,14 +358,13 @@ func TestQueuesEncryptedWithDLQ(t *testing.T) {
 
 func TestBucketsEncryptedPrivateTLSOnly(t *testing.T) {
 	m := load(t, "modules/buckets")
-	bucket := m.one(t, "resource", "aws_s3_bucket", "this")
+	m.one(t, "resource", "aws_s3_bucket", "this")
 	for _, typ := range []string{"aws_s3_bucket_server_side_encryption_configuration", "aws_s3_bucket_public_access_block", "aws_s3_bucket_policy", "aws_s3_bucket_lifecycle_configuration"} {
 		r := m.one(t, "resource", typ)
 		if !refersTo(attr(r, "for_each"), "aws_s3_bucket.this") {
 			t.Errorf("%s is not applied to every bucket", typ)
 		}
 	}
-	_ = bucket
 	sse := m.one(t, "resource", "aws_s3_bucket_server_side_encryption_configuration")
 	for _, rule := range nested(sse, "rule") {
 		for _, d := range nested(rule, "apply_server_side_encryption_by_default") {
@@ -418,7 +418,7 @@ func TestNotificationsOnlyFromTheBucket(t *testing.T) {
 	}
 }
 
-// evalContext evaluates the fleet module's locals for the given queue names.
+// fleetLocals evaluates the fleet module's locals for the given queue names.
 func fleetLocals(t *testing.T, m *module, queueNames []string) *hcl.EvalContext {
 	t.Helper()
 	names := make([]cty.Value, len(queueNames))

@@ -32,7 +32,9 @@ func TestRealSpeechOverGRPC(t *testing.T) {
 		"the doctor will call you back this afternoon",
 		"the heart rate is normal and the lungs are clear",
 	}
-	rec, err := sphinx.New(sphinx.Config{Decoders: 2, HMM: sphinx.DefaultConfig().HMM, LM: sphinx.DefaultConfig().LM, Dict: sphinx.DefaultConfig().Dict})
+	cfg := sphinx.DefaultConfig()
+	cfg.Decoders = 2
+	rec, err := sphinx.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
