@@ -78,11 +78,15 @@ func DecodeWAV(b []byte) (Clip, error) {
 		fmtc *wavFormat
 		data []byte
 	)
+	unfinalised := riffUnfinalised(b)
 	for off := 12; off+8 <= len(b) && data == nil; {
 		id := string(b[off : off+4])
 		size := int64(binary.LittleEndian.Uint32(b[off+4:]))
 		body := off + 8
 		end := int64(body) + size
+		if id == "data" && dataSizeUnknown(size, unfinalised) {
+			end = int64(len(b)) // a writer that never came back to fill in the size
+		}
 		if end > int64(len(b)) {
 			if id != "data" {
 				return Clip{}, corrupt(name, "chunk %q of %d bytes runs past the end of the file", id, size)
@@ -124,6 +128,90 @@ func DecodeWAV(b []byte) (Clip, error) {
 		samples[i] = sum * inv
 	}
 	return Clip{Rate: fmtc.rate, Samples: samples}, nil
+}
+
+// riffUnfinalised reports a RIFF size field left at 0 or 0xFFFFFFFF, as
+// streaming or crashed recorders leave it.
+func riffUnfinalised(b []byte) bool {
+	s := binary.LittleEndian.Uint32(b[4:])
+	return s == 0 || s == 0xFFFFFFFF
+}
+
+// dataSizeUnknown reports a data chunk whose size field was never filled
+// in: 0xFFFFFFFF, or 0 in a file whose RIFF size is unfinalised too.
+func dataSizeUnknown(size int64, unfinalised bool) bool {
+	return size == 0xFFFFFFFF || size == 0 && unfinalised
+}
+
+// Info describes a recording from its header, before it is decoded.
+type Info struct {
+	Format   string
+	Rate     int
+	Channels int
+	Frames   int64 // sample frames, from the data size (or the object size for an unfinalised stream)
+}
+
+// Duration returns the recording's length in seconds.
+func (i Info) Duration() float64 {
+	if i.Rate == 0 {
+		return 0
+	}
+	return float64(i.Frames) / float64(i.Rate)
+}
+
+// ErrHeaderBeyondPrefix means the header could not be read from the
+// prefix given to Probe: more bytes are needed.
+var ErrHeaderBeyondPrefix = errors.New("audio header lies beyond the bytes read")
+
+// Probe reads a recording's format and length from its first bytes
+// (head) and the object's total size, without decoding samples. Errors
+// are *FormatError for recordings Decode would refuse, or
+// ErrHeaderBeyondPrefix.
+func Probe(head []byte, size int64) (Info, error) {
+	if len(head) == 0 {
+		return Info{}, corrupt("unknown", "empty object")
+	}
+	if !(len(head) >= 12 && string(head[0:4]) == "RIFF" && string(head[8:12]) == "WAVE") {
+		if name := sniff(head); name != "" {
+			return Info{}, unsupported(name, "this build decodes WAV only")
+		}
+		return Info{}, corrupt("unknown", "unrecognised audio container")
+	}
+	unfinalised := riffUnfinalised(head)
+	var f *wavFormat
+	for off := int64(12); off+8 <= int64(len(head)); {
+		id := string(head[off : off+4])
+		csize := int64(binary.LittleEndian.Uint32(head[off+4:]))
+		body := off + 8
+		switch id {
+		case "fmt ":
+			if body+csize > int64(len(head)) {
+				return Info{}, ErrHeaderBeyondPrefix
+			}
+			wf, err := parseWAVFormat(head[body : body+csize])
+			if err != nil {
+				return Info{}, err
+			}
+			f = &wf
+		case "data":
+			if f == nil {
+				return Info{}, corrupt("wav", "data chunk before fmt chunk")
+			}
+			avail := max(0, size-body)
+			if !dataSizeUnknown(csize, unfinalised) {
+				avail = min(avail, csize)
+			}
+			return Info{Format: "wav", Rate: f.rate, Channels: f.channels, Frames: avail / int64(f.blockAlign)}, nil
+		}
+		off = body + csize + csize%2
+	}
+	if f == nil && int64(len(head)) >= size {
+		return Info{}, corrupt("wav", "no fmt chunk")
+	}
+	if int64(len(head)) >= size {
+		return Info{}, corrupt("wav", "no data chunk")
+	}
+	return Info{}, ErrHeaderBeyondPrefix
 }
 
 func parseWAVFormat(b []byte) (wavFormat, error) {

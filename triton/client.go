@@ -6,8 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
@@ -83,6 +85,16 @@ type Result struct {
 	Words []Word // nil unless timestamps were asked for and the model gives them
 }
 
+// Request is one piece of audio to transcribe.
+type Request struct {
+	Samples    []float32 // 16 kHz mono
+	Timestamps bool      // ask for word timings
+	Model      string    // empty: ModelIO.Model
+	// Priority is Triton's request priority (1 is highest; 0: the model's
+	// default), so live chunks overtake queued bulk ones.
+	Priority uint64
+}
+
 // Client talks to one Triton server (one partition).
 type Client struct {
 	addr string
@@ -99,6 +111,13 @@ func Dial(addr string, io ModelIO, opts ...grpc.DialOption) (*Client, error) {
 	}
 	opts = append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// A partition restarted after an MPS fault should serve again within
+		// a second or two, not after gRPC's default reconnect backoff (up to
+		// 2 minutes).
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}),
 		// Long recordings: a 30 s chunk is 1.9 MB of FP32; allow headroom.
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20), grpc.MaxCallRecvMsgSize(64<<20)),
 	}, opts...)
@@ -149,11 +168,10 @@ func (c *Client) Metadata(ctx context.Context) (*pb.ModelMetadataResponse, error
 	return r, nil
 }
 
-// Infer transcribes 16 kHz mono samples. With timestamps set, word timings
-// are asked for (when the model has a timestamps input).
-func (c *Client) Infer(ctx context.Context, samples []float32, timestamps bool) (Result, error) {
-	req := c.io.NewRequest(samples, timestamps)
-	resp, err := c.rpc.ModelInfer(ctx, req)
+// Infer transcribes one request. With Timestamps set, word timings are
+// asked for (when the model has a timestamps input).
+func (c *Client) Infer(ctx context.Context, r Request) (Result, error) {
+	resp, err := c.rpc.ModelInfer(ctx, c.io.NewRequest(r))
 	if err != nil {
 		return Result{}, classify("model infer", err)
 	}
@@ -167,10 +185,15 @@ func (m ModelIO) shape(dims ...int64) []int64 {
 	return dims
 }
 
-// NewRequest builds the ModelInfer request for samples. Inputs go as raw contents.
-func (m ModelIO) NewRequest(samples []float32, timestamps bool) *pb.ModelInferRequest {
+// NewRequest builds the ModelInfer request for r. Inputs go as raw contents.
+func (m ModelIO) NewRequest(r Request) *pb.ModelInferRequest {
+	samples, timestamps := r.Samples, r.Timestamps
+	model := m.Model
+	if r.Model != "" {
+		model = r.Model
+	}
 	req := &pb.ModelInferRequest{
-		ModelName:    m.Model,
+		ModelName:    model,
 		ModelVersion: m.Version,
 		Inputs: []*pb.ModelInferRequest_InferInputTensor{{
 			Name: m.AudioInput, Datatype: TypeFP32, Shape: m.shape(int64(len(samples))),
@@ -189,6 +212,11 @@ func (m ModelIO) NewRequest(samples []float32, timestamps bool) *pb.ModelInferRe
 	}
 	if m.NumWordsOutput != "" {
 		req.Outputs = append(req.Outputs, &pb.ModelInferRequest_InferRequestedOutputTensor{Name: m.NumWordsOutput})
+	}
+	if r.Priority > 0 {
+		req.Parameters = map[string]*pb.InferParameter{
+			"priority": {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: r.Priority}},
+		}
 	}
 	return req
 }

@@ -45,14 +45,14 @@ func TestClientAgainstServer(t *testing.T) {
 	if md.GetName() != "asr" || md.GetInputs()[0].GetDatatype() != "FP32" || md.GetOutputs()[0].GetName() != "text" {
 		t.Errorf("metadata %v", md)
 	}
-	res, err := c.Infer(ctx, make([]float32, 16000), true)
+	res, err := c.Infer(ctx, triton.Request{Samples: make([]float32, 16000), Timestamps: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Text != tritontest.Text(16000) || len(res.Words) != 2 || res.Words[1].End != 1 {
 		t.Errorf("result %+v", res)
 	}
-	res, err = c.Infer(ctx, make([]float32, 10), false)
+	res, err = c.Infer(ctx, triton.Request{Samples: make([]float32, 10), Timestamps: false})
 	if err != nil || res.Words != nil {
 		t.Errorf("without timestamps: %+v, %v", res, err)
 	}
@@ -62,7 +62,7 @@ func TestClientWithoutBatchDimOrOptionalTensors(t *testing.T) {
 	srv := tritontest.Start(t)
 	io := triton.DefaultModelIO()
 	io.BatchDim, io.TimestampsInput, io.WordsOutput, io.NumWordsOutput = false, "", "", ""
-	res, err := dial(t, srv.Addr, io).Infer(context.Background(), make([]float32, 5), true)
+	res, err := dial(t, srv.Addr, io).Infer(context.Background(), triton.Request{Samples: make([]float32, 5), Timestamps: true})
 	if err != nil || res.Text != tritontest.Text(5) {
 		t.Fatalf("%+v, %v", res, err)
 	}
@@ -83,14 +83,14 @@ func TestErrorClassification(t *testing.T) {
 	}
 	for _, tc := range cases {
 		srv.Fail(tc.code, 1)
-		_, err := c.Infer(ctx, make([]float32, 5), false)
+		_, err := c.Infer(ctx, triton.Request{Samples: make([]float32, 5), Timestamps: false})
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.code, err, tc.want)
 		}
 	}
 	wrong := triton.DefaultModelIO()
 	wrong.Model = "nope"
-	if _, err := dial(t, srv.Addr, wrong).Infer(ctx, nil, false); !errors.Is(err, triton.ErrRejected) {
+	if _, err := dial(t, srv.Addr, wrong).Infer(ctx, triton.Request{}); !errors.Is(err, triton.ErrRejected) {
 		t.Errorf("unknown model: got %v, want ErrRejected", err)
 	}
 	if ready, _ := dial(t, srv.Addr, wrong).Ready(ctx); ready {
@@ -121,7 +121,7 @@ func TestPoolRetriesOverloadOnAnotherPartition(t *testing.T) {
 	p := newPool(t, poolConfig(a.Addr, b.Addr), reg)
 	a.Fail(codes.Unavailable, 1)
 	b.Fail(codes.Unavailable, 1)
-	res, err := p.Transcribe(context.Background(), make([]float32, 7), false)
+	res, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 7), Timestamps: false})
 	if err != nil || res.Text != tritontest.Text(7) {
 		t.Fatalf("%+v, %v", res, err)
 	}
@@ -157,7 +157,7 @@ func TestPoolRejectedIsNotRetried(t *testing.T) {
 	a := tritontest.Start(t)
 	p := newPool(t, poolConfig(a.Addr), prometheus.NewRegistry())
 	a.Fail(codes.InvalidArgument, 1)
-	_, err := p.Transcribe(context.Background(), make([]float32, 7), false)
+	_, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 7), Timestamps: false})
 	if !errors.Is(err, triton.ErrRejected) || a.Calls() != 1 {
 		t.Fatalf("err %v after %d calls; want ErrRejected after 1", err, a.Calls())
 	}
@@ -169,7 +169,7 @@ func TestPoolGivesUpAfterAttempts(t *testing.T) {
 	cfg.EjectAfter = 100
 	p := newPool(t, cfg, prometheus.NewRegistry())
 	a.Fail(codes.Unavailable, 100)
-	_, err := p.Transcribe(context.Background(), make([]float32, 7), false)
+	_, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 7), Timestamps: false})
 	if !errors.Is(err, triton.ErrOverloaded) || a.Calls() != 4 || !strings.Contains(err.Error(), "after 4 attempts") {
 		t.Fatalf("err %v after %d calls", err, a.Calls())
 	}
@@ -185,7 +185,7 @@ func TestPoolCapsInflightAndSpreadsLoad(t *testing.T) {
 	errs := make(chan error, 6)
 	for range 6 {
 		wg.Go(func() {
-			_, err := p.Transcribe(context.Background(), make([]float32, 3), false)
+			_, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 3), Timestamps: false})
 			errs <- err
 		})
 	}
@@ -226,7 +226,7 @@ func TestPoolEjectsAndReadmitsPartition(t *testing.T) {
 	// health check to bring one back.
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.Transcribe(context.Background(), make([]float32, 3), false)
+		_, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 3), Timestamps: false})
 		done <- err
 	}()
 	waitFor(t, func() bool {
@@ -244,7 +244,7 @@ func TestPoolEjectsAndReadmitsPartition(t *testing.T) {
 		t.Fatalf("health check found %d healthy, want 1", n)
 	}
 	for range 3 {
-		if _, err := p.Transcribe(context.Background(), make([]float32, 3), false); err != nil {
+		if _, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 3), Timestamps: false}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -284,12 +284,56 @@ func TestPoolWaitHonoursContext(t *testing.T) {
 	cfg := poolConfig(a.Addr)
 	cfg.MaxInflight = 1
 	p := newPool(t, cfg, prometheus.NewRegistry())
-	go func() { _, _ = p.Transcribe(context.Background(), make([]float32, 3), false) }()
+	go func() { _, _ = p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 3), Timestamps: false}) }()
 	<-a.Started()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := p.Transcribe(ctx, make([]float32, 3), false); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := p.Transcribe(ctx, triton.Request{Samples: make([]float32, 3), Timestamps: false}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("want deadline exceeded while waiting for a slot, got %v", err)
 	}
 	a.Release()
+}
+
+// A partition restarted (as after an MPS fault) serves again within a few
+// seconds, though the full health check runs only every 5 s: ejected
+// partitions are probed often and gRPC reconnects quickly.
+func TestPoolServesSoonAfterPartitionRestarts(t *testing.T) {
+	a := tritontest.Start(t)
+	addr := a.Addr
+	cfg := poolConfig(addr)
+	cfg.HealthInterval = 5 * time.Second
+	cfg.EjectAfter = 1
+	cfg.Attempts = 1
+	reg := prometheus.NewRegistry()
+	p := newPool(t, cfg, reg)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = p.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	if _, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if _, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 3)}); err == nil {
+		t.Fatal("request to a stopped partition succeeded")
+	}
+	if gauge(t, reg, "fleetscribe_triton_partition_healthy", addr) != 0 {
+		t.Fatal("stopped partition not ejected")
+	}
+	// Down long enough for gRPC's reconnect backoff to grow.
+	time.Sleep(3 * time.Second)
+	b, err := tritontest.Listen(addr, triton.DefaultModelIO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	restarted := time.Now()
+	rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer rcancel()
+	if _, err := p.Transcribe(rctx, triton.Request{Samples: make([]float32, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(restarted); took > 3*time.Second {
+		t.Errorf("served again %v after the restart, want within 3s", took)
+	}
 }

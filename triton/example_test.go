@@ -29,7 +29,7 @@ func ExamplePool() {
 	}
 	defer pool.Close()
 
-	res, err := pool.Transcribe(context.Background(), make([]float32, 16000), true)
+	res, err := pool.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 16000), Timestamps: true})
 	fmt.Println(res.Text, len(res.Words), err)
 	// Output: samples 16000 2 <nil>
 }

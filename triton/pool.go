@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/fleetscribe/fleetscribe/internal/backoff"
+	"github.com/fleetscribe/fleetscribe/internal/flagext"
 )
 
 // PoolConfig configures a Pool.
@@ -30,10 +30,7 @@ type PoolConfig struct {
 // RegisterFlags registers the pool flags with their defaults.
 func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	c.Addrs = []string{"127.0.0.1:8001"}
-	fs.Func("triton-addrs", "comma-separated Triton gRPC addresses, one per partition (default 127.0.0.1:8001)", func(s string) error {
-		c.Addrs = splitList(s)
-		return nil
-	})
+	fs.Var((*flagext.StringSliceCSV)(&c.Addrs), "triton-addrs", "comma-separated Triton gRPC addresses, one per partition")
 	fs.IntVar(&c.MaxInflight, "triton-max-inflight", 8, "requests in flight per partition; enough to fill its dynamic batcher")
 	fs.DurationVar(&c.RequestTimeout, "triton-request-timeout", 2*time.Minute, "timeout of one inference attempt")
 	fs.IntVar(&c.Attempts, "triton-attempts", 5, "tries per chunk on overload (UNAVAILABLE), each on another partition when one is free")
@@ -58,16 +55,6 @@ func (c PoolConfig) Validate() error {
 		return errors.New("triton eject-after must be at least 1")
 	}
 	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 type partition struct {
@@ -240,7 +227,7 @@ func outcome(err error) string {
 // other partitions with exponential backoff. Errors wrap ErrRejected when
 // the input itself was refused, ErrOverloaded or ErrBadResponse when
 // attempts ran out, or the context's error.
-func (p *Pool) Transcribe(ctx context.Context, samples []float32, timestamps bool) (Result, error) {
+func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
 	tried := make(map[*partition]bool, len(p.parts))
 	var lastErr error
 	for attempt := 0; attempt < p.cfg.Attempts; attempt++ {
@@ -256,7 +243,7 @@ func (p *Pool) Transcribe(ctx context.Context, samples []float32, timestamps boo
 		tried[part] = true
 		start := time.Now()
 		actx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-		res, err := part.client.Infer(actx, samples, timestamps)
+		res, err := part.client.Infer(actx, req)
 		cancel()
 		p.release(part, err)
 		p.mRequests.WithLabelValues(part.client.addr, outcome(err)).Inc()
@@ -324,16 +311,61 @@ func (p *Pool) WaitReady(ctx context.Context) error {
 	}
 }
 
-// Run health-checks the partitions until ctx is done.
+// ejectedProbeInterval is how often ejected partitions are probed between
+// full health checks, so a restarted partition is back within about a
+// second.
+const ejectedProbeInterval = 250 * time.Millisecond
+
+// Run health-checks the partitions until ctx is done: every partition at
+// the health interval, and ejected ones more often.
 func (p *Pool) Run(ctx context.Context) error {
 	t := time.NewTicker(p.cfg.HealthInterval)
 	defer t.Stop()
+	fast := time.NewTicker(min(ejectedProbeInterval, p.cfg.HealthInterval))
+	defer fast.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 			p.CheckHealth(ctx)
+		case <-fast.C:
+			p.checkEjected(ctx)
 		}
 	}
+}
+
+// checkEjected probes only the ejected partitions and readmits those that
+// are ready.
+func (p *Pool) checkEjected(ctx context.Context) {
+	p.mu.Lock()
+	var ejected []*partition
+	for _, part := range p.parts {
+		if part.ejected {
+			ejected = append(ejected, part)
+		}
+	}
+	p.mu.Unlock()
+	if len(ejected) == 0 {
+		return
+	}
+	ready := make([]bool, len(ejected))
+	var wg sync.WaitGroup
+	for i, part := range ejected {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			ok, err := part.client.Ready(cctx)
+			ready[i] = err == nil && ok
+		})
+	}
+	wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, part := range ejected {
+		if ready[i] && part.ejected {
+			p.setEjectedLocked(part, false)
+		}
+	}
+	p.broadcastLocked()
 }

@@ -3,7 +3,11 @@ package worker
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"strings"
 	"time"
+
+	"github.com/fleetscribe/fleetscribe/internal/flagext"
 )
 
 // Config configures a Worker.
@@ -20,9 +24,15 @@ type Config struct {
 	MaxReceives       int           // the queue's redrive maxReceiveCount
 	RetryBackoff      time.Duration // visibility after the first retryable failure; doubles
 	MaxObjectBytes    int64
-	ChunkSeconds      float64 // longest chunk sent to the model
-	ChunkParallelism  int     // chunks of one job in flight at once
-	Timestamps        bool    // ask the model for word timestamps
+	MaxAudioSeconds   float64       // longer recordings get a too_large record
+	MemoryBudget      int64         // bytes that jobs in hand may hold together (estimated); 0: automatic
+	InputBuckets      []string      // allowed "bucket" or "bucket/prefix"; empty: any bucket
+	OutputPrefixes    []string      // prefixes a job's output_prefix must lie under; empty: OutputPrefix only
+	Models            []string      // models a job may ask for besides the worker's own
+	ClaimSettle       time.Duration // wait between writing an in-progress claim and reading it back; 0: no claims
+	ChunkSeconds      float64       // longest chunk sent to the model
+	ChunkParallelism  int           // chunks of one job in flight at once
+	Timestamps        bool          // ask the model for word timestamps
 	ExitWhenIdle      time.Duration
 }
 
@@ -39,7 +49,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 5*time.Minute, "on SIGTERM, how long jobs in hand may finish before they are released to the queue")
 	fs.IntVar(&c.MaxReceives, "max-receives", 5, "the queue's redrive maxReceiveCount: at this receive a retryable failure writes an error record")
 	fs.DurationVar(&c.RetryBackoff, "retry-backoff", 30*time.Second, "visibility after a first retryable failure; doubles per receive, max 15m")
-	fs.Int64Var(&c.MaxObjectBytes, "max-object-bytes", 256<<20, "larger input objects get a too_large error record; a job holds about 5x its object size in memory")
+	fs.Int64Var(&c.MaxObjectBytes, "max-object-bytes", 256<<20, "larger input objects get a too_large error record")
+	fs.Float64Var(&c.MaxAudioSeconds, "max-audio-seconds", 4*3600, "longer recordings get a too_large error record (read from the header before download)")
+	fs.Int64Var(&c.MemoryBudget, "memory-budget", 0, "bytes the jobs in hand may hold together, by estimate; jobs wait for room, and a job that alone exceeds it gets a too_large record (0: 60% of the memory limit)")
+	fs.Var((*flagext.StringSliceCSV)(&c.InputBuckets), "input-buckets", "comma-separated input buckets, each optionally with a key prefix (bucket/prefix/); jobs for others get a bad_message record (empty: any bucket)")
+	fs.Var((*flagext.StringSliceCSV)(&c.OutputPrefixes), "output-prefixes", "comma-separated prefixes under which a job's own output_prefix must lie (empty: only under -output-prefix)")
+	fs.Var((*flagext.StringSliceCSV)(&c.Models), "models", "comma-separated models a job may ask for besides -model (all served by the same Triton partitions)")
+	fs.DurationVar(&c.ClaimSettle, "claim-settle", 200*time.Millisecond, "after writing an in-progress claim for a job, wait this long and read it back, so two workers rarely compute one input at once (0: no claims)")
 	fs.Float64Var(&c.ChunkSeconds, "chunk-seconds", 30, "longest audio chunk sent to the model; cuts fall at quiet points")
 	fs.IntVar(&c.ChunkParallelism, "chunk-parallelism", 8, "chunks of one job in flight at once")
 	fs.BoolVar(&c.Timestamps, "timestamps", true, "ask the model for word timestamps")
@@ -65,13 +81,58 @@ func (c *Config) Validate() error {
 		return errors.New("job timeout must be positive and drain timeout not negative")
 	case c.MaxReceives < 1:
 		return errors.New("max receives must be at least 1")
-	case c.MaxObjectBytes < 1:
-		return errors.New("max object bytes must be positive")
+	case c.MaxObjectBytes < 1 || c.MaxAudioSeconds <= 0 || c.MemoryBudget < 0:
+		return errors.New("max object bytes and max audio seconds must be positive, memory budget not negative")
+	case c.ClaimSettle < 0:
+		return errors.New("claim settle must not be negative")
 	case c.ChunkSeconds < 1 || c.ChunkParallelism < 1:
 		return errors.New("chunk seconds and chunk parallelism must be at least 1")
+	}
+	if err := CheckOutputPrefix(c.OutputPrefix); err != nil {
+		return err
+	}
+	for _, p := range c.OutputPrefixes {
+		if err := CheckOutputPrefix(p); err != nil {
+			return fmt.Errorf("output prefixes: %w", err)
+		}
+	}
+	for _, b := range c.InputBuckets {
+		if name, _, _ := strings.Cut(b, "/"); name == "" {
+			return fmt.Errorf("input buckets: %q has no bucket name", b)
+		}
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = c.VisibilityTimeout / 3
 	}
 	return nil
+}
+
+// InputAllowed reports whether the input lies in an allowed bucket and
+// prefix. An empty allow-list allows every bucket.
+func (c *Config) InputAllowed(bucket, key string) bool {
+	if len(c.InputBuckets) == 0 {
+		return true
+	}
+	for _, a := range c.InputBuckets {
+		name, prefix, _ := strings.Cut(a, "/")
+		if name == bucket && strings.HasPrefix(key, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// OutputPrefixAllowed reports whether a job's output prefix (already
+// checked with CheckOutputPrefix) lies under an allowed prefix.
+func (c *Config) OutputPrefixAllowed(p string) bool {
+	allowed := c.OutputPrefixes
+	if len(allowed) == 0 {
+		allowed = []string{c.OutputPrefix}
+	}
+	for _, a := range allowed {
+		if strings.HasPrefix(p, a) {
+			return true
+		}
+	}
+	return false
 }

@@ -6,8 +6,8 @@ import (
 	"github.com/fleetscribe/fleetscribe/worker"
 )
 
-// A job's outputs have keys derived from the input's key and version (or
-// ETag) and the model, so a redelivered job finds its transcript and a new
+// A job's outputs have keys derived from the input's bucket, key and version
+// (or ETag) and the model, so a redelivered job finds its transcript and a new
 // upload of the same key gets a new one.
 func ExampleKeysFor() {
 	in := worker.InputRef{Bucket: "audio", Key: "calls/2026/a.wav", ETag: `"9b2cf535f27731c974343645a3985328"`}
@@ -16,9 +16,9 @@ func ExampleKeysFor() {
 	fmt.Println(keys.Key(worker.FormatSRT))
 	fmt.Println(keys.Error)
 	// Output:
-	// transcripts/calls/2026/a.wav/asr/e-9b2cf535f27731c974343645a3985328.json
-	// transcripts/calls/2026/a.wav/asr/e-9b2cf535f27731c974343645a3985328.srt
-	// transcripts/calls/2026/a.wav/asr/e-9b2cf535f27731c974343645a3985328.error.json
+	// transcripts/audio/calls/2026/a.wav/asr/e-9b2cf535f27731c974343645a3985328.json
+	// transcripts/audio/calls/2026/a.wav/asr/e-9b2cf535f27731c974343645a3985328.srt
+	// transcripts/audio/calls/2026/a.wav/asr/e-9b2cf535f27731c974343645a3985328.error.json
 }
 
 // Queue messages may be jobs sent by enqueue or S3 event notifications.

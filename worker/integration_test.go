@@ -82,7 +82,8 @@ func (e *env) config() worker.Config {
 		QueueURL: e.queue.URL, OutputBucket: e.out, OutputPrefix: "transcripts/",
 		Concurrency: 4, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second,
 		JobTimeout: time.Minute, DrainTimeout: 30 * time.Second, MaxReceives: 3,
-		RetryBackoff: time.Second, MaxObjectBytes: 1 << 24, ChunkSeconds: 30, ChunkParallelism: 4,
+		RetryBackoff: time.Second, MaxObjectBytes: 1 << 24, MaxAudioSeconds: 3600, MemoryBudget: 1 << 30,
+		ClaimSettle: 20 * time.Millisecond, ChunkSeconds: 30, ChunkParallelism: 4,
 		Timestamps: true, ExitWhenIdle: 2 * time.Second,
 	}
 }
@@ -132,12 +133,12 @@ func (e *env) sendJob(key string, formats ...string) {
 // outputs returns the output objects written for an input key, by suffix.
 func (e *env) outputs(key string) map[string][]byte {
 	e.t.Helper()
-	return listOutputs(e.t, e.s3, e.out, key)
+	return listOutputs(e.t, e.s3, e.out, e.in, key)
 }
 
-func listOutputs(t testing.TB, c *s3.Client, bucket, key string) map[string][]byte {
+func listOutputs(t testing.TB, c *s3.Client, bucket, inBucket, key string) map[string][]byte {
 	ctx := context.Background()
-	res, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + key + "/")})
+	res, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + inBucket + "/" + worker.EscapeKey(key) + "/")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func (r *recordingSQS) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageI
 	r.mu.Unlock()
 	var job worker.Job
 	if json.Unmarshal([]byte(body), &job) == nil && job.Key != "" {
-		res, err := r.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(r.out), Prefix: aws.String("transcripts/" + job.Key + "/")})
+		res, err := r.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(r.out), Prefix: aws.String("transcripts/" + job.Bucket + "/" + worker.EscapeKey(job.Key) + "/")})
 		found := false
 		if err == nil {
 			for _, o := range res.Contents {
@@ -288,7 +289,7 @@ func TestTwentyJobsEndToEnd(t *testing.T) {
 	}
 	e.recorder.check(t, 20)
 	wantMetrics := `
-# HELP fleetscribe_jobs_total Jobs finished, by outcome.
+# HELP fleetscribe_jobs_total Jobs (one per recording; an S3 event may carry several) by outcome.
 # TYPE fleetscribe_jobs_total counter
 fleetscribe_jobs_total{outcome="ok"} 20
 # HELP fleetscribe_messages_received_total Queue messages received.
@@ -406,8 +407,11 @@ func TestBadInputsGetErrorRecordsAndNoRedelivery(t *testing.T) {
 		t.Errorf("DLQ has %d messages; permanent errors must not loop", v+f)
 	}
 	e.recorder.check(t, 7)
-	if got := counter(t, e.wreg, "fleetscribe_jobs_total", "outcome", "failed"); got != 6 {
-		t.Errorf("failed jobs = %v, want 6", got)
+	if got := counter(t, e.wreg, "fleetscribe_jobs_total", "outcome", "failed"); got != 4 {
+		t.Errorf("failed jobs = %v, want 4", got)
+	}
+	if got := counter(t, e.wreg, "fleetscribe_messages_total", "outcome", "invalid"); got != 2 {
+		t.Errorf("invalid messages = %v, want 2", got)
 	}
 }
 
@@ -478,7 +482,9 @@ type taggingS3 struct {
 
 func (r *taggingS3) PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
 	r.mu.Lock()
-	r.tags[aws.ToString(in.Key)] = aws.ToString(in.Tagging)
+	if !strings.HasSuffix(aws.ToString(in.Key), ".claim") { // claims are deleted when the job ends
+		r.tags[aws.ToString(in.Key)] = aws.ToString(in.Tagging)
+	}
 	r.mu.Unlock()
 	return r.S3API.PutObject(ctx, in, opts...)
 }

@@ -108,27 +108,6 @@ func TestJobEncodeRoundTrip(t *testing.T) {
 	}
 }
 
-func TestKeysFor(t *testing.T) {
-	cases := []struct {
-		in   InputRef
-		want string
-	}{
-		{InputRef{Key: "a/b.wav", ETag: `"abc"`}, "t/a/b.wav/asr/e-abc.json"},
-		{InputRef{Key: "a/b.wav", ETag: "abc", VersionID: "3/x"}, "t/a/b.wav/asr/v-3_x.json"},
-		{InputRef{Key: "a/b.wav", VersionID: "null", ETag: "abc-2"}, "t/a/b.wav/asr/e-abc-2.json"},
-		{InputRef{Key: "/../x.wav"}, "t/x.wav/asr/unversioned.json"},
-	}
-	for _, c := range cases {
-		if got := KeysFor("t/", c.in, "asr").JSON; got != c.want {
-			t.Errorf("KeysFor(%+v) = %q, want %q", c.in, got, c.want)
-		}
-	}
-	k := KeysFor("t/", InputRef{Key: "k", ETag: "e"}, "asr")
-	if k.Error != "t/k/asr/e-e.error.json" || k.Key(FormatSRT) != "t/k/asr/e-e.srt" {
-		t.Errorf("%+v", k)
-	}
-}
-
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	path := filepath.Join("testdata", name)

@@ -13,6 +13,7 @@ const (
 	OutcomeFailed     = "failed"     // permanent error, record written, message deleted
 	OutcomeRetry      = "retry"      // retryable error, message left for redelivery
 	OutcomeReleased   = "released"   // shutdown or lost heartbeat, message returned to the queue
+	OutcomeClaimed    = "claimed"    // another message for the same input is being processed; this one is dropped
 )
 
 type metrics struct {
@@ -23,6 +24,11 @@ type metrics struct {
 	inflight     prometheus.Gauge
 	audioSeconds prometheus.Counter
 	heartbeats   *prometheus.CounterVec
+	messages     *prometheus.CounterVec
+
+	memoryBudget   prometheus.Gauge
+	memoryReserved prometheus.Gauge
+	claims         *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,13 +38,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fleetscribe_messages_received_total", Help: "Queue messages received.",
 		}),
 		jobs: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "fleetscribe_jobs_total", Help: "Jobs finished, by outcome.",
+			Name: "fleetscribe_jobs_total", Help: "Jobs (one per recording; an S3 event may carry several) by outcome.",
+		}, []string{"outcome"}),
+		messages: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetscribe_messages_total", Help: "Queue messages handled, by final action (deleted, retry, released, ignored, invalid).",
+		}, []string{"outcome"}),
+		memoryBudget: f.NewGauge(prometheus.GaugeOpts{
+			Name: "fleetscribe_memory_budget_bytes", Help: "Memory the jobs in hand may hold together, by estimate.",
+		}),
+		memoryReserved: f.NewGauge(prometheus.GaugeOpts{
+			Name: "fleetscribe_memory_reserved_bytes", Help: "Estimated memory held by the jobs in hand.",
+		}),
+		claims: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetscribe_claims_total", Help: "In-progress claims by outcome (won, lost, taken_over).",
 		}, []string{"outcome"}),
 		errors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetscribe_job_errors_total", Help: "Job failures by error class (retryable failures are class retryable).",
 		}, []string{"class"}),
 		duration: f.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "fleetscribe_job_duration_seconds", Help: "Time from receive to final action, by outcome.",
+			Name: "fleetscribe_job_duration_seconds", Help: "Time a job took, by outcome.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 		}, []string{"outcome"}),
 		inflight: f.NewGauge(prometheus.GaugeOpts{

@@ -1,10 +1,13 @@
 package worker
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
-	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fleetscribe/fleetscribe/triton"
 )
@@ -62,10 +65,37 @@ type ErrorRecord struct {
 	MessageBody string `json:"message_body,omitempty"`
 }
 
+// MaxKeyBytes is S3's limit on the length of an object key, in UTF-8 bytes.
+const MaxKeyBytes = 1024
+
+// MaxPrefixBytes bounds an output prefix, the worker's or a job's, so that
+// every output key fits MaxKeyBytes whatever the input key.
+const MaxPrefixBytes = 512
+
+// hashedMarker starts the key segment of inputs whose readable output key
+// would be too long. It cannot occur in a readable key: there every '%' is
+// followed by two hex digits.
+const hashedMarker = "%hashed"
+
+// Output suffixes. The JSON transcript's existence means the job is done.
+const (
+	suffixJSON  = ".json"
+	suffixError = ".error.json"
+	suffixClaim = ".claim"
+)
+
 // InvalidMessageKey is where the error record of a message that is not a
-// job goes: there is no input key to put it beside.
+// job goes: there is no input key to put it beside. Readable output keys
+// start with a bucket name, which never starts with '_'.
 func InvalidMessageKey(prefix, messageID string) string {
-	return prefix + "_invalid-messages/" + sanitizeSegment(messageID) + ".error.json"
+	return prefix + "_invalid-messages/" + escapeSegment(messageID) + suffixError
+}
+
+// UnwritableRecordKey is where the error record of a job goes when S3
+// refuses its usual key: a short key that any legal prefix fits.
+func UnwritableRecordKey(prefix string, keys OutputKeys) string {
+	sum := sha256.Sum256([]byte(keys.Base))
+	return prefix + "_unwritable/" + hex.EncodeToString(sum[:]) + suffixError
 }
 
 // OutputKeys are the deterministic keys of one job's outputs.
@@ -73,16 +103,28 @@ type OutputKeys struct {
 	Base  string // without extension
 	JSON  string
 	Error string
+	Claim string // short-lived marker of a job in progress
 }
 
 // Key returns the key for an extra format ("txt", "srt", "vtt").
 func (k OutputKeys) Key(format string) string { return k.Base + "." + format }
 
-// KeysFor derives output keys from the input key, its version (or ETag)
-// and the model, so the same input and model always map to the same
-// transcript, and a new upload of the same key to a new one:
+// KeysFor derives output keys from the input bucket, key, version (or
+// ETag) and the model, so the same input and model always map to the same
+// transcript, a new upload of the same key to a new one, and distinct
+// inputs to distinct outputs:
 //
-//	{prefix}{input key}/{model}/{version id or etag}.json
+//	{prefix}{bucket}/{escaped key}/{model}/{v-version | e-etag | unversioned}.json
+//
+// The input key is kept as it is, except that '%', control characters, a
+// '/' that would start an empty path segment (leading, trailing or
+// doubled) and the dots of "." and ".." segments are percent-encoded, so
+// that ordinary keys read as themselves and no tool that treats keys as
+// paths can fold two outputs together. Where that key would pass
+// MaxKeyBytes, the key segment is replaced by "%hashed/" and the SHA-256
+// of the input key (and, if still too long, of the model and tag too).
+// prefix must be at most MaxPrefixBytes long (Config.Validate and
+// CheckOutputPrefix see to that).
 func KeysFor(prefix string, in InputRef, model string) OutputKeys {
 	tag := "unversioned"
 	switch {
@@ -91,80 +133,123 @@ func KeysFor(prefix string, in InputRef, model string) OutputKeys {
 	case in.ETag != "":
 		tag = "e-" + strings.Trim(in.ETag, `"`)
 	}
-	tag = sanitizeSegment(tag)
-	base := prefix + path.Clean("/" + in.Key)[1:] + "/" + sanitizeSegment(model) + "/" + tag
-	return OutputKeys{Base: base, JSON: base + ".json", Error: base + ".error.json"}
+	head := prefix + in.Bucket + "/"
+	tail := "/" + escapeSegment(model) + "/" + escapeSegment(tag)
+	base := head + EscapeKey(in.Key) + tail
+	if len(base)+len(suffixError) > MaxKeyBytes {
+		sum := sha256.Sum256([]byte(in.Key))
+		base = head + hashedMarker + "/" + hex.EncodeToString(sum[:]) + tail
+	}
+	if len(base)+len(suffixError) > MaxKeyBytes {
+		h := sha256.New()
+		for _, s := range []string{in.Key, model, tag} {
+			fmt.Fprintf(h, "%d:%s", len(s), s)
+		}
+		base = head + hashedMarker + "/" + hex.EncodeToString(h.Sum(nil))
+	}
+	return OutputKeys{Base: base, JSON: base + suffixJSON, Error: base + suffixError, Claim: base + suffixClaim}
 }
 
-func sanitizeSegment(s string) string {
-	return strings.Map(func(r rune) rune {
+// EscapeKey returns the readable form of an input key used in output
+// keys (see KeysFor). UnescapeKey reverses it.
+func EscapeKey(key string) string {
+	var b strings.Builder
+	segStart := 0
+	for i := 0; i < len(key); i++ {
+		c := key[i]
 		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
-			return r
+		case c == '/':
+			// Literal only where it ends a non-empty segment and more follows.
+			if i > 0 && key[i-1] != '/' && i+1 < len(key) {
+				b.WriteByte('/')
+			} else {
+				b.WriteString("%2F")
+			}
+			segStart = i + 1
+		case c == '.' && dotSegment(key, segStart):
+			b.WriteString("%2E")
+		case c == '%' || c < 0x20 || c == 0x7F:
+			fmt.Fprintf(&b, "%%%02X", c)
 		default:
-			return '_'
+			b.WriteByte(c)
 		}
-	}, s)
+	}
+	return b.String()
 }
 
-// Segmentation limits for subtitles.
-const (
-	segMaxGap   = 0.8 // seconds of silence that end a segment
-	segMaxLen   = 7.0 // seconds
-	segMaxChars = 84  // two subtitle lines
-)
+// dotSegment reports whether the segment starting at start is "." or "..".
+func dotSegment(key string, start int) bool {
+	end := strings.IndexByte(key[start:], '/')
+	if end < 0 {
+		end = len(key) - start
+	}
+	seg := key[start : start+end]
+	return seg == "." || seg == ".."
+}
 
-// BuildSegments groups words into subtitle-sized segments: a new segment
-// starts after a pause, or when the current one is too long to read.
-func BuildSegments(words []triton.Word) []Segment {
-	var (
-		out []Segment
-		cur *Segment
-	)
-	for _, w := range words {
-		if cur != nil && (w.Start-cur.End > segMaxGap || w.End-cur.Start > segMaxLen || len(cur.Text)+1+len(w.Word) > segMaxChars) {
-			out = append(out, *cur)
-			cur = nil
-		}
-		if cur == nil {
-			cur = &Segment{Start: w.Start, End: w.End, Text: w.Word}
+// UnescapeKey reverses EscapeKey.
+func UnescapeKey(s string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
 			continue
 		}
-		cur.End = w.End
-		cur.Text += " " + w.Word
+		if i+2 >= len(s) {
+			return "", errors.New("truncated escape")
+		}
+		v, err := hex.DecodeString(s[i+1 : i+3])
+		if err != nil {
+			return "", fmt.Errorf("bad escape %q", s[i:i+3])
+		}
+		b.WriteByte(v[0])
+		i += 2
 	}
-	if cur != nil {
-		out = append(out, *cur)
+	if !utf8.ValidString(b.String()) {
+		return "", errors.New("not UTF-8")
 	}
-	return out
+	return b.String(), nil
 }
 
-// RenderTXT returns the plain text transcript.
-func RenderTXT(t Transcript) []byte { return []byte(t.Text + "\n") }
-
-// RenderSRT returns SubRip subtitles for the transcript's segments.
-func RenderSRT(t Transcript) []byte {
+// escapeSegment percent-encodes every byte of s but letters, digits, '-'
+// and '_', so a model name or version id is one path segment without
+// dots and distinct values stay distinct.
+func escapeSegment(s string) string {
 	var b strings.Builder
-	for i, s := range t.Segments {
-		fmt.Fprintf(&b, "%d\n%s --> %s\n%s\n\n", i+1, subTime(s.Start, ","), subTime(s.End, ","), s.Text)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
 	}
-	return []byte(b.String())
+	return b.String()
 }
 
-// RenderVTT returns WebVTT subtitles for the transcript's segments.
-func RenderVTT(t Transcript) []byte {
-	var b strings.Builder
-	b.WriteString("WEBVTT\n\n")
-	for _, s := range t.Segments {
-		fmt.Fprintf(&b, "%s --> %s\n%s\n\n", subTime(s.Start, "."), subTime(s.End, "."), s.Text)
+// CheckOutputPrefix reports an output prefix that is unsafe to write
+// under: longer than MaxPrefixBytes, not ending in '/', or with an empty,
+// "." or ".." segment, a leading '/', control characters or a '%'.
+func CheckOutputPrefix(p string) error {
+	switch {
+	case p == "":
+		return nil
+	case len(p) > MaxPrefixBytes:
+		return fmt.Errorf("output prefix is %d bytes, limit %d", len(p), MaxPrefixBytes)
+	case !strings.HasSuffix(p, "/"):
+		return fmt.Errorf("output prefix %q must end with '/'", p)
+	case !utf8.ValidString(p):
+		return errors.New("output prefix is not UTF-8")
 	}
-	return []byte(b.String())
-}
-
-func subTime(sec float64, sep string) string {
-	ms := int64(sec*1000 + 0.5)
-	if ms < 0 {
-		ms = 0
+	for _, seg := range strings.Split(strings.TrimSuffix(p, "/"), "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("output prefix %q has an empty, '.' or '..' segment", p)
+		}
+		for _, r := range seg {
+			if r < 0x20 || r == 0x7F || r == '%' || r == '\\' {
+				return fmt.Errorf("output prefix %q has a control character, '%%' or '\\'", p)
+			}
+		}
 	}
-	return fmt.Sprintf("%02d:%02d:%02d%s%03d", ms/3600000, ms/60000%60, ms/1000%60, sep, ms%1000)
+	return nil
 }

@@ -39,12 +39,13 @@ func isPreconditionFailed(err error) bool {
 	return errors.As(err, &ae) && (ae.ErrorCode() == "PreconditionFailed" || ae.ErrorCode() == "412")
 }
 
+// probeBytes is how much of an object is read to learn its format and
+// length before it is admitted.
+const probeBytes = 64 << 10
+
 // process runs the pipeline for one job. It fills in the input's ETag,
 // version and size from S3, and returns the output keys once known.
-func (w *Worker) process(ctx context.Context, log zerolog.Logger, job Job, in *InputRef, prefix string, attempt int) (string, OutputKeys, error) {
-	if job.Model != "" && job.Model != w.model {
-		return "", OutputKeys{}, Permanentf(ClassBadMessage, "job asks for model %q but this worker serves %q", job.Model, w.model)
-	}
+func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, job Job, in *InputRef, prefix, model string, attempt int) (string, OutputKeys, error) {
 	head, err := w.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
 	if err != nil {
 		if isNotFound(err) {
@@ -60,44 +61,106 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, job Job, in *I
 	in.ETag = strings.Trim(aws.ToString(head.ETag), `"`)
 	in.VersionID = aws.ToString(head.VersionId)
 	in.Size = aws.ToInt64(head.ContentLength)
-	keys := KeysFor(prefix, *in, w.model)
+	keys := KeysFor(prefix, *in, model)
 
-	if done, err := w.exists(ctx, keys.JSON); err != nil {
+	if done, err := w.alreadyDone(ctx, keys); err != nil || done {
+		if done {
+			log.Info().Msg("job already has a transcript or final error record; nothing to do")
+			return OutcomeDuplicate, keys, nil
+		}
 		return "", keys, err
-	} else if done {
-		log.Info().Str("transcript_key", keys.JSON).Msg("transcript exists; nothing to do")
-		return OutcomeDuplicate, keys, nil
 	}
 	if in.Size > w.cfg.MaxObjectBytes {
 		return "", keys, Permanentf(ClassTooLarge, "object is %d bytes, limit is %d", in.Size, w.cfg.MaxObjectBytes)
 	}
+	info, err := w.probe(ctx, job, in)
+	if err != nil {
+		return "", keys, err
+	}
+	if d := info.Duration(); d > w.cfg.MaxAudioSeconds {
+		return "", keys, Permanentf(ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.MaxAudioSeconds)
+	}
 
-	data, err := w.fetch(ctx, job, in)
+	won, releaseClaim, err := w.claimJob(ctx, log, keys, msgID)
 	if err != nil {
 		return "", keys, err
 	}
-	clip, err := audio.Decode(data)
+	if !won {
+		log.Info().Msg("another message for this input is in progress; dropping this one")
+		return OutcomeClaimed, keys, nil
+	}
+	defer releaseClaim()
+	releaseMemory, err := w.gate.acquire(ctx, w.estimateMemory(in.Size, info))
 	if err != nil {
-		class := ClassCorruptAudio
-		if errors.Is(err, audio.ErrUnsupported) {
-			class = ClassUnsupported
+		return "", keys, err
+	}
+	defer releaseMemory()
+
+	// The queue will not deliver this message again: leave a record first,
+	// so that even an attempt that takes the process down (out of memory,
+	// killed) ends with one. Success removes it; failure overwrites it.
+	provisional := attempt >= w.cfg.MaxReceives
+	if provisional {
+		rec := ErrorRecord{
+			Schema: ErrorSchema, Input: *in, Model: model, Class: ClassExhausted, Attempt: attempt, CreatedAt: w.now().UTC(),
+			Message: fmt.Sprintf("last attempt (%d of %d) started; this record remains only if that attempt never finished (process crash or kill)", attempt, w.cfg.MaxReceives),
 		}
-		return "", keys, Permanent(class, err)
+		if err := w.writeErrorRecord(ctx, keys.Error, rec); err != nil {
+			return "", keys, err
+		}
 	}
-	samples := audio.Resample(clip.Samples, clip.Rate, ModelRate)
-	t, err := w.transcribe(ctx, samples)
+
+	t, err := w.transcribeObject(ctx, job, in, model)
 	if err != nil {
 		return "", keys, err
 	}
-	t.Input, t.Model, t.Attempt = *in, w.model, attempt
-	t.SampleRate = clip.Rate
+	t.Input, t.Model, t.Attempt = *in, model, attempt
 	t.CreatedAt = w.now().UTC()
 	if err := w.writeOutputs(ctx, keys, job.Formats, t); err != nil {
 		return "", keys, err
 	}
+	if provisional {
+		if _, err := w.s3.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(keys.Error)}); err != nil {
+			log.Warn().Err(err).Msg("delete provisional error record failed; the transcript supersedes it")
+		}
+	}
 	w.m.audioSeconds.Add(t.DurationSec)
 	log.Info().Str("transcript_key", keys.JSON).Float64("audio_s", t.DurationSec).Int("chunks", t.Chunks).Msg("transcript written")
 	return OutcomeOK, keys, nil
+}
+
+// transcribeObject downloads, decodes, resamples and transcribes the
+// input, dropping each buffer once the next stage has what it needs.
+func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, model string) (Transcript, error) {
+	data, err := w.fetch(ctx, job, in)
+	if err != nil {
+		return Transcript{}, err
+	}
+	clip, err := audio.Decode(data)
+	data = nil //nolint:ineffassign,wastedassign // let the object go before resampling
+	if err != nil {
+		return Transcript{}, audioError(err)
+	}
+	if len(clip.Samples) == 0 {
+		return Transcript{}, Permanentf(ClassEmptyAudio, "recording has a valid header but no samples")
+	}
+	rate := clip.Rate
+	samples := audio.Resample(clip.Samples, clip.Rate, ModelRate)
+	clip.Samples = nil
+	t, err := w.transcribe(ctx, samples, model)
+	if err != nil {
+		return Transcript{}, err
+	}
+	t.SampleRate = rate
+	return t, nil
+}
+
+func audioError(err error) error {
+	class := ClassCorruptAudio
+	if errors.Is(err, audio.ErrUnsupported) {
+		class = ClassUnsupported
+	}
+	return Permanent(class, err)
 }
 
 func optional(s string) *string {
@@ -107,28 +170,46 @@ func optional(s string) *string {
 	return aws.String(s)
 }
 
-func (w *Worker) exists(ctx context.Context, key string) (bool, error) {
-	_, err := w.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(key)})
+// metaFinal is the user metadata of an error record that says whether it
+// is final (no later attempt will replace it).
+const metaFinal = "fleetscribe-final"
+
+// alreadyDone reports a job whose transcript exists or whose final error
+// record does: a redelivered message skips it.
+func (w *Worker) alreadyDone(ctx context.Context, keys OutputKeys) (bool, error) {
+	if _, err := w.head(ctx, keys.JSON); err == nil {
+		return true, nil
+	} else if !isNotFound(err) {
+		return false, fmt.Errorf("check for existing transcript: %w", err)
+	}
+	out, err := w.head(ctx, keys.Error)
 	switch {
 	case err == nil:
-		return true, nil
+		return out.Metadata[metaFinal] == "true", nil
 	case isNotFound(err):
 		return false, nil
 	default:
-		return false, fmt.Errorf("check for existing transcript: %w", err)
+		return false, fmt.Errorf("check for existing error record: %w", err)
 	}
 }
 
-// fetch downloads exactly the object version that was checked, reading at
-// most MaxObjectBytes.
-func (w *Worker) fetch(ctx context.Context, job Job, in *InputRef) ([]byte, error) {
+func (w *Worker) head(ctx context.Context, key string) (*s3.HeadObjectOutput, error) {
+	return w.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(key)})
+}
+
+// getInput starts a GET of exactly the object version that was checked.
+func (w *Worker) getInput(ctx context.Context, job Job, in *InputRef, rng string) (*s3.GetObjectOutput, error) {
 	get := &s3.GetObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(in.VersionID)}
 	if in.VersionID == "" && in.ETag != "" {
 		get.IfMatch = aws.String(`"` + in.ETag + `"`)
 	}
+	if rng != "" {
+		get.Range = aws.String(rng)
+	}
 	obj, err := w.s3.GetObject(ctx, get)
 	switch {
 	case err == nil:
+		return obj, nil
 	case isNotFound(err):
 		return nil, Permanentf(ClassMissing, "s3://%s/%s was deleted while being processed", job.Bucket, job.Key)
 	case isPreconditionFailed(err):
@@ -136,24 +217,55 @@ func (w *Worker) fetch(ctx context.Context, job Job, in *InputRef) ([]byte, erro
 	default:
 		return nil, fmt.Errorf("get input: %w", err)
 	}
-	defer func() { _ = obj.Body.Close() }()
-	var buf bytes.Buffer
-	if in.Size > 0 {
-		buf.Grow(int(in.Size))
+}
+
+// probe reads the head of the object to learn its format and length
+// before the whole object is fetched and admitted.
+func (w *Worker) probe(ctx context.Context, job Job, in *InputRef) (audio.Info, error) {
+	if in.Size == 0 {
+		return audio.Info{}, audioError(errors.New("empty object"))
 	}
-	n, err := io.Copy(&buf, io.LimitReader(obj.Body, w.cfg.MaxObjectBytes+1))
+	n := min(in.Size, probeBytes)
+	obj, err := w.getInput(ctx, job, in, fmt.Sprintf("bytes=0-%d", n-1))
 	if err != nil {
+		return audio.Info{}, err
+	}
+	defer func() { _ = obj.Body.Close() }()
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(obj.Body, buf); err != nil {
+		return audio.Info{}, fmt.Errorf("read input header: %w", err)
+	}
+	info, err := audio.Probe(buf, in.Size)
+	switch {
+	case err == nil:
+		return info, nil
+	case errors.Is(err, audio.ErrHeaderBeyondPrefix):
+		// An odd file with its header far in: assume the worst case the
+		// decoder accepts (8-bit mono at 1 kHz) so admission stays safe.
+		return audio.Info{Format: "wav", Rate: 1000, Channels: 1, Frames: in.Size}, nil
+	default:
+		return audio.Info{}, audioError(err)
+	}
+}
+
+// fetch downloads exactly the object version that was checked into a
+// buffer of its size.
+func (w *Worker) fetch(ctx context.Context, job Job, in *InputRef) ([]byte, error) {
+	obj, err := w.getInput(ctx, job, in, "")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = obj.Body.Close() }()
+	buf := make([]byte, in.Size)
+	if _, err := io.ReadFull(obj.Body, buf); err != nil {
 		return nil, fmt.Errorf("read input: %w", err)
 	}
-	if n > w.cfg.MaxObjectBytes {
-		return nil, Permanentf(ClassTooLarge, "object is over the limit of %d bytes", w.cfg.MaxObjectBytes)
-	}
-	return buf.Bytes(), nil
+	return buf, nil
 }
 
 // transcribe splits samples at quiet points, transcribes the chunks in
 // parallel and stitches the results in order with absolute timestamps.
-func (w *Worker) transcribe(ctx context.Context, samples []float32) (Transcript, error) {
+func (w *Worker) transcribe(ctx context.Context, samples []float32, model string) (Transcript, error) {
 	chunks := audio.Split(samples, audio.SplitConfig{Max: int(w.cfg.ChunkSeconds * ModelRate), Frame: ModelRate * 30 / 1000})
 	results := make([]triton.Result, len(chunks))
 	g, gctx := errgroup.WithContext(ctx)
@@ -162,8 +274,15 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32) (Transcript,
 		if len(c.Samples) == 0 {
 			continue
 		}
-		g.Go(func() error {
-			r, err := w.tr.Transcribe(gctx, c.Samples, w.cfg.Timestamps)
+		g.Go(func() (err error) {
+			// errgroup does not recover: a panic here would end the process
+			// with every job in hand.
+			defer func() {
+				if r := recover(); r != nil {
+					err = recoverError(r)
+				}
+			}()
+			r, err := w.tr.Transcribe(gctx, triton.Request{Samples: c.Samples, Timestamps: w.cfg.Timestamps, Model: model})
 			if err != nil {
 				if errors.Is(err, triton.ErrRejected) {
 					return Permanent(ClassRejected, fmt.Errorf("chunk %d: %w", i, err))
@@ -221,34 +340,53 @@ func (w *Worker) writeOutputs(ctx context.Context, keys OutputKeys, formats []st
 		case FormatVTT:
 			body, ctype = RenderVTT(t), "text/vtt"
 		}
-		if err := w.put(ctx, keys.Key(f), body, ctype, ""); err != nil {
+		if err := w.put(ctx, keys.Key(f), body, ctype, "", nil); err != nil {
 			return err
 		}
 	}
-	return w.putJSON(ctx, keys.JSON, t, "")
+	return w.putJSON(ctx, keys.JSON, t, "", nil)
 }
 
 // ErrorRecordTag is set on error records so a bucket lifecycle rule can
 // expire them (lifecycle filters match tags and prefixes, not suffixes).
 const ErrorRecordTag = "fleetscribe-record=error"
 
-func (w *Worker) putJSON(ctx context.Context, key string, v any, tagging string) error {
+func (w *Worker) putJSON(ctx context.Context, key string, v any, tagging string, meta map[string]string) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", key, err)
 	}
-	return w.put(ctx, key, b, "application/json", tagging)
+	return w.put(ctx, key, b, "application/json", tagging, meta)
 }
 
-// put writes one output object; tagging ("k=v", or empty) becomes its tags.
-func (w *Worker) put(ctx context.Context, key string, body []byte, ctype, tagging string) error {
+// put writes one output object; tagging ("k=v", or empty) becomes its
+// tags. S3 refusing the object itself (key too long, invalid argument) is
+// a permanent output_rejected error: retrying cannot help.
+func (w *Worker) put(ctx context.Context, key string, body []byte, ctype, tagging string, meta map[string]string) error {
 	_, err := w.s3.PutObject(ctx, &s3.PutObjectInput{
 		Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(key), Body: bytes.NewReader(body),
 		ContentType: aws.String(ctype), ContentLength: aws.Int64(int64(len(body))),
-		Tagging: optional(tagging),
+		Tagging: optional(tagging), Metadata: meta,
 	})
 	if err != nil {
-		return fmt.Errorf("put s3://%s/%s: %w", w.cfg.OutputBucket, key, err)
+		err = fmt.Errorf("put s3://%s/%s: %w", w.cfg.OutputBucket, key, err)
+		if outputRejected(err) {
+			return Permanent(ClassOutputRejected, err)
+		}
+		return err
 	}
 	return nil
+}
+
+// outputRejected reports S3 refusing an object for what it is.
+func outputRejected(err error) bool {
+	var ae smithy.APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.ErrorCode() {
+	case "KeyTooLongError", "InvalidArgument", "InvalidRequest", "EntityTooLarge", "InvalidTag", "MetadataTooLarge":
+		return true
+	}
+	return false
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
@@ -35,12 +33,13 @@ type S3API interface {
 	HeadObject(ctx context.Context, params *s3.HeadObjectInput, optFns ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
 	GetObject(ctx context.Context, params *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
 	PutObject(ctx context.Context, params *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+	DeleteObject(ctx context.Context, params *s3.DeleteObjectInput, optFns ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
 }
 
 // Transcriber turns 16 kHz mono samples into text. *triton.Pool is one.
 // Errors wrapping triton.ErrRejected are permanent; all others are retried.
 type Transcriber interface {
-	Transcribe(ctx context.Context, samples []float32, timestamps bool) (triton.Result, error)
+	Transcribe(ctx context.Context, req triton.Request) (triton.Result, error)
 }
 
 // Worker drains one queue.
@@ -52,6 +51,7 @@ type Worker struct {
 	tr    Transcriber
 	log   zerolog.Logger
 	m     *metrics
+	gate  *memoryGate
 	now   func() time.Time
 }
 
@@ -64,7 +64,11 @@ func New(cfg Config, model string, sqsc SQSAPI, s3c S3API, tr Transcriber, log z
 	if model == "" {
 		return nil, errors.New("model name is required")
 	}
-	return &Worker{cfg: cfg, model: model, sqs: sqsc, s3: s3c, tr: tr, log: log, m: newMetrics(reg), now: time.Now}, nil
+	if cfg.MemoryBudget == 0 {
+		cfg.MemoryBudget = DefaultMemoryBudget()
+	}
+	m := newMetrics(reg)
+	return &Worker{cfg: cfg, model: model, sqs: sqsc, s3: s3c, tr: tr, log: log, m: m, gate: newMemoryGate(cfg.MemoryBudget, m), now: time.Now}, nil
 }
 
 // Run receives and processes messages until ctx is cancelled (or, with
@@ -110,9 +114,25 @@ receive:
 				break more
 			}
 		}
-		msgs, err := w.receive(ctx, n)
+		// A long poll in flight is never cut short: SQS may already have
+		// handed its messages out. It ends within the poll wait.
+		rctx, cancelReceive := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WaitTime+30*time.Second)
+		msgs, err := w.receive(rctx, n)
+		cancelReceive()
 		for range n - len(msgs) {
 			<-slots
+		}
+		if ctx.Err() != nil && len(msgs) > 0 {
+			// Shutdown began during the poll: hand the messages straight
+			// back rather than leave them invisible until their timeout.
+			fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			for _, msg := range msgs {
+				w.setVisibility(fctx, w.log.With().Str("message_id", aws.ToString(msg.MessageId)).Logger(), msg, 0)
+				<-slots
+			}
+			fcancel()
+			w.log.Info().Int("messages", len(msgs)).Msg("released messages received during shutdown")
+			break receive
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -175,182 +195,6 @@ func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
 	}
 	w.m.received.Add(float64(len(out.Messages)))
 	return out.Messages, nil
-}
-
-// handle runs one message to its final action: delete, or leave it for
-// redelivery with a backoff.
-func (w *Worker) handle(ctx context.Context, hb *heartbeat, msg types.Message) {
-	start := w.now()
-	id := aws.ToString(msg.MessageId)
-	attempt, _ := strconv.Atoi(msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	attempt = max(attempt, 1)
-	log := w.log.With().Str("message_id", id).Int("attempt", attempt).Logger()
-	w.m.inflight.Inc()
-	defer w.m.inflight.Dec()
-
-	jctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	jctx, cancelTimeout := context.WithTimeoutCause(jctx, w.cfg.JobTimeout, errors.New("job timeout"))
-	defer cancelTimeout()
-	hb.add(id, aws.ToString(msg.ReceiptHandle), cancel)
-	defer hb.remove(id)
-
-	outcome, err := w.runMessage(jctx, log, msg, attempt)
-	// The final action must happen even when shutdown cancelled the job.
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer fcancel()
-	switch {
-	case err == nil:
-		if derr := w.deleteMessage(fctx, msg); derr != nil {
-			// Outputs exist, so the redelivery is detected as a duplicate.
-			log.Error().Err(derr).Msg("delete after success failed; redelivery will find the transcript")
-		}
-	case errors.Is(context.Cause(jctx), errHeartbeatLost):
-		outcome = OutcomeReleased
-		log.Warn().Err(err).Msg("job abandoned: heartbeat lost")
-	case errors.Is(context.Cause(jctx), errDrainTimeout):
-		outcome = OutcomeReleased
-		w.setVisibility(fctx, log, msg, 0)
-		log.Warn().Msg("job released to the queue at shutdown")
-	case ErrorClass(err) != "":
-		outcome = OutcomeFailed
-		w.m.errors.WithLabelValues(ErrorClass(err)).Inc()
-		log.Warn().Str("error_class", ErrorClass(err)).Err(err).Msg("job failed permanently; error record written")
-		if derr := w.deleteMessage(fctx, msg); derr != nil {
-			log.Error().Err(derr).Msg("delete after error record failed")
-		}
-	default:
-		outcome = OutcomeRetry
-		w.m.errors.WithLabelValues("retryable").Inc()
-		backoff := w.retryBackoff(attempt)
-		log.Warn().Err(err).Dur("retry_in", backoff).Bool("last_attempt", attempt >= w.cfg.MaxReceives).Msg("job failed; will retry")
-		w.setVisibility(fctx, log, msg, backoff)
-	}
-	w.m.jobs.WithLabelValues(outcome).Inc()
-	w.m.duration.WithLabelValues(outcome).Observe(w.now().Sub(start).Seconds())
-	log.Info().Str("outcome", outcome).Dur("took", w.now().Sub(start)).Msg("job done")
-}
-
-func (w *Worker) retryBackoff(attempt int) time.Duration {
-	return backoff.Delay(w.cfg.RetryBackoff, 15*time.Minute, attempt)
-}
-
-func (w *Worker) deleteMessage(ctx context.Context, msg types.Message) error {
-	var err error
-	for try := 0; try < 3; try++ {
-		_, err = w.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: msg.ReceiptHandle})
-		if err == nil {
-			return nil
-		}
-		if backoff.Sleep(ctx, backoff.Delay(100*time.Millisecond, time.Second, try+1)) != nil {
-			break
-		}
-	}
-	return fmt.Errorf("delete message: %w", err)
-}
-
-func (w *Worker) setVisibility(ctx context.Context, log zerolog.Logger, msg types.Message, d time.Duration) {
-	_, err := w.sqs.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: msg.ReceiptHandle, VisibilityTimeout: int32(d / time.Second),
-	})
-	if err != nil {
-		log.Warn().Err(err).Msg("change visibility failed; message returns after its visibility timeout")
-	}
-}
-
-// runMessage processes every job in a message. Jobs already done (an
-// earlier delivery, or an earlier record of the same S3 event) are
-// skipped, so a retried message does no work twice.
-func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, msg types.Message, attempt int) (outcome string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-		}
-	}()
-	jobs, err := ParseMessage([]byte(aws.ToString(msg.Body)))
-	if err != nil {
-		// There is no input to put the record beside, so it goes under
-		// the output prefix by message id and keeps the body: nothing is
-		// lost, and the body is never logged.
-		log.Warn().Int("body_bytes", len(aws.ToString(msg.Body))).Err(err).Msg("unparseable message")
-		return w.recordInvalidMessage(ctx, msg, attempt, err)
-	}
-	outcome = OutcomeOK
-	for _, job := range jobs {
-		jlog := log.With().Str("bucket", job.Bucket).Str("key", job.Key).Logger()
-		o, err := w.runJob(ctx, jlog, job, attempt)
-		if err != nil {
-			return o, err
-		}
-		if o != OutcomeOK {
-			outcome = o
-		}
-	}
-	return outcome, nil
-}
-
-// runJob processes one job and writes its error record when it fails for
-// good (or for the last time the queue will deliver it).
-func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, job Job, attempt int) (string, error) {
-	in := InputRef{Bucket: job.Bucket, Key: job.Key, ETag: job.ETag, VersionID: job.VersionID}
-	model := w.model
-	prefix := w.cfg.OutputPrefix
-	if job.OutputPrefix != "" {
-		prefix = job.OutputPrefix
-	}
-	outcome, keys, err := w.process(ctx, log, job, &in, prefix, attempt)
-	if err == nil {
-		return outcome, nil
-	}
-	final := ErrorClass(err) != ""
-	if !final && attempt < w.cfg.MaxReceives {
-		return OutcomeRetry, err
-	}
-	if cause := context.Cause(ctx); !final && (errors.Is(cause, errHeartbeatLost) || errors.Is(cause, errDrainTimeout)) {
-		return OutcomeRetry, err // shutdown or heartbeat loss, not the job's fault
-	}
-	if keys.JSON == "" {
-		keys = KeysFor(prefix, in, model)
-	}
-	class := ErrorClass(err)
-	if class == "" {
-		class = ClassExhausted
-	}
-	rec := ErrorRecord{
-		Schema: ErrorSchema, Input: in, Model: model, Class: class, Message: err.Error(),
-		Attempt: attempt, Final: final, CreatedAt: w.now().UTC(),
-	}
-	outcome, err = w.writeErrorRecord(ctx, keys.Error, rec, err)
-	if outcome == OutcomeFailed {
-		log.Info().Str("error_key", keys.Error).Msg("error record written")
-	}
-	return outcome, err
-}
-
-// writeErrorRecord writes rec at key, even after ctx is cancelled, and
-// returns the outcome and error of the job it records. A record that
-// cannot be written turns the failure into a retry: without the record it
-// would be silent.
-func (w *Worker) writeErrorRecord(ctx context.Context, key string, rec ErrorRecord, jobErr error) (string, error) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if werr := w.putJSON(wctx, key, rec, ErrorRecordTag); werr != nil {
-		// The job error is flattened (%v) so the message is not taken for
-		// a permanent failure and deleted.
-		return OutcomeRetry, fmt.Errorf("write error record: %w (job error: %v)", werr, jobErr) //nolint:errorlint // must not match as permanent
-	}
-	return OutcomeFailed, jobErr
-}
-
-// recordInvalidMessage writes the error record of a message that is not a
-// job. A failed write leaves the message for redelivery.
-func (w *Worker) recordInvalidMessage(ctx context.Context, msg types.Message, attempt int, err error) (string, error) {
-	rec := ErrorRecord{
-		Schema: ErrorSchema, Model: w.model, Class: ErrorClass(err), Message: err.Error(),
-		Attempt: attempt, Final: true, CreatedAt: w.now().UTC(),
-		MessageID: aws.ToString(msg.MessageId), MessageBody: aws.ToString(msg.Body),
-	}
-	return w.writeErrorRecord(ctx, InvalidMessageKey(w.cfg.OutputPrefix, aws.ToString(msg.MessageId)), rec, err)
 }
 
 // checkQueue fails fast on a queue that does not exist, and warns when its

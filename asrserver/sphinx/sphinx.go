@@ -6,11 +6,14 @@ package sphinx
 #cgo pkg-config: pocketsphinx
 #include <stdlib.h>
 #include <pocketsphinx.h>
+#include <feat.h>
+#include <cmn.h>
 
 // cmd_ln_init is variadic, which cgo cannot call.
 static ps_decoder_t *fs_decoder_new(const char *hmm, const char *lm, const char *dict) {
 	cmd_ln_t *cfg = cmd_ln_init(NULL, ps_args(), TRUE,
-		"-hmm", hmm, "-lm", lm, "-dict", dict, "-logfn", "/dev/null", NULL);
+		"-hmm", hmm, "-lm", lm, "-dict", dict, "-logfn", "/dev/null",
+		"-remove_silence", "no", NULL);
 	if (cfg == NULL) return NULL;
 	ps_decoder_t *ps = ps_init(cfg);
 	cmd_ln_free_r(cfg);
@@ -19,6 +22,21 @@ static ps_decoder_t *fs_decoder_new(const char *hmm, const char *lm, const char 
 
 static double fs_seg_conf(ps_decoder_t *ps, ps_seg_t *seg) {
 	return logmath_exp(ps_get_logmath(ps), ps_seg_prob(seg, NULL, NULL, NULL));
+}
+
+// The live cepstral mean carries over from one utterance to the next;
+// these save and restore it so every request starts from the same state.
+static mfcc_t *fs_cmn_save(ps_decoder_t *ps) {
+	cmn_t *c = ps_get_feat(ps)->cmn_struct;
+	if (c == NULL) return NULL;
+	mfcc_t *v = malloc(sizeof(mfcc_t) * c->veclen);
+	if (v != NULL) cmn_live_get(c, v);
+	return v;
+}
+
+static void fs_cmn_restore(ps_decoder_t *ps, mfcc_t const *v) {
+	cmn_t *c = ps_get_feat(ps)->cmn_struct;
+	if (c != NULL && v != NULL) cmn_live_set(c, v);
 }
 */
 import "C"
@@ -46,12 +64,23 @@ type Recognizer struct {
 	all  []*decoder
 }
 
-// decoder is one pocketsphinx decoder. Word segments report frame numbers
-// counted from the decoder's creation, not from the utterance, so the
-// frames of earlier utterances are tracked and subtracted.
+// decoder is one pocketsphinx decoder. A decoder keeps state between
+// utterances (stream-wide frame numbers, the live cepstral mean, noise
+// estimates); every request resets it to the state it had when created, so
+// a request's words and times never depend on the requests before it.
 type decoder struct {
-	ps     *C.ps_decoder_t
-	frames int // frames processed in earlier utterances
+	ps      *C.ps_decoder_t
+	cmnInit *C.mfcc_t // live CMN mean at creation
+}
+
+// reset returns the decoder to its initial state: a new stream (frame
+// numbers from 0, noise statistics reset) and the initial CMN mean.
+func (d *decoder) reset() error {
+	if C.ps_start_stream(d.ps) < 0 {
+		return errors.New("pocketsphinx: start stream failed")
+	}
+	C.fs_cmn_restore(d.ps, d.cmnInit)
+	return nil
 }
 
 // New loads cfg.Decoders decoders. Each holds its own copy of the models.
@@ -75,7 +104,7 @@ func New(cfg Config) (*Recognizer, error) {
 			r.Close()
 			return nil, errors.New("pocketsphinx: decoder initialisation failed")
 		}
-		d := &decoder{ps: ps}
+		d := &decoder{ps: ps, cmnInit: C.fs_cmn_save(ps)}
 		r.all = append(r.all, d)
 		r.free <- d
 	}
@@ -86,6 +115,7 @@ func New(cfg Config) (*Recognizer, error) {
 func (r *Recognizer) Close() {
 	for _, d := range r.all {
 		C.ps_free(d.ps)
+		C.free(unsafe.Pointer(d.cmnInit))
 	}
 	r.all = nil
 }
@@ -115,6 +145,9 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 			pcm[i] = C.int16(s * 32767)
 		}
 	}
+	if err := d.reset(); err != nil {
+		return triton.Result{}, err
+	}
 	if C.ps_start_utt(ps) < 0 {
 		return triton.Result{}, errors.New("pocketsphinx: start utterance failed")
 	}
@@ -122,6 +155,11 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 	// mean normalisation recognises short clips far better than the
 	// whole-utterance mode.
 	for off := 0; off < len(pcm); off += blockSamples {
+		if ctx.Err() != nil {
+			// The client has given up: stop working for nobody.
+			C.ps_end_utt(ps)
+			return triton.Result{}, ctx.Err()
+		}
 		end := min(off+blockSamples, len(pcm))
 		if C.ps_process_raw(ps, &pcm[off], C.size_t(end-off), 0, 0) < 0 {
 			C.ps_end_utt(ps)
@@ -131,8 +169,6 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 	if C.ps_end_utt(ps) < 0 {
 		return triton.Result{}, errors.New("pocketsphinx: end utterance failed")
 	}
-	base := d.frames
-	d.frames += int(C.ps_get_n_frames(ps))
 	var res triton.Result
 	if hyp := C.ps_get_hyp(ps, nil); hyp != nil {
 		res.Text = C.GoString(hyp)
@@ -148,8 +184,8 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 			C.ps_seg_frames(seg, &sf, &ef)
 			res.Words = append(res.Words, triton.Word{
 				Word:       word,
-				Start:      float64(int(sf)-base) / frameRate,
-				End:        float64(int(ef)+1-base) / frameRate,
+				Start:      float64(sf) / frameRate,
+				End:        float64(ef+1) / frameRate,
 				Confidence: float64(C.fs_seg_conf(ps, seg)),
 			})
 		}

@@ -4,10 +4,14 @@ package sphinx_test
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/fleetscribe/fleetscribe/asrserver"
@@ -70,7 +74,7 @@ func TestRealSpeechOverGRPC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := c.Infer(context.Background(), audio.Resample(clip.Samples, clip.Rate, 16000), true)
+		res, err := c.Infer(context.Background(), triton.Request{Samples: audio.Resample(clip.Samples, clip.Rate, 16000), Timestamps: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,5 +92,142 @@ func TestRealSpeechOverGRPC(t *testing.T) {
 	}
 	if rate := float64(edits) / float64(words); rate > 0.15 {
 		t.Errorf("WER %.3f over %d words, want at most 0.15", rate, words)
+	}
+}
+
+// synth writes flite speech for each text, joined by gaps of silence, as a
+// 16 kHz 16-bit mono WAV, and returns its path.
+func synth(t *testing.T, gap float64, texts ...string) string {
+	t.Helper()
+	args := []string{"-nostdin", "-loglevel", "error", "-y"}
+	filter := ""
+	for i, s := range texts {
+		if i > 0 {
+			args = append(args, "-f", "lavfi", "-i", fmt.Sprintf("anullsrc=r=16000:cl=mono:d=%g", gap))
+			filter += fmt.Sprintf("[%d]", len(args)/4-1)
+		}
+		args = append(args, "-f", "lavfi", "-i", "flite=text='"+s+"':voice=rms")
+	}
+	// Inputs alternate speech, silence, speech...; resample each to 16 kHz.
+	n := 2*len(texts) - 1
+	filter = ""
+	for i := range n {
+		filter += fmt.Sprintf("[%d]aresample=16000[a%d];", i, i)
+	}
+	for i := range n {
+		filter += fmt.Sprintf("[a%d]", i)
+	}
+	filter += fmt.Sprintf("concat=n=%d:v=0:a=1", n)
+	out := filepath.Join(t.TempDir(), "speech.wav")
+	args = append(args, "-filter_complex", filter, "-ar", "16000", "-ac", "1", "-sample_fmt", "s16", out)
+	if b, err := exec.CommandContext(t.Context(), "ffmpeg", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ffmpeg: %v %s", err, b)
+	}
+	return out
+}
+
+// cliWords runs pocketsphinx's own command-line recogniser on a WAV and
+// returns its timed words (fillers dropped).
+func cliWords(t *testing.T, wav string) []triton.Word {
+	t.Helper()
+	if _, err := exec.LookPath("pocketsphinx_continuous"); err != nil {
+		t.Fatal("pocketsphinx_continuous is required (make deps installs the pocketsphinx package)")
+	}
+	out, err := exec.CommandContext(t.Context(), "pocketsphinx_continuous", "-infile", wav, "-time", "yes", "-logfn", "/dev/null").Output()
+	if err != nil {
+		t.Fatalf("pocketsphinx_continuous: %v", err)
+	}
+	var words []triton.Word
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			continue
+		}
+		start, err1 := strconv.ParseFloat(f[1], 64)
+		end, err2 := strconv.ParseFloat(f[2], 64)
+		if err1 != nil || err2 != nil || strings.HasPrefix(f[0], "<") || strings.HasPrefix(f[0], "[") {
+			continue
+		}
+		w, _, _ := strings.Cut(f[0], "(")
+		words = append(words, triton.Word{Word: w, Start: start, End: end})
+	}
+	return words
+}
+
+func readClip(t *testing.T, path string) audio.Clip {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clip, err := audio.DecodeWAV(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clip
+}
+
+// Every request is independent of the ones before it: the same clip sent
+// many times to one decoder, with other clips in between, gets the same
+// words at the same times, and those times agree with pocketsphinx's own
+// command-line output, pauses included.
+func TestWordTimesAreIndependentAndMatchCLI(t *testing.T) {
+	cfg := sphinx.DefaultConfig()
+	cfg.Decoders = 1
+	rec, err := sphinx.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	paused := synth(t, 3, "please schedule a follow up appointment", "the doctor will call you back")
+	other := readClip(t, synth(t, 0, "the heart rate is normal and the lungs are clear"))
+	clip := readClip(t, paused)
+	want := cliWords(t, paused)
+	if len(want) < 8 {
+		t.Fatalf("the command-line recogniser found only %d words: %+v", len(want), want)
+	}
+	var first triton.Result
+	for i := range 6 {
+		res, err := rec.Recognize(context.Background(), clip.Samples, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rec.Recognize(context.Background(), other.Samples, true); err != nil {
+			t.Fatal(err)
+		}
+		for j, w := range res.Words {
+			if w.Start < 0 || w.End > clip.Duration()+0.01 || w.End < w.Start || j > 0 && w.Start < res.Words[j-1].End-1e-9 {
+				t.Fatalf("request %d: word %d %+v outside the %.2f s clip or out of order", i, j, w, clip.Duration())
+			}
+		}
+		if i == 0 {
+			first = res
+			continue
+		}
+		if res.Text != first.Text || len(res.Words) != len(first.Words) {
+			t.Fatalf("request %d: %q, first request: %q", i, res.Text, first.Text)
+		}
+		for j := range res.Words {
+			if res.Words[j] != first.Words[j] {
+				t.Fatalf("request %d: word %d %+v, first request %+v", i, j, res.Words[j], first.Words[j])
+			}
+		}
+	}
+	// Match words in order and compare their start times.
+	matched, k := 0, 0
+	for _, w := range want {
+		for ; k < len(first.Words); k++ {
+			if first.Words[k].Word == w.Word {
+				if d := math.Abs(first.Words[k].Start - w.Start); d > 0.25 {
+					t.Errorf("%q starts at %.2f s, the command line says %.2f s", w.Word, first.Words[k].Start, w.Start)
+				}
+				matched++
+				k++
+				break
+			}
+		}
+	}
+	if matched < len(want)*3/4 {
+		t.Errorf("only %d of %d command-line words found in %+v", matched, len(want), first.Words)
 	}
 }
