@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -49,6 +50,17 @@ type Server struct {
 	platform string
 	// MaxSamples bounds one request's audio; larger requests get INVALID_ARGUMENT.
 	MaxSamples int
+	// Aliases are further model names served by the same recognizer (as a
+	// Triton repository holding several versions of one model).
+	Aliases []string
+}
+
+type modelKey struct{}
+
+// Model returns the model name a request to the recognizer was sent for.
+func Model(ctx context.Context) string {
+	s, _ := ctx.Value(modelKey{}).(string)
+	return s
 }
 
 // New returns a server answering for io.Model with rec.
@@ -88,7 +100,7 @@ func (s *Server) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.Serve
 }
 
 func (s *Server) checkModel(name, version string) error {
-	if name != s.io.Model {
+	if name != s.io.Model && !slices.Contains(s.Aliases, name) {
 		return status.Errorf(codes.NotFound, "unknown model %q", name)
 	}
 	if version != "" && version != "1" {
@@ -209,7 +221,7 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.rec.Recognize(ctx, audio, timestamps)
+	res, err := s.rec.Recognize(context.WithValue(ctx, modelKey{}, r.GetModelName()), audio, timestamps)
 	if err != nil {
 		if _, ok := status.FromError(err); ok {
 			return nil, err
@@ -224,7 +236,7 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 
 func (s *Server) encodeOutputs(r *pb.ModelInferRequest, res triton.Result) (*pb.ModelInferResponse, error) {
 	type out = pb.ModelInferResponse_InferOutputTensor
-	resp := &pb.ModelInferResponse{ModelName: s.io.Model, ModelVersion: "1", Id: r.GetId()}
+	resp := &pb.ModelInferResponse{ModelName: r.GetModelName(), ModelVersion: "1", Id: r.GetId()}
 	add := func(name, dtype string, shape []int64, raw []byte) {
 		resp.Outputs = append(resp.Outputs, &out{Name: name, Datatype: dtype, Shape: shape})
 		resp.RawOutputContents = append(resp.RawOutputContents, raw)

@@ -24,7 +24,9 @@ func echo() *asrserver.Server {
 
 func TestInvalidRequestsAreInvalidArgument(t *testing.T) {
 	io := triton.DefaultModelIO()
-	good := func() *pb.ModelInferRequest { return io.NewRequest(triton.Request{Samples: make([]float32, 4), Timestamps: true}) }
+	good := func() *pb.ModelInferRequest {
+		return io.NewRequest(triton.Request{Samples: make([]float32, 4), Timestamps: true})
+	}
 	cases := map[string]func(r *pb.ModelInferRequest){
 		"shape disagrees with contents": func(r *pb.ModelInferRequest) { r.Inputs[0].Shape = []int64{1, 5} },
 		"batch of two":                  func(r *pb.ModelInferRequest) { r.Inputs[0].Shape = []int64{2, 2} },

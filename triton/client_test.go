@@ -284,7 +284,9 @@ func TestPoolWaitHonoursContext(t *testing.T) {
 	cfg := poolConfig(a.Addr)
 	cfg.MaxInflight = 1
 	p := newPool(t, cfg, prometheus.NewRegistry())
-	go func() { _, _ = p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 3), Timestamps: false}) }()
+	go func() {
+		_, _ = p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 3), Timestamps: false})
+	}()
 	<-a.Started()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

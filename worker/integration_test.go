@@ -46,7 +46,7 @@ type env struct {
 	wreg     *prometheus.Registry // the last run's worker metrics
 }
 
-func newEnv(t *testing.T, partitions, maxReceives int) *env {
+func newEnv(t *testing.T, partitions, maxReceives int, aliases ...string) *env {
 	t.Helper()
 	ctx := context.Background()
 	n := testSeq.Add(1)
@@ -58,7 +58,11 @@ func newEnv(t *testing.T, partitions, maxReceives int) *env {
 	}
 	var addrs []string
 	for range partitions {
-		s := tritontest.Start(t)
+		s, err := tritontest.Listen("127.0.0.1:0", triton.DefaultModelIO(), aliases...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
 		e.servers = append(e.servers, s)
 		addrs = append(addrs, s.Addr)
 	}
@@ -200,7 +204,7 @@ func (r *recordingSQS) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageI
 	r.mu.Unlock()
 	var job worker.Job
 	if json.Unmarshal([]byte(body), &job) == nil && job.Key != "" {
-		res, err := r.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(r.out), Prefix: aws.String("transcripts/" + job.Bucket + "/" + worker.EscapeKey(job.Key) + "/")})
+		res, err := r.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(r.out), Prefix: aws.String(outputDir(job))})
 		found := false
 		if err == nil {
 			for _, o := range res.Contents {
@@ -605,4 +609,11 @@ func TestLostHeartbeatAbandonsJob(t *testing.T) {
 	if v, f := e.depth(e.queue.URL); v+f != 1 {
 		t.Errorf("message should still be queued for another worker, depth %d", v+f)
 	}
+}
+
+// outputDir is the folder of a job's outputs, whatever its ETag (single
+// uploads have 32-hex-digit ETags).
+func outputDir(job worker.Job) string {
+	base := worker.KeysFor("transcripts/", worker.InputRef{Bucket: job.Bucket, Key: job.Key, ETag: strings.Repeat("0", 32)}, "asr").Base
+	return base[:strings.LastIndex(base, "/")+1]
 }

@@ -109,25 +109,61 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	log.Info().Strs("partitions", cfg.pool.Addrs).Str("model", cfg.model.Model).Msg("triton ready")
 
-	// The worker decides when to stop (signal or idle); the helpers stop with it.
-	helpers, stopHelpers := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopHelpers()
-	g, gctx := errgroup.WithContext(helpers)
-	g.Go(func() error { return pool.Run(gctx) })
+	parts := []part{{name: "triton health checks", run: pool.Run}}
 	if cfg.metricsAddr != "" {
 		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.metricsAddr)
 		if err != nil {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
-		g.Go(func() error { return serveMetrics(gctx, lis, reg) })
 		log.Info().Str("addr", lis.Addr().String()).Msg("metrics listening")
+		parts = append(parts, part{name: "metrics server", run: func(ctx context.Context) error { return serveMetrics(ctx, lis, reg) }})
 	}
-	werr := w.Run(ctx)
-	stopHelpers()
-	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+	return runGroup(ctx, log, w.Run, parts...)
+}
+
+// part is a long-running piece of the process besides the worker.
+type part struct {
+	name string
+	run  func(context.Context) error
+}
+
+// errPartStopped is returned when a helper stops on its own.
+var errPartStopped = errors.New("stopped unexpectedly")
+
+// runGroup runs the worker and its helpers in one group: the worker stops
+// (and drains) when ctx is done or any helper fails, and the helpers stop
+// once the worker has returned. The first failure is returned.
+func runGroup(ctx context.Context, log zerolog.Logger, work func(context.Context) error, parts ...part) error {
+	g, gctx := errgroup.WithContext(ctx)
+	// Helpers outlive a signal: the pool and metrics serve the drain.
+	helpers, stopHelpers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHelpers()
+	workDone := make(chan struct{})
+	g.Go(func() error {
+		defer close(workDone)
+		defer stopHelpers()
+		err := work(gctx)
+		log.Info().Err(err).Msg("worker stopped")
 		return err
+	})
+	for _, p := range parts {
+		g.Go(func() error {
+			// A helper failing cancels gctx, which stops the worker.
+			err := p.run(helpers)
+			select {
+			case <-workDone:
+				log.Info().Str("part", p.name).Msg("stopped")
+				return nil
+			default:
+			}
+			if err == nil {
+				err = errPartStopped
+			}
+			log.Error().Str("part", p.name).Err(err).Msg("stopped while the worker runs; shutting down")
+			return fmt.Errorf("%s: %w", p.name, err)
+		})
 	}
-	return werr
+	return g.Wait()
 }
 
 func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registry) error {

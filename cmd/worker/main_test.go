@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/fleetscribe/fleetscribe/audio"
@@ -135,7 +136,7 @@ func TestSIGTERMFinishesJobInHandAndStopsReceiving(t *testing.T) {
 
 	transcripts := 0
 	for _, k := range keys {
-		res, err := s3c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("out"), Prefix: aws.String("transcripts/" + k + "/")})
+		res, err := s3c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("out"), Prefix: aws.String("transcripts/in/" + k + "/")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,5 +198,35 @@ func TestInvalidConfigIsAnError(t *testing.T) {
 	err := run(context.Background(), []string{"-output-bucket", "x"}, w)
 	if err == nil || !strings.Contains(err.Error(), "queue URL") {
 		t.Fatalf("want a queue URL config error, got %v", err)
+	}
+}
+
+// A helper (metrics server, pool health loop) that fails while the worker
+// runs stops the worker and fails the process; when the worker stops, the
+// helpers stop with it.
+func TestRunGroupStopsWorkerWhenAHelperFails(t *testing.T) {
+	boom := errors.New("listener closed")
+	workerStopped := make(chan struct{})
+	work := func(ctx context.Context) error {
+		<-ctx.Done()
+		close(workerStopped)
+		return nil
+	}
+	failing := part{name: "metrics server", run: func(context.Context) error { return boom }}
+	healthy := part{name: "health", run: func(ctx context.Context) error { <-ctx.Done(); return nil }}
+	err := runGroup(context.Background(), zerolog.Nop(), work, healthy, failing)
+	if !errors.Is(err, boom) {
+		t.Fatalf("runGroup = %v, want the helper's error", err)
+	}
+	select {
+	case <-workerStopped:
+	default:
+		t.Fatal("worker still running after its helper failed")
+	}
+
+	// The worker finishing on its own (idle exit) stops the helpers cleanly.
+	err = runGroup(context.Background(), zerolog.Nop(), func(context.Context) error { return nil }, healthy)
+	if err != nil {
+		t.Fatalf("clean worker exit: %v", err)
 	}
 }

@@ -31,6 +31,7 @@ type Server struct {
 	gate     chan struct{} // while non-nil, requests wait for it to close
 	started  chan struct{} // receives one value per request that reaches the recognizer
 	calls    atomic.Int64
+	models   map[string]int // requests per model name
 	recog    asrserver.Recognizer
 	stop     context.CancelFunc
 	serveErr chan error
@@ -51,14 +52,15 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-// Listen serves io on addr until Close.
-func Listen(addr string, io triton.ModelIO) (*Server, error) {
+// Listen serves io on addr until Close, answering also for the models
+// named in aliases.
+func Listen(addr string, io triton.ModelIO, aliases ...string) (*Server, error) {
 	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{Addr: lis.Addr().String(), stop: cancel, serveErr: make(chan error, 1), started: make(chan struct{}, 1024)}
+	s := &Server{Addr: lis.Addr().String(), stop: cancel, serveErr: make(chan error, 1), started: make(chan struct{}, 1024), models: map[string]int{}}
 	s.recog = asrserver.RecognizerFunc(func(_ context.Context, samples []float32, timestamps bool) (triton.Result, error) {
 		r := triton.Result{Text: Text(len(samples))}
 		if timestamps {
@@ -68,6 +70,7 @@ func Listen(addr string, io triton.ModelIO) (*Server, error) {
 		return r, nil
 	})
 	srv := asrserver.New(io, asrserver.RecognizerFunc(s.recognize), "tritontest")
+	srv.Aliases = aliases
 	go func() { s.serveErr <- srv.Serve(ctx, lis) }()
 	return s, nil
 }
@@ -89,6 +92,7 @@ func (s *Server) recognize(ctx context.Context, samples []float32, timestamps bo
 	default:
 	}
 	s.mu.Lock()
+	s.models[asrserver.Model(ctx)]++
 	var fault error
 	if len(s.faults) > 0 {
 		fault, s.faults = s.faults[0], s.faults[1:]
@@ -159,6 +163,13 @@ func (s *Server) Release() {
 
 // Started receives a value each time a request reaches the recognizer.
 func (s *Server) Started() <-chan struct{} { return s.started }
+
+// ModelCalls returns the number of inference requests for a model name.
+func (s *Server) ModelCalls(model string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.models[model]
+}
 
 // Calls returns the number of inference requests served.
 func (s *Server) Calls() int64 { return s.calls.Load() }

@@ -1,0 +1,61 @@
+package awsconf_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/logging"
+
+	"github.com/fleetscribe/fleetscribe/internal/awsconf"
+	"github.com/fleetscribe/fleetscribe/internal/leaktest"
+)
+
+func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
+
+type recordingLogger struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *recordingLogger) Logf(c logging.Classification, format string, v ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, string(c)+" "+format)
+}
+
+// An S3 endpoint that sends objects without a checksum header (as S3 does
+// for objects uploaded without one, and many S3-compatible stores always)
+// must not make the SDK log a warning per GetObject.
+func TestGetObjectWithoutChecksumLogsNothing(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "audio/wav")
+		_, _ = w.Write([]byte("RIFF"))
+	}))
+	defer srv.Close()
+	rec := &recordingLogger{}
+	cfg := aws.Config{
+		Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""), Logger: rec,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenSupported, // as config.LoadDefaultConfig sets it
+	}
+	_, s3c, err := awsconf.Local(cfg, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := s3c.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String("b"), Key: aws.String("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(out.Body)
+	_ = out.Body.Close()
+	srv.CloseClientConnections()
+	if len(rec.lines) != 0 {
+		t.Errorf("SDK logged %q", rec.lines)
+	}
+}

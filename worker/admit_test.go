@@ -1,0 +1,99 @@
+package worker
+
+import (
+	"context"
+	"encoding/binary"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetscribe/fleetscribe/audio"
+)
+
+func pcmWAV(rate, channels, bits, frames int) []byte {
+	n := frames * channels * bits / 8
+	b := make([]byte, 44+n)
+	copy(b, "RIFF")
+	binary.LittleEndian.PutUint32(b[4:], uint32(36+n))
+	copy(b[8:], "WAVEfmt ")
+	binary.LittleEndian.PutUint32(b[16:], 16)
+	binary.LittleEndian.PutUint16(b[20:], 1)
+	binary.LittleEndian.PutUint16(b[22:], uint16(channels))
+	binary.LittleEndian.PutUint32(b[24:], uint32(rate))
+	binary.LittleEndian.PutUint32(b[28:], uint32(rate*channels*bits/8))
+	binary.LittleEndian.PutUint16(b[32:], uint16(channels*bits/8))
+	binary.LittleEndian.PutUint16(b[34:], uint16(bits))
+	copy(b[36:], "data")
+	binary.LittleEndian.PutUint32(b[40:], uint32(n))
+	return b
+}
+
+// The admission estimate bounds what decoding and resampling really
+// allocate, for the shapes that grow most (low rates) and least.
+func TestEstimateBoundsDecodeAndResample(t *testing.T) {
+	w := &Worker{cfg: Config{ChunkParallelism: 8, ChunkSeconds: 30}}
+	for _, c := range []struct{ rate, channels, bits, frames int }{
+		{1000, 1, 8, 2_000_000}, {8000, 1, 8, 1_000_000}, {8000, 1, 16, 800_000},
+		{44100, 2, 16, 1_000_000}, {48000, 6, 24, 200_000}, {16000, 1, 16, 1_000_000},
+	} {
+		f := pcmWAV(c.rate, c.channels, c.bits, c.frames)
+		info, err := audio.Probe(f[:64], int64(len(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		clip, err := audio.Decode(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := audio.Resample(clip.Samples, clip.Rate, ModelRate)
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(out)
+		allocated := int64(after.TotalAlloc - before.TotalAlloc)
+		est := w.estimateMemory(int64(len(f)), info)
+		if allocated+int64(len(f)) > est {
+			t.Errorf("%+v: object %d + allocated %d > estimate %d", c, len(f), allocated, est)
+		}
+		if est > 3*(allocated+int64(len(f)))+jobOverheadBytes+8*30*ModelRate*8 {
+			t.Errorf("%+v: estimate %d is far above the %d really used", c, est, allocated+int64(len(f)))
+		}
+	}
+}
+
+// Jobs wait for room in the budget; one that alone exceeds it is refused.
+func TestMemoryGate(t *testing.T) {
+	g := newMemoryGate(100, newMetrics(prometheus.NewRegistry()))
+	if _, err := g.acquire(context.Background(), 101); ErrorClass(err) != ClassTooLarge {
+		t.Fatalf("over budget: %v", err)
+	}
+	release, err := g.acquire(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan func(), 1)
+	go func() {
+		r, err := g.acquire(context.Background(), 60)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	select {
+	case <-got:
+		t.Fatal("second job admitted while the first holds 60 of 100")
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	(<-got)()
+	ctx, cancel := context.WithCancel(context.Background())
+	hold, _ := g.acquire(context.Background(), 100)
+	cancel()
+	if _, err := g.acquire(ctx, 1); err == nil {
+		t.Error("acquire ignored a cancelled context")
+	}
+	hold()
+}

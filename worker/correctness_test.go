@@ -1,0 +1,592 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/triton"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest"
+	"github.com/fleetscribe/fleetscribe/worker"
+)
+
+// s3Event is an S3 notification with one record per key.
+func s3Event(bucket string, keys ...string) string {
+	var recs []string
+	for _, k := range keys {
+		recs = append(recs, fmt.Sprintf(`{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":%q},"object":{"key":%q}}}`, bucket, k))
+	}
+	return `{"Records":[` + strings.Join(recs, ",") + `]}`
+}
+
+func (e *env) transcript(key string) (worker.Transcript, bool) {
+	e.t.Helper()
+	var tr worker.Transcript
+	b, ok := e.outputs(key)["json"]
+	if !ok {
+		return tr, false
+	}
+	if err := json.Unmarshal(b, &tr); err != nil {
+		e.t.Fatal(err)
+	}
+	return tr, true
+}
+
+func (e *env) errorRecord(key string) (worker.ErrorRecord, bool) {
+	e.t.Helper()
+	var rec worker.ErrorRecord
+	b, ok := e.outputs(key)["error.json"]
+	if !ok {
+		return rec, false
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		e.t.Fatal(err)
+	}
+	return rec, true
+}
+
+// Item 1: a permanent failure of one record does not stop the records
+// after it, and a retryable failure of one does not redo the others.
+func TestMultiRecordEventEveryRecordReachesAnOutcome(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.put("a.wav", tone(16000, 1600))
+	e.put("c.wav", tone(16000, 3200))
+	e.send(s3Event(e.in, "a.wav", "missing.wav", "c.wav"))
+	e.run(e.config(), nil)
+	for _, k := range []string{"a.wav", "c.wav"} {
+		if _, ok := e.transcript(k); !ok {
+			t.Errorf("%s: no transcript: records after a failed one were dropped", k)
+		}
+	}
+	if rec, ok := e.errorRecord("missing.wav"); !ok || rec.Class != worker.ClassMissing {
+		t.Errorf("missing.wav: record %+v, %v", rec, ok)
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 0 {
+		t.Errorf("queue holds %d messages", v+f)
+	}
+}
+
+func TestMultiRecordRetryRedoesNothingDone(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	var failB atomic.Bool
+	failB.Store(true)
+	var callsA atomic.Int64
+	base := tritontest.Text
+	e.servers[0].SetRecognizer(asrFunc(func(samples []float32) (triton.Result, error) {
+		switch len(samples) {
+		case 1600:
+			callsA.Add(1)
+		case 3200:
+			if failB.Swap(false) {
+				return triton.Result{}, errUnavailable
+			}
+		}
+		return triton.Result{Text: base(len(samples))}, nil
+	}))
+	e.put("a.wav", tone(16000, 1600))
+	e.put("b.wav", tone(16000, 3200))
+	e.send(s3Event(e.in, "a.wav", "b.wav"))
+	cfg := e.config()
+	cfg.ExitWhenIdle = 4 * time.Second
+	e.run(cfg, nil)
+	if _, ok := e.transcript("b.wav"); !ok {
+		t.Fatal("b.wav not transcribed after its retry")
+	}
+	if n := callsA.Load(); n != 1 {
+		t.Errorf("a.wav computed %d times, want once", n)
+	}
+}
+
+// Item 2: keys that path cleaning folds together, and one key in two
+// buckets, get their own outputs.
+func TestOutputKeysDoNotCollide(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	other := e.in + "-2"
+	if err := emulatorBucket(other); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"a//x.wav", "/a/x.wav", "a/./x.wav", "a/x.wav"}
+	for i, k := range keys {
+		e.put(k, tone(16000, 1000*(i+1)))
+		e.sendJob(k)
+	}
+	putIn(t, e, other, "a/x.wav", tone(16000, 7000))
+	b, _ := worker.Job{Bucket: other, Key: "a/x.wav"}.Encode()
+	e.send(string(b))
+	e.run(e.config(), nil)
+	for i, k := range keys {
+		tr, ok := e.transcript(k)
+		if !ok || tr.Text != tritontest.Text(1000*(i+1)) || tr.Input.Key != k {
+			t.Errorf("%q: transcript %q of %q (found %v)", k, tr.Text, tr.Input.Key, ok)
+		}
+	}
+	out := listOutputs(t, e.s3, e.out, other, "a/x.wav")
+	var tr worker.Transcript
+	if err := json.Unmarshal(out["json"], &tr); err != nil || tr.Text != tritontest.Text(7000) {
+		t.Errorf("second bucket's transcript %q, %v", tr.Text, err)
+	}
+}
+
+// keyLimitS3 refuses keys over S3's 1,024-byte limit as S3 does, and
+// optionally every PUT whose key has a given suffix.
+type keyLimitS3 struct {
+	worker.S3API
+	refuseSuffix string
+}
+
+func (k keyLimitS3) PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	key := aws.ToString(in.Key)
+	if len(key) > worker.MaxKeyBytes || k.refuseSuffix != "" && strings.Contains(key, k.refuseSuffix) && strings.HasSuffix(key, ".json") {
+		return nil, &smithy.GenericAPIError{Code: "KeyTooLongError", Message: "Your key is too long"}
+	}
+	return k.S3API.PutObject(ctx, in, opts...)
+}
+
+func (e *env) runS3(cfg worker.Config, s3c worker.S3API) {
+	e.t.Helper()
+	e.wreg = prometheus.NewRegistry()
+	w, err := worker.New(cfg, "asr", e.recorder, s3c, e.pool, zerolog.New(io.Discard), e.wreg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := w.Run(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// Item 3: a 970-byte key finishes, and an output S3 refuses is a
+// permanent error with a record, not a retry loop.
+func TestLongKeyFinishesAndRefusedOutputIsPermanent(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	long := strings.Repeat("k", 970) + ".wav"
+	e.put(long, tone(16000, 1600))
+	e.sendJob(long)
+	e.put("refused.wav", tone(16000, 1600))
+	e.sendJob("refused.wav")
+	e.runS3(e.config(), keyLimitS3{S3API: e.s3, refuseSuffix: "refused.wav/asr/"})
+	all, err := e.s3.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(e.out)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hashed, unwritable int
+	for _, o := range all.Contents {
+		k := aws.ToString(o.Key)
+		if strings.Contains(k, "/%hashed/") && strings.HasSuffix(k, ".json") && !strings.HasSuffix(k, ".error.json") {
+			hashed++
+		}
+		if strings.HasPrefix(k, "transcripts/_unwritable/") {
+			unwritable++
+		}
+	}
+	if hashed != 1 || unwritable != 1 {
+		t.Errorf("%d transcripts under a hashed key, %d records under _unwritable; want 1 and 1", hashed, unwritable)
+	}
+	// Each message received once: nothing retried. (refused.wav's record is
+	// under _unwritable, so the recorder's own output check does not apply.)
+	e.recorder.mu.Lock()
+	for id, n := range e.recorder.received {
+		if n != 1 {
+			t.Errorf("message %s received %d times", id, n)
+		}
+	}
+	e.recorder.mu.Unlock()
+	if got := counter(t, e.wreg, "fleetscribe_job_errors_total", "class", worker.ClassOutputRejected); got != 1 {
+		t.Errorf("output_rejected errors = %v, want 1", got)
+	}
+}
+
+// Item 4: a recording that would grow past the budget when resampled is
+// refused from its header, before the object is downloaded.
+func TestLowRateRecordingIsRefusedBeforeDownload(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	// 2 MB of 8-bit audio at 1 kHz: 33 minutes, about 150 MB once decoded
+	// and resampled to 16 kHz float.
+	e.put("low.wav", wav8bit(1000, 2_000_000))
+	e.put("long.wav", wav8bit(8000, 1_000_000)) // 125 s
+	e.sendJob("low.wav")
+	e.sendJob("long.wav")
+	cfg := e.config()
+	cfg.MemoryBudget = 64 << 20
+	cfg.MaxAudioSeconds = 120
+	counting := &countingS3{S3API: e.s3}
+	e.runS3(cfg, counting)
+	for _, k := range []string{"low.wav", "long.wav"} {
+		rec, ok := e.errorRecord(k)
+		if !ok || rec.Class != worker.ClassTooLarge || !rec.Final {
+			t.Errorf("%s: record %+v (found %v), want final too_large", k, rec, ok)
+		}
+	}
+	if n := counting.fullGets.Load(); n != 0 {
+		t.Errorf("%d whole-object GETs for refused recordings", n)
+	}
+}
+
+type countingS3 struct {
+	worker.S3API
+	fullGets atomic.Int64
+}
+
+func (c *countingS3) GetObject(ctx context.Context, in *s3.GetObjectInput, opts ...func(*s3.Options)) (*s3.GetObjectOutput, error) {
+	if in.Range == nil {
+		c.fullGets.Add(1)
+	}
+	return c.S3API.GetObject(ctx, in, opts...)
+}
+
+// wav8bit returns an 8-bit mono WAV of n samples at rate.
+func wav8bit(rate, n int) []byte {
+	b := make([]byte, 44, 44+n)
+	copy(b, "RIFF")
+	binary.LittleEndian.PutUint32(b[4:], uint32(36+n))
+	copy(b[8:], "WAVEfmt ")
+	binary.LittleEndian.PutUint32(b[16:], 16)
+	binary.LittleEndian.PutUint16(b[20:], 1)
+	binary.LittleEndian.PutUint16(b[22:], 1)
+	binary.LittleEndian.PutUint32(b[24:], uint32(rate))
+	binary.LittleEndian.PutUint32(b[28:], uint32(rate))
+	binary.LittleEndian.PutUint16(b[32:], 1)
+	binary.LittleEndian.PutUint16(b[34:], 8)
+	copy(b[36:], "data")
+	binary.LittleEndian.PutUint32(b[40:], uint32(n))
+	for i := range n {
+		b = append(b, byte(128+int(40*float64(i%20)/20)))
+	}
+	return b
+}
+
+// Item 4: on the last receive a record exists before the work starts, so
+// a process that dies during that attempt still leaves one; success
+// removes it.
+func TestLastAttemptLeavesARecordUntilItSucceeds(t *testing.T) {
+	e := newEnv(t, 1, 1) // max receives 1: the first attempt is the last
+	e.put("a.wav", tone(16000, 1600))
+	e.sendJob("a.wav")
+	e.servers[0].Hold()
+	cfg := e.config()
+	cfg.MaxReceives = 1
+	done := make(chan struct{})
+	go func() { defer close(done); e.run(cfg, nil) }()
+	<-e.servers[0].Started()
+	rec, ok := e.errorRecord("a.wav")
+	if !ok || rec.Class != worker.ClassExhausted || rec.Final {
+		t.Errorf("during the last attempt: record %+v (found %v), want a provisional retries_exhausted record", rec, ok)
+	}
+	e.servers[0].Release()
+	<-done
+	if _, ok := e.transcript("a.wav"); !ok {
+		t.Fatal("no transcript")
+	}
+	if _, ok := e.errorRecord("a.wav"); ok {
+		t.Error("provisional record left beside the transcript")
+	}
+}
+
+// Item 5: inputs outside the allow-list and unsafe output prefixes are
+// refused with bad_message records; allowed ones work.
+func TestUntrustedMessagesAreRefused(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	secret := e.in + "-secret"
+	if err := emulatorBucket(secret); err != nil {
+		t.Fatal(err)
+	}
+	putIn(t, e, secret, "payroll.wav", tone(16000, 1600))
+	e.put("ok.wav", tone(16000, 1600))
+	e.send(s3Event(secret, "payroll.wav"))
+	for _, p := range []string{"../../", "other-tenant/", "transcripts/../x/"} {
+		b, _ := json.Marshal(map[string]any{"v": 1, "bucket": e.in, "key": "ok.wav", "output_prefix": p})
+		e.send(string(b))
+	}
+	b, _ := json.Marshal(map[string]any{"v": 1, "bucket": e.in, "key": "ok.wav", "output_prefix": "transcripts/tenant-a/"})
+	e.send(string(b))
+	cfg := e.config()
+	cfg.InputBuckets = []string{e.in}
+	e.run(cfg, nil)
+	out := listOutputs(t, e.s3, e.out, secret, "payroll.wav")
+	var rec worker.ErrorRecord
+	if err := json.Unmarshal(out["error.json"], &rec); err != nil || rec.Class != worker.ClassBadMessage {
+		t.Errorf("other bucket: record %+v, %v; outputs %v", rec, err, keysOf(out))
+	}
+	if _, ok := out["json"]; ok {
+		t.Error("a bucket outside the allow-list was transcribed")
+	}
+	if got := counter(t, e.wreg, "fleetscribe_job_errors_total", "class", worker.ClassBadMessage); got != 4 {
+		t.Errorf("bad_message errors = %v, want 4", got)
+	}
+	res, err := e.s3.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(e.out)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range res.Contents {
+		if k := aws.ToString(o.Key); !strings.HasPrefix(k, "transcripts/") || strings.Contains(k, "..") {
+			t.Errorf("written outside the output prefix: %q", k)
+		}
+	}
+	k := worker.KeysFor("transcripts/tenant-a/", worker.InputRef{Bucket: e.in, Key: "ok.wav"}, "asr")
+	found := false
+	for _, o := range res.Contents {
+		found = found || strings.HasPrefix(aws.ToString(o.Key), k.Base[:strings.LastIndex(k.Base, "/")]) && strings.HasSuffix(aws.ToString(o.Key), ".json") && !strings.HasSuffix(aws.ToString(o.Key), ".error.json")
+	}
+	if !found {
+		t.Error("a job with an allowed output prefix was not transcribed there")
+	}
+}
+
+// Item 7: a header-only WAV gets a clear empty_audio record.
+func TestHeaderOnlyWAVIsEmptyAudio(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.put("empty.wav", tone(16000, 0))
+	e.sendJob("empty.wav")
+	e.run(e.config(), nil)
+	if rec, ok := e.errorRecord("empty.wav"); !ok || rec.Class != worker.ClassEmptyAudio {
+		t.Errorf("record %+v (found %v), want empty_audio", rec, ok)
+	}
+}
+
+// Item 8: events that carry no work are not counted as jobs, and a short
+// heartbeat interval never reports a finished job's heartbeat as lost.
+func TestIgnoredEventsAndHeartbeatsAfterDelete(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.send(`{"Service":"Amazon S3","Event":"s3:TestEvent","Bucket":"in"}`)
+	e.send(`{"Records":[{"eventSource":"aws:s3","eventName":"ObjectRemoved:Delete","s3":{"bucket":{"name":"in"},"object":{"key":"x.wav"}}}]}`)
+	for i := range 10 {
+		k := fmt.Sprintf("k%d.wav", i)
+		e.put(k, tone(16000, 1600))
+		e.sendJob(k)
+	}
+	cfg := e.config()
+	cfg.HeartbeatInterval = 2 * time.Millisecond
+	e.run(cfg, &strictSQS{recordingSQS: e.recorder, deleted: map[string]bool{}})
+	if got := counter(t, e.wreg, "fleetscribe_jobs_total", "outcome", "ok"); got != 10 {
+		t.Errorf("ok jobs = %v, want 10 (ignored events are not jobs)", got)
+	}
+	if got := counter(t, e.wreg, "fleetscribe_messages_total", "outcome", worker.MessageIgnored); got != 2 {
+		t.Errorf("ignored messages = %v, want 2", got)
+	}
+	if got := counter(t, e.wreg, "fleetscribe_heartbeats_total", "outcome", "failed"); got != 0 {
+		t.Errorf("%v heartbeats failed for jobs that finished normally", got)
+	}
+}
+
+// Item 9: the same input enqueued twice and received by two workers at
+// once is computed once, or rarely twice; the rate is printed.
+func TestConcurrentDuplicatesAreRare(t *testing.T) {
+	e := newEnv(t, 2, 3)
+	const n = 40
+	for i := range n {
+		k := fmt.Sprintf("dup%02d.wav", i)
+		e.put(k, tone(16000, 1600+i))
+		e.sendJob(k)
+		e.sendJob(k)
+	}
+	cfg := e.config()
+	cfg.ClaimSettle = 100 * time.Millisecond
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			w, err := worker.New(cfg, "asr", e.sqs, e.s3, e.pool, zerolog.New(io.Discard), prometheus.NewRegistry())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_ = w.Run(ctx)
+		})
+	}
+	wg.Wait()
+	calls := e.servers[0].Calls() + e.servers[1].Calls()
+	dup := calls - n
+	t.Logf("%d inputs enqueued twice: %d computed twice (%.1f%%)", n, dup, 100*float64(dup)/n)
+	for i := range n {
+		if _, ok := e.transcript(fmt.Sprintf("dup%02d.wav", i)); !ok {
+			t.Errorf("dup%02d.wav: no transcript", i)
+		}
+	}
+	if dup > n/10 {
+		t.Errorf("%d of %d inputs computed twice, want at most 10%%", dup, n)
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 0 {
+		t.Errorf("queue holds %d messages", v+f)
+	}
+}
+
+// Item 10: a panic in a chunk's goroutine fails that job, not the process.
+type panickingTranscriber struct{}
+
+func (panickingTranscriber) Transcribe(context.Context, triton.Request) (triton.Result, error) {
+	panic("model client bug")
+}
+
+func TestPanicInChunkFailsOnlyTheJob(t *testing.T) {
+	e := newEnv(t, 1, 1)
+	e.put("a.wav", tone(16000, 1600))
+	e.sendJob("a.wav")
+	cfg := e.config()
+	cfg.MaxReceives = 1
+	w, err := worker.New(cfg, "asr", e.sqs, e.s3, panickingTranscriber{}, zerolog.New(io.Discard), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec, ok := e.errorRecord("a.wav")
+	if !ok || !strings.Contains(rec.Message, "model client bug") {
+		t.Errorf("record %+v (found %v), want the panic recorded", rec, ok)
+	}
+}
+
+// Item 10: a job may ask for another model the partitions serve (bulk
+// reprocessing after a model change); one they do not is refused.
+func TestJobModelOverride(t *testing.T) {
+	e := newEnv(t, 1, 3, "asr-v2")
+	e.put("a.wav", tone(16000, 1600))
+	for _, m := range []string{"asr-v2", "asr-v9"} {
+		b, _ := worker.Job{Bucket: e.in, Key: "a.wav", Model: m}.Encode()
+		e.send(string(b))
+	}
+	cfg := e.config()
+	cfg.Models = []string{"asr-v2"}
+	e.run(cfg, nil)
+	if n := e.servers[0].ModelCalls("asr-v2"); n != 1 {
+		t.Errorf("%d requests for asr-v2, want 1", n)
+	}
+	k := worker.KeysFor("transcripts/", worker.InputRef{Bucket: e.in, Key: "a.wav"}, "asr-v2")
+	res, err := e.s3.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(e.out), Prefix: aws.String(k.Base[:strings.LastIndex(k.Base, "/")+1])})
+	if err != nil || len(res.Contents) != 1 {
+		t.Fatalf("asr-v2 outputs: %v, %v", res, err)
+	}
+	if got := counter(t, e.wreg, "fleetscribe_job_errors_total", "class", worker.ClassBadMessage); got != 1 {
+		t.Errorf("bad_message errors = %v, want 1 (the unserved model)", got)
+	}
+}
+
+var errUnavailable = status.Error(codes.Unavailable, "injected: partition restarting")
+
+// asrFunc adapts a function of the samples to a recognizer.
+func asrFunc(f func([]float32) (triton.Result, error)) asrserver.Recognizer {
+	return asrserver.RecognizerFunc(func(_ context.Context, samples []float32, _ bool) (triton.Result, error) {
+		return f(samples)
+	})
+}
+
+func emulatorBucket(name string) error {
+	_, s3c := emulator.Clients()
+	return localaws.CreateBucket(context.Background(), s3c, name)
+}
+
+func putIn(t *testing.T, e *env, bucket, key string, body []byte) {
+	t.Helper()
+	if _, err := e.s3.PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(body)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// signallingSQS reports each ReceiveMessage call as it starts.
+type signallingSQS struct {
+	*recordingSQS
+	polling chan struct{}
+}
+
+func (s signallingSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	select {
+	case s.polling <- struct{}{}:
+	default:
+	}
+	return s.recordingSQS.ReceiveMessage(ctx, in, opts...)
+}
+
+// Item 10: SIGTERM during a long poll lets the poll return, and what it
+// returns goes straight back to the queue instead of staying invisible.
+func TestShutdownDuringLongPollStrandsNothing(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	cfg := e.config()
+	cfg.WaitTime = 3 * time.Second
+	cfg.ExitWhenIdle = 0
+	polling := make(chan struct{}, 1)
+	w, err := worker.New(cfg, "asr", signallingSQS{e.recorder, polling}, e.s3, e.pool, zerolog.New(io.Discard), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	<-polling // the first long poll is in flight
+	cancel()  // SIGTERM
+	e.put("a.wav", tone(16000, 1600))
+	e.sendJob("a.wav") // arrives while the poll still waits
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.sqs.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(e.queue.URL), WaitTimeSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Messages) != 1 {
+		t.Fatal("the message sent during the shutdown poll is not visible: stranded until its visibility timeout")
+	}
+}
+
+// strictSQS answers a visibility change for a deleted message with a
+// failed entry, as SQS does (the emulator accepts it), and makes each
+// delete take a little while, so an extension racing a delete shows.
+type strictSQS struct {
+	*recordingSQS
+	mu      sync.Mutex
+	deleted map[string]bool
+}
+
+func (s *strictSQS) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+	s.mu.Lock()
+	s.deleted[aws.ToString(in.ReceiptHandle)] = true
+	s.mu.Unlock()
+	time.Sleep(10 * time.Millisecond)
+	return s.recordingSQS.DeleteMessage(ctx, in, opts...)
+}
+
+func (s *strictSQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	out := &sqs.ChangeMessageVisibilityBatchOutput{}
+	var live []sqstypes.ChangeMessageVisibilityBatchRequestEntry
+	s.mu.Lock()
+	for _, en := range in.Entries {
+		if s.deleted[aws.ToString(en.ReceiptHandle)] {
+			out.Failed = append(out.Failed, sqstypes.BatchResultErrorEntry{Id: en.Id, Code: aws.String("ReceiptHandleIsInvalid"), SenderFault: true})
+		} else {
+			live = append(live, en)
+		}
+	}
+	s.mu.Unlock()
+	if len(live) > 0 {
+		res, err := s.recordingSQS.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: in.QueueUrl, Entries: live}, opts...)
+		if err != nil {
+			return nil, err
+		}
+		out.Successful = append(out.Successful, res.Successful...)
+		out.Failed = append(out.Failed, res.Failed...)
+	}
+	return out, nil
+}
