@@ -218,7 +218,7 @@ func TestDecodeWAVUnfinalisedSizes(t *testing.T) {
 		binary.LittleEndian.PutUint16(data[2*i:], uint16(int16(8000*math.Sin(float64(i)/10))))
 	}
 	f := wav(wavPCM, 1, 16000, 16, data, false)
-	binary.LittleEndian.PutUint32(f[4:], 0)                 // RIFF size
+	binary.LittleEndian.PutUint32(f[4:], 0)                  // RIFF size
 	binary.LittleEndian.PutUint32(f[len(f)-len(data)-4:], 0) // data size
 	clip, err := DecodeWAV(f)
 	if err != nil || len(clip.Samples) != 16000 {
