@@ -4,7 +4,8 @@
 // ffmpeg's flite voices, uploads them, enqueues them with the enqueue
 // binary, runs the worker binary until the queue is drained, prints each
 // transcript beside its source text with the word error rate, and stops
-// everything it started. The last line is "RESULT clips=N wer=0.xx".
+// everything it started. The last line is
+// "RESULT clips=N wer=0.xx words_timed=N words_misplaced=0".
 package main
 
 import (
@@ -129,7 +130,7 @@ func run(ctx context.Context) error {
 	step("running the worker until the queue is drained")
 	started := time.Now()
 	wk := exec.CommandContext(ctx, filepath.Join(*binDir, "worker"), append(common,
-		"-output-bucket", outBucket, "-triton-addrs", asrAddr, "-model-batch-dim=true",
+		"-output-bucket", outBucket, "-input-buckets", bucket, "-triton-addrs", asrAddr, "-model-batch-dim=true",
 		"-concurrency", "4", "-wait-time", "1s", "-exit-when-idle", "3s", "-metrics-addr", "")...)
 	wk.Stdout, wk.Stderr = logs, logs
 	wk.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -144,14 +145,22 @@ func run(ctx context.Context) error {
 	fmt.Printf("   worker exited after %.1fs; queue: %d visible, %d in flight\n", time.Since(started).Seconds(), visible, inflight)
 
 	step("transcripts")
-	var edits, words int
+	var edits, words, timed, misplaced int
 	for i, key := range keys {
-		t, err := readTranscript(ctx, s3c, outBucket, key)
+		t, err := readTranscript(ctx, s3c, outBucket, bucket, key)
 		if err != nil {
 			return err
 		}
 		e, n := wer.Errors(sentences[i], t.Text)
 		edits, words = edits+e, words+n
+		// Every word must lie inside its clip, in order.
+		for j, w := range t.Words {
+			timed++
+			if w.Start < 0 || w.End < w.Start || w.End > t.DurationSec+0.01 || j > 0 && w.Start < t.Words[j-1].End-1e-6 {
+				misplaced++
+				fmt.Printf("   word %q at %.2f-%.2f s is outside the %.2f s clip or out of order\n", w.Word, w.Start, w.End, t.DurationSec)
+			}
+		}
 		fmt.Printf("%s  (%.1fs audio, %d words timed)\n   source:     %s\n   transcript: %s\n   WER %.2f\n",
 			key, t.DurationSec, len(t.Words), sentences[i], t.Text, float64(e)/float64(n))
 	}
@@ -161,10 +170,13 @@ func run(ctx context.Context) error {
 	if overall > *maxWER {
 		verr = fmt.Errorf("overall WER %.3f is above %.2f", overall, *maxWER)
 	}
+	if misplaced > 0 {
+		verr = errors.Join(verr, fmt.Errorf("%d of %d words outside their clip or out of order", misplaced, timed))
+	}
 	if visible+inflight != 0 {
 		verr = errors.Join(verr, fmt.Errorf("queue not drained: %d visible, %d in flight", visible, inflight))
 	}
-	fmt.Printf("RESULT clips=%d wer=%.2f\n", len(keys), overall)
+	fmt.Printf("RESULT clips=%d wer=%.2f words_timed=%d words_misplaced=%d\n", len(keys), overall, timed, misplaced)
 	return verr
 }
 
@@ -186,9 +198,9 @@ func waitFile(ctx context.Context, path string, limit time.Duration) (string, er
 }
 
 // readTranscript finds the transcript of key by its deterministic prefix.
-func readTranscript(ctx context.Context, c *s3.Client, bucket, key string) (worker.Transcript, error) {
+func readTranscript(ctx context.Context, c *s3.Client, bucket, inBucket, key string) (worker.Transcript, error) {
 	var t worker.Transcript
-	out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + key + "/")})
+	out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + inBucket + "/" + worker.EscapeKey(key) + "/")})
 	if err != nil {
 		return t, err
 	}

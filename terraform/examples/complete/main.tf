@@ -71,6 +71,7 @@ module "fleet" {
 
   worker_environment = {
     FLEETSCRIBE_QUEUE_URL          = module.queues.queue_urls["live"]
+    FLEETSCRIBE_INPUT_BUCKETS      = module.buckets.input_bucket_name
     FLEETSCRIBE_OUTPUT_BUCKET      = module.buckets.output_bucket_name
     FLEETSCRIBE_OUTPUT_PREFIX      = local.output_prefix
     FLEETSCRIBE_AWS_REGION         = var.region
