@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
@@ -93,6 +94,10 @@ type Request struct {
 	// Priority is Triton's request priority (1 is highest; 0: the model's
 	// default), so live chunks overtake queued bulk ones.
 	Priority uint64
+	// QueueTimeout is how long the request may wait in the server's queue
+	// (Triton's "timeout" parameter; 0: the model's default). Past it the
+	// server answers UNAVAILABLE, which the pool treats as backpressure.
+	QueueTimeout time.Duration
 }
 
 // Client talks to one Triton server (one partition).
@@ -128,6 +133,9 @@ func Dial(addr string, io ModelIO, opts ...grpc.DialOption) (*Client, error) {
 	return &Client{addr: addr, io: io, conn: conn, rpc: pb.NewGRPCInferenceServiceClient(conn)}, nil
 }
 
+// connected reports whether the connection is up.
+func (c *Client) connected() bool { return c.conn.GetState() == connectivity.Ready }
+
 // Addr returns the server address the client was dialled with.
 func (c *Client) Addr() string { return c.addr }
 
@@ -138,7 +146,7 @@ func (c *Client) Close() error { return c.conn.Close() }
 func (c *Client) Live(ctx context.Context) (bool, error) {
 	r, err := c.rpc.ServerLive(ctx, &pb.ServerLiveRequest{})
 	if err != nil {
-		return false, classify("server live", err)
+		return false, classify("server live", err, c.connected())
 	}
 	return r.GetLive(), nil
 }
@@ -147,14 +155,14 @@ func (c *Client) Live(ctx context.Context) (bool, error) {
 func (c *Client) Ready(ctx context.Context) (bool, error) {
 	sr, err := c.rpc.ServerReady(ctx, &pb.ServerReadyRequest{})
 	if err != nil {
-		return false, classify("server ready", err)
+		return false, classify("server ready", err, c.connected())
 	}
 	if !sr.GetReady() {
 		return false, nil
 	}
 	mr, err := c.rpc.ModelReady(ctx, &pb.ModelReadyRequest{Name: c.io.Model, Version: c.io.Version})
 	if err != nil {
-		return false, classify("model ready", err)
+		return false, classify("model ready", err, c.connected())
 	}
 	return mr.GetReady(), nil
 }
@@ -163,7 +171,7 @@ func (c *Client) Ready(ctx context.Context) (bool, error) {
 func (c *Client) Metadata(ctx context.Context) (*pb.ModelMetadataResponse, error) {
 	r, err := c.rpc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: c.io.Model, Version: c.io.Version})
 	if err != nil {
-		return nil, classify("model metadata", err)
+		return nil, classify("model metadata", err, c.connected())
 	}
 	return r, nil
 }
@@ -173,7 +181,7 @@ func (c *Client) Metadata(ctx context.Context) (*pb.ModelMetadataResponse, error
 func (c *Client) Infer(ctx context.Context, r Request) (Result, error) {
 	resp, err := c.rpc.ModelInfer(ctx, c.io.NewRequest(r))
 	if err != nil {
-		return Result{}, classify("model infer", err)
+		return Result{}, classify("model infer", err, c.connected())
 	}
 	return c.io.ParseResponse(resp)
 }
@@ -213,10 +221,14 @@ func (m ModelIO) NewRequest(r Request) *pb.ModelInferRequest {
 	if m.NumWordsOutput != "" {
 		req.Outputs = append(req.Outputs, &pb.ModelInferRequest_InferRequestedOutputTensor{Name: m.NumWordsOutput})
 	}
+	if r.Priority > 0 || r.QueueTimeout > 0 {
+		req.Parameters = map[string]*pb.InferParameter{}
+	}
 	if r.Priority > 0 {
-		req.Parameters = map[string]*pb.InferParameter{
-			"priority": {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: r.Priority}},
-		}
+		req.Parameters["priority"] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: r.Priority}}
+	}
+	if r.QueueTimeout > 0 {
+		req.Parameters["timeout"] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: r.QueueTimeout.Microseconds()}}
 	}
 	return req
 }

@@ -11,7 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/fleetscribe/fleetscribe/asrserver"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 )
@@ -78,7 +80,9 @@ func TestErrorClassification(t *testing.T) {
 	}{
 		{codes.Unavailable, triton.ErrOverloaded},
 		{codes.ResourceExhausted, triton.ErrOverloaded},
-		{codes.Internal, triton.ErrOverloaded},
+		{codes.Internal, triton.ErrServerFault},
+		{codes.Unknown, triton.ErrServerFault},
+		{codes.NotFound, triton.ErrModelNotFound},
 		{codes.InvalidArgument, triton.ErrRejected},
 	}
 	for _, tc := range cases {
@@ -90,8 +94,14 @@ func TestErrorClassification(t *testing.T) {
 	}
 	wrong := triton.DefaultModelIO()
 	wrong.Model = "nope"
-	if _, err := dial(t, srv.Addr, wrong).Infer(ctx, triton.Request{}); !errors.Is(err, triton.ErrRejected) {
-		t.Errorf("unknown model: got %v, want ErrRejected", err)
+	if _, err := dial(t, srv.Addr, wrong).Infer(ctx, triton.Request{}); !errors.Is(err, triton.ErrModelNotFound) {
+		t.Errorf("unknown model: got %v, want ErrModelNotFound", err)
+	}
+	// UNAVAILABLE made up by the transport (nothing listening) is an
+	// unreachable partition, not backpressure.
+	srv.Close()
+	if _, err := c.Infer(ctx, triton.Request{Samples: make([]float32, 5)}); !errors.Is(err, triton.ErrUnavailable) {
+		t.Errorf("stopped server: got %v, want ErrUnavailable", err)
 	}
 	if ready, _ := dial(t, srv.Addr, wrong).Ready(ctx); ready {
 		t.Error("unknown model reported ready")
@@ -168,10 +178,101 @@ func TestPoolGivesUpAfterAttempts(t *testing.T) {
 	cfg := poolConfig(a.Addr)
 	cfg.EjectAfter = 100
 	p := newPool(t, cfg, prometheus.NewRegistry())
-	a.Fail(codes.Unavailable, 100)
+	a.Fail(codes.Internal, 100)
 	_, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 7), Timestamps: false})
-	if !errors.Is(err, triton.ErrOverloaded) || a.Calls() != 4 || !strings.Contains(err.Error(), "after 4 attempts") {
+	if !errors.Is(err, triton.ErrServerFault) || a.Calls() != 4 || !strings.Contains(err.Error(), "after 4 attempts") {
 		t.Fatalf("err %v after %d calls", err, a.Calls())
+	}
+}
+
+// Backpressure is waited out until the caller's deadline, however many
+// answers it takes, and never ejects the partition.
+func TestPoolWaitsOutBackpressure(t *testing.T) {
+	a := tritontest.Start(t)
+	reg := prometheus.NewRegistry()
+	cfg := poolConfig(a.Addr)
+	cfg.EjectAfter = 1
+	p := newPool(t, cfg, reg)
+	a.Fail(codes.Unavailable, 20)
+	res, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 7)})
+	if err != nil || res.Text != tritontest.Text(7) || a.Calls() != 21 {
+		t.Fatalf("%+v, %v after %d calls; want success on the 21st", res, err, a.Calls())
+	}
+	if gauge(t, reg, "fleetscribe_triton_partition_healthy", a.Addr) != 1 {
+		t.Error("backpressure ejected the partition")
+	}
+	a.Fail(codes.Unavailable, 1000)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := p.Transcribe(ctx, triton.Request{Samples: make([]float32, 7)}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("sustained backpressure: %v, want the deadline", err)
+	}
+	if limit := gauge(t, reg, "fleetscribe_triton_inflight_limit", a.Addr); limit != 1 {
+		t.Errorf("in-flight limit %v under backpressure, want 1 (halved from 2, floor 1)", limit)
+	}
+	if gauge(t, reg, "fleetscribe_triton_partition_healthy", a.Addr) != 1 {
+		t.Error("sustained backpressure ejected the partition")
+	}
+}
+
+// One poison input (INTERNAL wherever it goes) fails its own request but
+// ejects no partition; faults on several different inputs do.
+func TestPoolPoisonInputDoesNotEject(t *testing.T) {
+	a, b := tritontest.Start(t), tritontest.Start(t)
+	for _, s := range []*tritontest.Server{a, b} {
+		s.SetRecognizer(asrserver.RecognizerFunc(func(_ context.Context, samples []float32, _ bool) (triton.Result, error) {
+			if len(samples) == 13 || len(samples) > 100 {
+				return triton.Result{}, status.Error(codes.Internal, "model crashed on this input")
+			}
+			return triton.Result{Text: tritontest.Text(len(samples))}, nil
+		}))
+	}
+	reg := prometheus.NewRegistry()
+	cfg := poolConfig(a.Addr, b.Addr)
+	cfg.EjectAfter = 2
+	cfg.Attempts = 6
+	p := newPool(t, cfg, reg)
+	if _, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 13)}); !errors.Is(err, triton.ErrServerFault) {
+		t.Fatalf("poison input: %v", err)
+	}
+	for _, s := range []*tritontest.Server{a, b} {
+		if gauge(t, reg, "fleetscribe_triton_partition_healthy", s.Addr) != 1 {
+			t.Errorf("%s ejected by one poison input", s.Addr)
+		}
+	}
+	if _, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 7)}); err != nil {
+		t.Fatal(err)
+	}
+	// Different inputs failing on a partition: now it is the partition.
+	for n := 101; n < 104; n++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		_, _ = p.Transcribe(ctx, triton.Request{Samples: make([]float32, n)})
+		cancel()
+	}
+	if gauge(t, reg, "fleetscribe_triton_partition_healthy", a.Addr)+gauge(t, reg, "fleetscribe_triton_partition_healthy", b.Addr) != 0 {
+		t.Error("faults on several different inputs did not eject")
+	}
+}
+
+// NOT_FOUND (the model is not loaded on one partition) sends the request
+// to another and takes that partition out; the job does not fail.
+func TestPoolModelNotFoundTriesAnotherPartition(t *testing.T) {
+	missing, err := tritontest.Listen("127.0.0.1:0", triton.ModelIO{Model: "other", AudioInput: "audio", TextOutput: "text", BatchDim: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(missing.Close)
+	good := tritontest.Start(t)
+	reg := prometheus.NewRegistry()
+	p := newPool(t, poolConfig(missing.Addr, good.Addr), reg)
+	for range 4 {
+		res, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 7)})
+		if err != nil || res.Text != tritontest.Text(7) {
+			t.Fatalf("%+v, %v", res, err)
+		}
+	}
+	if gauge(t, reg, "fleetscribe_triton_partition_healthy", missing.Addr) != 0 {
+		t.Error("partition without the model still in rotation")
 	}
 }
 

@@ -9,12 +9,26 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Errors returned by Client and Pool, to be checked with errors.Is.
+// Errors returned by Client and Pool, to be checked with errors.Is. Each
+// says what to do next.
 var (
-	// ErrOverloaded means the server could not take the request now (gRPC
-	// UNAVAILABLE or RESOURCE_EXHAUSTED: queue full, queue timeout, server
-	// restarting). Another partition, or a later try, may succeed.
-	ErrOverloaded = errors.New("inference server overloaded or unavailable")
+	// ErrOverloaded is backpressure: the server answered that it cannot take
+	// the request now (gRPC UNAVAILABLE or RESOURCE_EXHAUSTED on a live
+	// connection: "Exceeds maximum queue size", "Request timeout expired").
+	// Slow down and try again; it says nothing bad about the partition.
+	ErrOverloaded = errors.New("inference server overloaded")
+	// ErrUnavailable means the partition could not be reached (connection
+	// refused or lost, server going away). It counts toward ejection.
+	ErrUnavailable = errors.New("inference server unreachable")
+	// ErrServerFault means the server failed the request (INTERNAL,
+	// UNKNOWN, ...). It may be the partition (a crashed model) or the input
+	// (a poison chunk); the pool ejects only after failures on several
+	// different inputs.
+	ErrServerFault = errors.New("inference server fault")
+	// ErrModelNotFound means the partition does not have the model loaded
+	// (NOT_FOUND): a fact about the partition, not the input. Another
+	// partition may serve it.
+	ErrModelNotFound = errors.New("model not loaded on this partition")
 	// ErrRejected means the server refused the request itself (gRPC
 	// INVALID_ARGUMENT and kin). Retrying the same input cannot succeed.
 	ErrRejected = errors.New("inference request rejected")
@@ -27,7 +41,10 @@ var (
 )
 
 // classify wraps a gRPC error in the sentinel that says what to do next.
-func classify(op string, err error) error {
+// connected tells whether the connection was up after the call: an
+// UNAVAILABLE the server sent over a live connection is backpressure, one
+// the transport made up is an unreachable partition.
+func classify(op string, err error, connected bool) error {
 	if err == nil {
 		return nil
 	}
@@ -36,20 +53,24 @@ func classify(op string, err error) error {
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return fmt.Errorf("%s: %w: %w", op, ErrOverloaded, err)
+		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 	}
 	switch st.Code() {
-	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
-		return fmt.Errorf("%s: %w: %s", op, ErrOverloaded, st.Message())
-	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition, codes.Unimplemented, codes.NotFound:
+	case codes.Unavailable, codes.ResourceExhausted:
+		if connected {
+			return fmt.Errorf("%s: %w (%s): %s", op, ErrOverloaded, st.Code(), st.Message())
+		}
+		return fmt.Errorf("%s: %w (%s): %s", op, ErrUnavailable, st.Code(), st.Message())
+	case codes.NotFound:
+		return fmt.Errorf("%s: %w: %s", op, ErrModelNotFound, st.Message())
+	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition, codes.Unimplemented:
 		return fmt.Errorf("%s: %w (%s): %s", op, ErrRejected, st.Code(), st.Message())
 	case codes.Canceled:
 		return fmt.Errorf("%s: %w", op, context.Canceled)
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("%s: %w", op, context.DeadlineExceeded)
 	default:
-		// INTERNAL, UNKNOWN and the rest: a server-side failure, likely a
-		// crashed partition. Worth retrying elsewhere.
-		return fmt.Errorf("%s: %w (%s): %s", op, ErrOverloaded, st.Code(), st.Message())
+		// INTERNAL, UNKNOWN, ABORTED and the rest: the server failed.
+		return fmt.Errorf("%s: %w (%s): %s", op, ErrServerFault, st.Code(), st.Message())
 	}
 }

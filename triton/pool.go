@@ -2,9 +2,12 @@ package triton
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
+	"math"
 	"sync"
 	"time"
 
@@ -18,26 +21,30 @@ import (
 // PoolConfig configures a Pool.
 type PoolConfig struct {
 	Addrs          []string      // one address per partition
-	MaxInflight    int           // requests in flight per partition
+	MaxInflight    int           // most requests in flight per partition; the adaptive limit stays at or below it
 	RequestTimeout time.Duration // per attempt
-	Attempts       int           // tries per request, each on the least-loaded partition not yet tried
+	Attempts       int           // tries per request on faults (not on backpressure), each on the least-loaded partition not yet tried
 	BackoffBase    time.Duration // first retry delay; doubles per attempt, with jitter
 	BackoffMax     time.Duration
-	EjectAfter     int           // consecutive failures that eject a partition
+	EjectAfter     int           // consecutive failures (of different inputs, for server faults) that eject a partition
 	HealthInterval time.Duration // how often partitions are probed
+	Priority       uint64        // Triton request priority for every request (0: the model's default)
+	QueueTimeout   time.Duration // Triton queue timeout for every request (0: the model's default)
 }
 
 // RegisterFlags registers the pool flags with their defaults.
 func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	c.Addrs = []string{"127.0.0.1:8001"}
 	fs.Var((*flagext.StringSliceCSV)(&c.Addrs), "triton-addrs", "comma-separated Triton gRPC addresses, one per partition")
-	fs.IntVar(&c.MaxInflight, "triton-max-inflight", 8, "requests in flight per partition; enough to fill its dynamic batcher")
+	fs.IntVar(&c.MaxInflight, "triton-max-inflight", 48, "most requests in flight per partition (enough to fill its dynamic batcher's preferred batch sizes); backpressure lowers each partition's limit below it, success raises it again")
 	fs.DurationVar(&c.RequestTimeout, "triton-request-timeout", 2*time.Minute, "timeout of one inference attempt")
-	fs.IntVar(&c.Attempts, "triton-attempts", 5, "tries per chunk on overload (UNAVAILABLE), each on another partition when one is free")
+	fs.IntVar(&c.Attempts, "triton-attempts", 5, "tries per chunk on faults (unreachable partition, server error), each on another partition when one is free; backpressure is waited out within the job's deadline instead")
 	fs.DurationVar(&c.BackoffBase, "triton-backoff", 100*time.Millisecond, "first retry delay; doubles per attempt")
 	fs.DurationVar(&c.BackoffMax, "triton-backoff-max", 5*time.Second, "largest retry delay")
-	fs.IntVar(&c.EjectAfter, "triton-eject-after", 3, "consecutive failures that take a partition out until it passes a health check")
-	fs.DurationVar(&c.HealthInterval, "triton-health-interval", 5*time.Second, "how often partitions are health-checked")
+	fs.IntVar(&c.EjectAfter, "triton-eject-after", 3, "consecutive failures (server errors on as many different inputs) that take a partition out until it passes a health check; backpressure never does")
+	fs.DurationVar(&c.HealthInterval, "triton-health-interval", 5*time.Second, "how often partitions are health-checked (ejected ones more often)")
+	fs.Uint64Var(&c.Priority, "triton-priority", 0, "Triton request priority of every chunk (1 is highest; 0: the model's default); give the live worker a higher one than the bulk worker")
+	fs.DurationVar(&c.QueueTimeout, "triton-queue-timeout", 0, "how long a chunk may wait in Triton's queue before it answers UNAVAILABLE (0: the model's default)")
 }
 
 // Validate reports unusable settings.
@@ -60,9 +67,14 @@ func (c PoolConfig) Validate() error {
 type partition struct {
 	client   *Client
 	inflight int
+	limit    float64 // adaptive in-flight limit (AIMD), 1..MaxInflight
 	ejected  bool
-	failures int // consecutive
+	failures int                 // consecutive
+	faulted  map[uint64]struct{} // inputs that met a server fault since the last success
 }
+
+// capacity is the number of requests the partition takes at once now.
+func (pt *partition) capacity() int { return max(1, int(pt.limit)) }
 
 // Pool dispatches inference over partitions. It is safe for concurrent use.
 type Pool struct {
@@ -75,7 +87,9 @@ type Pool struct {
 
 	mRequests *prometheus.CounterVec
 	mInflight *prometheus.GaugeVec
+	mLimit    *prometheus.GaugeVec
 	mHealthy  *prometheus.GaugeVec
+	mEjects   *prometheus.CounterVec
 	mLatency  *prometheus.HistogramVec
 }
 
@@ -90,12 +104,20 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 		changed: make(chan struct{}),
 		mRequests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetscribe_triton_requests_total",
-			Help: "Inference attempts by partition and outcome (ok, overloaded, rejected, error).",
+			Help: "Inference attempts by partition and outcome (ok, overloaded, unavailable, fault, not_found, rejected, error).",
 		}, []string{"partition", "outcome"}),
 		mInflight: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fleetscribe_triton_inflight",
 			Help: "Inference requests in flight per partition.",
 		}, []string{"partition"}),
+		mLimit: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleetscribe_triton_inflight_limit",
+			Help: "Adaptive in-flight limit per partition: halved on backpressure, raised by one per limit's worth of successes.",
+		}, []string{"partition"}),
+		mEjects: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetscribe_triton_ejections_total",
+			Help: "Partitions taken out of rotation, by reason (unreachable, fault, not_found, not_ready).",
+		}, []string{"partition", "reason"}),
 		mHealthy: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fleetscribe_triton_partition_healthy",
 			Help: "1 while a partition takes requests, 0 while ejected.",
@@ -112,8 +134,9 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 			_ = p.Close()
 			return nil, err
 		}
-		p.parts = append(p.parts, &partition{client: c})
+		p.parts = append(p.parts, &partition{client: c, limit: float64(cfg.MaxInflight), faulted: map[uint64]struct{}{}})
 		p.mHealthy.WithLabelValues(addr).Set(1)
+		p.mLimit.WithLabelValues(addr).Set(float64(cfg.MaxInflight))
 	}
 	return p, nil
 }
@@ -153,7 +176,7 @@ func (p *Pool) acquire(ctx context.Context, tried map[*partition]bool) (*partiti
 		var best *partition
 		bestUntried := false
 		for _, part := range p.parts {
-			if part.ejected || part.inflight >= p.cfg.MaxInflight {
+			if part.ejected || part.inflight >= part.capacity() {
 				continue
 			}
 			untried := !tried[part]
@@ -180,23 +203,57 @@ func (p *Pool) acquire(ctx context.Context, tried map[*partition]bool) (*partiti
 	}
 }
 
-func (p *Pool) release(part *partition, err error) {
+// release gives back the slot and learns from the outcome: success raises
+// the adaptive limit, backpressure halves it (never ejecting), and faults
+// count toward ejection.
+func (p *Pool) release(part *partition, err error, input func() uint64, defaultModel bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	part.inflight--
-	p.mInflight.WithLabelValues(part.client.addr).Set(float64(part.inflight))
+	addr := part.client.addr
+	p.mInflight.WithLabelValues(addr).Set(float64(part.inflight))
 	switch {
-	case err == nil, errors.Is(err, ErrRejected), errors.Is(err, context.Canceled):
+	case err == nil:
 		part.failures = 0
+		clear(part.faulted)
+		part.limit = min(float64(p.cfg.MaxInflight), part.limit+1/part.limit)
+	case errors.Is(err, ErrOverloaded):
+		part.limit = max(1, part.limit/2)
+	case errors.Is(err, ErrRejected), errors.Is(err, context.Canceled):
+		// The input's problem or the caller's: says nothing of the partition.
+	case errors.Is(err, ErrModelNotFound):
+		// Without the pool's model the partition is useless; without a
+		// model one job asked for, it still serves everyone else.
+		if defaultModel {
+			p.ejectLocked(part, "not_found")
+		}
 	case errors.Is(err, context.DeadlineExceeded) && part.failures == 0:
 		// One slow request is not a broken partition.
+		part.failures++
+	case errors.Is(err, ErrServerFault):
+		// A poison input fails everywhere it goes; only faults on several
+		// different inputs say the partition is broken.
+		part.faulted[input()] = struct{}{}
+		part.failures++
+		if len(part.faulted) >= p.cfg.EjectAfter {
+			p.ejectLocked(part, "fault")
+		}
 	default:
 		part.failures++
-		if part.failures >= p.cfg.EjectAfter && !part.ejected {
-			p.setEjectedLocked(part, true)
+		if part.failures >= p.cfg.EjectAfter {
+			p.ejectLocked(part, "unreachable")
 		}
 	}
+	p.mLimit.WithLabelValues(addr).Set(part.limit)
 	p.broadcastLocked()
+}
+
+func (p *Pool) ejectLocked(part *partition, reason string) {
+	if part.ejected {
+		return
+	}
+	p.mEjects.WithLabelValues(part.client.addr, reason).Inc()
+	p.setEjectedLocked(part, true)
 }
 
 func (p *Pool) setEjectedLocked(part *partition, ejected bool) {
@@ -206,6 +263,7 @@ func (p *Pool) setEjectedLocked(part *partition, ejected bool) {
 		v = 0
 	} else {
 		part.failures = 0
+		clear(part.faulted)
 	}
 	p.mHealthy.WithLabelValues(part.client.addr).Set(v)
 }
@@ -216,6 +274,12 @@ func outcome(err error) string {
 		return "ok"
 	case errors.Is(err, ErrOverloaded):
 		return "overloaded"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, ErrServerFault):
+		return "fault"
+	case errors.Is(err, ErrModelNotFound):
+		return "not_found"
 	case errors.Is(err, ErrRejected):
 		return "rejected"
 	default:
@@ -223,29 +287,42 @@ func outcome(err error) string {
 	}
 }
 
-// Transcribe runs one inference, retrying overload and server faults on
-// other partitions with exponential backoff. Errors wrap ErrRejected when
-// the input itself was refused, ErrOverloaded or ErrBadResponse when
+// Transcribe runs one inference. Backpressure (the server's queue is full)
+// is waited out with backoff until ctx ends, never counted as a failure;
+// faults (unreachable partition, server error, model not loaded there) are
+// retried on other partitions up to Attempts times. Errors wrap
+// ErrRejected when the input itself was refused, the last fault when
 // attempts ran out, or the context's error.
 func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
+	if req.Priority == 0 {
+		req.Priority = p.cfg.Priority
+	}
+	if req.QueueTimeout == 0 {
+		req.QueueTimeout = p.cfg.QueueTimeout
+	}
+	fingerprint := sync.OnceValue(func() uint64 { return fingerprintSamples(req.Samples) })
 	tried := make(map[*partition]bool, len(p.parts))
 	var lastErr error
-	for attempt := 0; attempt < p.cfg.Attempts; attempt++ {
-		if attempt > 0 {
-			if err := backoff.Sleep(ctx, backoff.Jitter(backoff.Delay(p.cfg.BackoffBase, p.cfg.BackoffMax, attempt))); err != nil {
-				return Result{}, fmt.Errorf("%w (after %d attempts; last: %w)", err, attempt, lastErr)
+	faults, overloads := 0, 0
+	for {
+		if faults+overloads > 0 {
+			d := backoff.Jitter(backoff.Delay(p.cfg.BackoffBase, p.cfg.BackoffMax, faults+overloads))
+			if err := backoff.Sleep(ctx, d); err != nil {
+				return Result{}, fmt.Errorf("%w (after %d faults, %d overloads; last: %w)", err, faults, overloads, lastErr)
 			}
 		}
 		part, err := p.acquire(ctx, tried)
 		if err != nil {
+			if lastErr != nil {
+				return Result{}, fmt.Errorf("%w (last: %w)", err, lastErr)
+			}
 			return Result{}, err
 		}
-		tried[part] = true
 		start := time.Now()
 		actx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 		res, err := part.client.Infer(actx, req)
 		cancel()
-		p.release(part, err)
+		p.release(part, err, fingerprint, req.Model == "" || req.Model == part.client.io.Model)
 		p.mRequests.WithLabelValues(part.client.addr, outcome(err)).Inc()
 		if err == nil {
 			p.mLatency.WithLabelValues(part.client.addr).Observe(time.Since(start).Seconds())
@@ -254,12 +331,34 @@ func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
 		if ctx.Err() != nil {
 			return Result{}, fmt.Errorf("%w: %w", context.Cause(ctx), err)
 		}
-		if errors.Is(err, ErrRejected) {
-			return Result{}, fmt.Errorf("partition %s: %w", part.client.addr, err)
-		}
 		lastErr = fmt.Errorf("partition %s: %w", part.client.addr, err)
+		switch {
+		case errors.Is(err, ErrRejected):
+			return Result{}, lastErr
+		case errors.Is(err, ErrOverloaded):
+			// Backpressure: try again, preferring another partition.
+			overloads++
+			tried[part] = true
+		default:
+			tried[part] = true
+			faults++
+			if faults >= p.cfg.Attempts {
+				return Result{}, fmt.Errorf("inference failed after %d attempts: %w", faults, lastErr)
+			}
+		}
 	}
-	return Result{}, fmt.Errorf("inference failed after %d attempts: %w", p.cfg.Attempts, lastErr)
+}
+
+// fingerprintSamples identifies an input, to tell one poison input from a
+// broken partition.
+func fingerprintSamples(s []float32) uint64 {
+	h := fnv.New64a()
+	var b [4]byte
+	for _, v := range s {
+		binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
+		_, _ = h.Write(b[:])
+	}
+	return h.Sum64() ^ uint64(len(s))
 }
 
 // CheckHealth probes every partition once: a partition whose server or
@@ -290,8 +389,11 @@ func (p *Pool) CheckHealth(ctx context.Context) int {
 		if v.ready {
 			healthy++
 		}
-		if v.part.ejected == v.ready {
-			p.setEjectedLocked(v.part, !v.ready)
+		switch {
+		case v.ready && v.part.ejected:
+			p.setEjectedLocked(v.part, false)
+		case !v.ready && !v.part.ejected:
+			p.ejectLocked(v.part, "not_ready")
 		}
 	}
 	p.broadcastLocked()
