@@ -57,6 +57,10 @@ lint: deps tf-lint ## golangci-lint (see .golangci.yml), gofmt and tflint
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GOBIN)/golangci-lint run ./...
 
+.PHONY: bench-buckets
+bench-buckets: deps ## choose bucket lengths: padding vs batch formation on a realistic length mix
+	$(GO) run ./bench/buckets
+
 .PHONY: proto
 proto: ## regenerate the KServe v2 gRPC code from triton/inference/grpc_service.proto
 	@scripts/tools.sh protoc-gen-go protoc-gen-go-grpc

@@ -14,6 +14,8 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -53,6 +55,12 @@ type Server struct {
 	// Aliases are further model names served by the same recognizer (as a
 	// Triton repository holding several versions of one model).
 	Aliases []string
+	// Batch is the model's batching. Set before Serve.
+	Batch BatchConfig
+
+	mu        sync.Mutex
+	batcher   *batcher // while Serve runs
+	lastStats BatchStats
 }
 
 type modelKey struct{}
@@ -64,8 +72,16 @@ func Model(ctx context.Context) string {
 }
 
 // New returns a server answering for io.Model with rec.
+//
+// The model batches (max batch size 32, requests executed as they come)
+// when io.BatchDim is set, as Triton models with a dynamic batcher do;
+// change Batch before Serve for other batching.
 func New(io triton.ModelIO, rec Recognizer, platform string) *Server {
-	return &Server{io: io, rec: rec, platform: platform, MaxSamples: 10 * 60 * SampleRate}
+	s := &Server{io: io, rec: rec, platform: platform, MaxSamples: 10 * 60 * SampleRate}
+	if io.BatchDim {
+		s.Batch = BatchConfig{MaxBatchSize: 32, Instances: 4}
+	}
+	return s
 }
 
 // Register adds the service to g.
@@ -77,6 +93,20 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(64 << 20)}, opts...)
 	g := grpc.NewServer(opts...)
 	s.Register(g)
+	bctx, stopBatcher := context.WithCancel(context.Background())
+	b := newBatcher(s.Batch, s.recognizeRows)
+	var batching sync.WaitGroup
+	batching.Go(func() { b.run(bctx) })
+	s.mu.Lock()
+	s.batcher = b
+	s.mu.Unlock()
+	defer func() {
+		stopBatcher()
+		batching.Wait()
+		s.mu.Lock()
+		s.batcher, s.lastStats = nil, b.snapshot()
+		s.mu.Unlock()
+	}()
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(lis) }()
 	select {
@@ -101,17 +131,21 @@ func (s *Server) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.Serve
 
 func (s *Server) checkModel(name, version string) error {
 	if name != s.io.Model && !slices.Contains(s.Aliases, name) {
-		return status.Errorf(codes.NotFound, "unknown model %q", name)
+		return status.Errorf(codes.NotFound, "Request for unknown model: '%s' is not found", name)
 	}
 	if version != "" && version != "1" {
-		return status.Errorf(codes.NotFound, "unknown version %q of model %q", version, name)
+		return status.Errorf(codes.NotFound, "Request for unknown model: '%s' version %s is not found", name, version)
 	}
 	return nil
 }
 
-// ModelReady implements GRPCInferenceService.
+// ModelReady implements GRPCInferenceService. An unknown model or version
+// is NOT_FOUND, as in Triton.
 func (s *Server) ModelReady(_ context.Context, r *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
-	return &pb.ModelReadyResponse{Ready: s.checkModel(r.GetName(), r.GetVersion()) == nil}, nil
+	if err := s.checkModel(r.GetName(), r.GetVersion()); err != nil {
+		return nil, err
+	}
+	return &pb.ModelReadyResponse{Ready: true}, nil
 }
 
 // ModelMetadata implements GRPCInferenceService.
@@ -120,96 +154,178 @@ func (s *Server) ModelMetadata(_ context.Context, r *pb.ModelMetadataRequest) (*
 		return nil, err
 	}
 	type tm = pb.ModelMetadataResponse_TensorMetadata
+	dims := func(d ...int64) []int64 {
+		if s.Batch.MaxBatchSize > 0 {
+			return append([]int64{-1}, d...)
+		}
+		return d
+	}
 	md := &pb.ModelMetadataResponse{
 		Name: s.io.Model, Versions: []string{"1"}, Platform: s.platform,
-		Inputs:  []*tm{{Name: s.io.AudioInput, Datatype: triton.TypeFP32, Shape: []int64{-1}}},
-		Outputs: []*tm{{Name: s.io.TextOutput, Datatype: triton.TypeBytes, Shape: []int64{1}}},
+		Inputs:  []*tm{{Name: s.io.AudioInput, Datatype: triton.TypeFP32, Shape: dims(-1)}},
+		Outputs: []*tm{{Name: s.io.TextOutput, Datatype: triton.TypeBytes, Shape: dims(1)}},
 	}
 	if s.io.TimestampsInput != "" {
-		md.Inputs = append(md.Inputs, &tm{Name: s.io.TimestampsInput, Datatype: triton.TypeBool, Shape: []int64{1}})
+		md.Inputs = append(md.Inputs, &tm{Name: s.io.TimestampsInput, Datatype: triton.TypeBool, Shape: dims(1)})
+	}
+	if s.io.LengthInput != "" {
+		md.Inputs = append(md.Inputs, &tm{Name: s.io.LengthInput, Datatype: triton.TypeInt32, Shape: dims(1)})
 	}
 	if s.io.WordsOutput != "" {
-		md.Outputs = append(md.Outputs, &tm{Name: s.io.WordsOutput, Datatype: triton.TypeBytes, Shape: []int64{-1}})
+		md.Outputs = append(md.Outputs, &tm{Name: s.io.WordsOutput, Datatype: triton.TypeBytes, Shape: dims(-1)})
 	}
 	if s.io.NumWordsOutput != "" {
-		md.Outputs = append(md.Outputs, &tm{Name: s.io.NumWordsOutput, Datatype: triton.TypeInt32, Shape: []int64{1}})
+		md.Outputs = append(md.Outputs, &tm{Name: s.io.NumWordsOutput, Datatype: triton.TypeInt32, Shape: dims(1)})
 	}
 	return md, nil
 }
 
-// elements returns the element count of a shape whose leading dimensions
-// (batch) are all 1, or an error.
-func elements(shape []int64) (int64, error) {
-	if len(shape) == 0 {
-		return 0, errors.New("empty shape")
-	}
-	for _, d := range shape[:len(shape)-1] {
-		if d != 1 {
-			return 0, fmt.Errorf("shape %v: batch dimensions above 1 are not supported", shape)
-		}
-	}
-	n := shape[len(shape)-1]
-	if n < 0 {
-		return 0, fmt.Errorf("shape %v: negative dimension", shape)
-	}
-	return n, nil
+// request is a decoded ModelInfer request.
+type request struct {
+	rows       []Row
+	shape      int64 // audio elements per row, for batch matching
+	timestamps bool
+	priority   uint64
+	timeout    time.Duration
 }
 
-// decodeInputs returns the audio and timestamps flag of a request, or an
-// INVALID_ARGUMENT status naming what is wrong.
-func (s *Server) decodeInputs(r *pb.ModelInferRequest) ([]float32, bool, error) {
+// rowsOf checks a shape against the model's batching and returns its batch
+// size and per-row element count.
+func (s *Server) rowsOf(name string, shape []int64) (batch int, per int64, err error) {
+	want := 1
+	if s.Batch.MaxBatchSize > 0 {
+		want = 2
+	}
+	if len(shape) != want {
+		if s.Batch.MaxBatchSize > 0 {
+			return 0, 0, fmt.Errorf("input %q: shape %v: the model has max_batch_size %d, so inputs need a batch dimension", name, shape, s.Batch.MaxBatchSize)
+		}
+		return 0, 0, fmt.Errorf("input %q: shape %v: the model does not batch, so inputs take no batch dimension", name, shape)
+	}
+	for _, d := range shape {
+		if d < 0 {
+			return 0, 0, fmt.Errorf("input %q: shape %v: negative dimension", name, shape)
+		}
+	}
+	batch = 1
+	if s.Batch.MaxBatchSize > 0 {
+		batch = int(shape[0])
+		if batch < 1 || batch > s.Batch.MaxBatchSize {
+			return 0, 0, fmt.Errorf("input %q: batch size %d is outside 1..%d (max_batch_size)", name, batch, s.Batch.MaxBatchSize)
+		}
+	}
+	return batch, shape[len(shape)-1], nil
+}
+
+// decodeInputs returns the decoded request, or an INVALID_ARGUMENT status
+// naming what is wrong, as Triton would.
+func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 	var (
-		audio      []float32
-		haveAudio  bool
-		timestamps bool
+		out                  request
+		audio                []float32
+		lengths              []int32
+		haveAudio, haveTimes bool
+		batch                = -1
 	)
+	invalid := func(format string, args ...any) (request, error) {
+		return request{}, status.Errorf(codes.InvalidArgument, format, args...)
+	}
 	raw := r.GetRawInputContents()
 	if len(raw) != 0 && len(raw) != len(r.GetInputs()) {
-		return nil, false, status.Errorf(codes.InvalidArgument, "%d raw input contents for %d inputs", len(raw), len(r.GetInputs()))
+		return invalid("%d raw input contents for %d inputs", len(raw), len(r.GetInputs()))
 	}
 	for i, in := range r.GetInputs() {
-		n, err := elements(in.GetShape())
-		if err != nil {
-			return nil, false, status.Errorf(codes.InvalidArgument, "input %q: %v", in.GetName(), err)
+		if len(raw) > 0 && in.GetContents() != nil {
+			return invalid("contents field must not be specified when using raw_input_contents for '%s'", in.GetName())
 		}
+		b, per, err := s.rowsOf(in.GetName(), in.GetShape())
+		if err != nil {
+			return invalid("%v", err)
+		}
+		if batch >= 0 && b != batch {
+			return invalid("input %q: batch size %d differs from the other inputs' %d", in.GetName(), b, batch)
+		}
+		batch = b
 		switch in.GetName() {
 		case s.io.AudioInput:
 			if in.GetDatatype() != triton.TypeFP32 {
-				return nil, false, status.Errorf(codes.InvalidArgument, "input %q: datatype %s, want FP32", in.GetName(), in.GetDatatype())
+				return invalid("input %q: datatype %s, want FP32", in.GetName(), in.GetDatatype())
 			}
-			if s.MaxSamples > 0 && n > int64(s.MaxSamples) {
-				return nil, false, status.Errorf(codes.InvalidArgument, "input %q: %d samples exceeds the limit of %d", in.GetName(), n, s.MaxSamples)
+			if s.MaxSamples > 0 && per > int64(s.MaxSamples) {
+				return invalid("input %q: %d samples exceeds the limit of %d", in.GetName(), per, s.MaxSamples)
 			}
 			if len(raw) > 0 {
 				audio, err = triton.DecodeFP32(raw[i])
 				if err != nil {
-					return nil, false, status.Errorf(codes.InvalidArgument, "input %q: %v", in.GetName(), err)
+					return invalid("input %q: %v", in.GetName(), err)
 				}
 			} else {
 				audio = in.GetContents().GetFp32Contents()
 			}
-			if int64(len(audio)) != n {
-				return nil, false, status.Errorf(codes.InvalidArgument, "input %q: shape %v but %d samples", in.GetName(), in.GetShape(), len(audio))
+			if int64(len(audio)) != int64(b)*per {
+				return invalid("input %q: shape %v but %d samples", in.GetName(), in.GetShape(), len(audio))
 			}
+			out.shape = per
 			haveAudio = true
 		case s.io.TimestampsInput:
-			if in.GetDatatype() != triton.TypeBool || n != 1 {
-				return nil, false, status.Errorf(codes.InvalidArgument, "input %q: want BOOL [1]", in.GetName())
+			if in.GetDatatype() != triton.TypeBool || per != 1 {
+				return invalid("input %q: want BOOL [1]", in.GetName())
 			}
 			if len(raw) > 0 {
-				timestamps = len(raw[i]) == 1 && raw[i][0] != 0
+				out.timestamps = len(raw[i]) >= 1 && raw[i][0] != 0
 			} else {
-				b := in.GetContents().GetBoolContents()
-				timestamps = len(b) == 1 && b[0]
+				v := in.GetContents().GetBoolContents()
+				out.timestamps = len(v) >= 1 && v[0]
+			}
+			haveTimes = true
+		case s.io.LengthInput:
+			if in.GetDatatype() != triton.TypeInt32 || per != 1 {
+				return invalid("input %q: want INT32 [1]", in.GetName())
+			}
+			if len(raw) > 0 {
+				lengths, err = triton.DecodeInt32(raw[i])
+				if err != nil {
+					return invalid("input %q: %v", in.GetName(), err)
+				}
+			} else {
+				lengths = in.GetContents().GetIntContents()
+			}
+			if len(lengths) != b {
+				return invalid("input %q: %d values for a batch of %d", in.GetName(), len(lengths), b)
 			}
 		default:
-			return nil, false, status.Errorf(codes.InvalidArgument, "unexpected input %q", in.GetName())
+			return invalid("unexpected inference input '%s' for model '%s'", in.GetName(), s.io.Model)
 		}
 	}
 	if !haveAudio {
-		return nil, false, status.Errorf(codes.InvalidArgument, "missing input %q", s.io.AudioInput)
+		return invalid("expected %d inputs but got %d inputs for model '%s': missing %q", 1, len(r.GetInputs()), s.io.Model, s.io.AudioInput)
 	}
-	return audio, timestamps, nil
+	_ = haveTimes
+	for row := range batch {
+		samples := audio[int64(row)*out.shape : int64(row+1)*out.shape]
+		if lengths != nil {
+			n := lengths[row]
+			if n < 0 || int64(n) > out.shape {
+				return invalid("input %q: length %d outside the %d samples sent", s.io.LengthInput, n, out.shape)
+			}
+			samples = samples[:n] // the padding is never heard
+		}
+		out.rows = append(out.rows, Row{Samples: samples, Timestamps: out.timestamps})
+	}
+	if p, ok := r.GetParameters()["priority"]; ok {
+		out.priority = p.GetUint64Param()
+		if out.priority == 0 && p.GetInt64Param() > 0 {
+			out.priority = uint64(p.GetInt64Param())
+		}
+	}
+	if p, ok := r.GetParameters()["timeout"]; ok {
+		us := p.GetInt64Param()
+		if us == 0 {
+			us = int64(p.GetUint64Param())
+		}
+		out.timeout = time.Duration(us) * time.Microsecond
+	}
+	return out, nil
 }
 
 // ModelInfer implements GRPCInferenceService.
@@ -217,11 +333,17 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 	if err := s.checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	audio, timestamps, err := s.decodeInputs(r)
+	req, err := s.decodeInputs(r)
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.rec.Recognize(context.WithValue(ctx, modelKey{}, r.GetModelName()), audio, timestamps)
+	ctx = context.WithValue(ctx, modelKey{}, r.GetModelName())
+	var results []triton.Result
+	if b := s.running(); b != nil {
+		results, err = b.submit(ctx, req.rows, req.shape, req.priority, req.timeout)
+	} else {
+		results, err = s.recognizeRows(ctx, req.rows)
+	}
 	if err != nil {
 		if _, ok := status.FromError(err); ok {
 			return nil, err
@@ -231,12 +353,63 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 		}
 		return nil, status.Errorf(codes.Internal, "recognize: %v", err)
 	}
-	return s.encodeOutputs(r, res)
+	return s.encodeOutputs(r, results)
 }
 
-func (s *Server) encodeOutputs(r *pb.ModelInferRequest, res triton.Result) (*pb.ModelInferResponse, error) {
+// recognizeRows runs a batch: at once on a BatchRecognizer, else row by
+// row concurrently (the CPU server spreads them over its decoder pool).
+// The first row's context carries the model name.
+func (s *Server) recognizeRows(ctx context.Context, rows []Row) ([]triton.Result, error) {
+	if br, ok := s.rec.(BatchRecognizer); ok {
+		return br.RecognizeBatch(ctx, rows)
+	}
+	results := make([]triton.Result, len(rows))
+	errs := make([]error, len(rows))
+	var wg sync.WaitGroup
+	for i, row := range rows {
+		wg.Go(func() { results[i], errs[i] = s.rec.Recognize(ctx, row.Samples, row.Timestamps) })
+	}
+	wg.Wait()
+	return results, errors.Join(errs...)
+}
+
+// running returns the batcher while Serve runs, else nil.
+func (s *Server) running() *batcher {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batcher
+}
+
+// Queued returns the requests waiting in the batcher's queue.
+func (s *Server) Queued() int {
+	b := s.running()
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// BatchStats returns how many batches the server executed and their sizes.
+func (s *Server) BatchStats() BatchStats {
+	if b := s.running(); b != nil {
+		return b.snapshot()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastStats
+}
+
+func (s *Server) encodeOutputs(r *pb.ModelInferRequest, results []triton.Result) (*pb.ModelInferResponse, error) {
 	type out = pb.ModelInferResponse_InferOutputTensor
 	resp := &pb.ModelInferResponse{ModelName: r.GetModelName(), ModelVersion: "1", Id: r.GetId()}
+	shape := func(dims ...int64) []int64 {
+		if s.Batch.MaxBatchSize > 0 {
+			return append([]int64{int64(len(results))}, dims...)
+		}
+		return dims
+	}
 	add := func(name, dtype string, shape []int64, raw []byte) {
 		resp.Outputs = append(resp.Outputs, &out{Name: name, Datatype: dtype, Shape: shape})
 		resp.RawOutputContents = append(resp.RawOutputContents, raw)
@@ -258,29 +431,49 @@ func (s *Server) encodeOutputs(r *pb.ModelInferRequest, res triton.Result) (*pb.
 	}
 	for _, o := range requested {
 		if n := o.GetName(); n != s.io.TextOutput && n != s.io.WordsOutput && n != s.io.NumWordsOutput {
-			return nil, status.Errorf(codes.InvalidArgument, "unknown output %q", n)
+			return nil, status.Errorf(codes.InvalidArgument, "unexpected inference output '%s' for model '%s'", n, s.io.Model)
 		}
 	}
 	if wants(s.io.TextOutput) {
-		add(s.io.TextOutput, triton.TypeBytes, []int64{1}, triton.EncodeBytes([]byte(res.Text)))
+		texts := make([][]byte, len(results))
+		for i, res := range results {
+			texts[i] = []byte(res.Text)
+		}
+		add(s.io.TextOutput, triton.TypeBytes, shape(1), triton.EncodeBytes(texts...))
 	}
 	if wants(s.io.WordsOutput) {
-		elems := make([][]byte, 0, len(res.Words))
-		for _, w := range res.Words {
-			b, err := json.Marshal(w)
-			if err != nil {
-				return nil, status.Errorf(codes.Internal, "encode word: %v", err)
-			}
-			elems = append(elems, b)
+		// A batched BYTES output is rectangular: rows with fewer words are
+		// padded with empty elements, which clients skip.
+		width := 0
+		for _, res := range results {
+			width = max(width, len(res.Words))
 		}
-		add(s.io.WordsOutput, triton.TypeBytes, []int64{int64(len(elems))}, triton.EncodeBytes(elems...))
+		var elems [][]byte
+		for _, res := range results {
+			for j := range width {
+				if j >= len(res.Words) {
+					elems = append(elems, nil)
+					continue
+				}
+				b, err := json.Marshal(res.Words[j])
+				if err != nil {
+					return nil, status.Errorf(codes.Internal, "encode word: %v", err)
+				}
+				elems = append(elems, b)
+			}
+		}
+		add(s.io.WordsOutput, triton.TypeBytes, shape(int64(width)), triton.EncodeBytes(elems...))
 	}
 	if wants(s.io.NumWordsOutput) {
-		n := len(res.Words)
-		if res.Words == nil {
-			n = len(strings.Fields(res.Text))
+		counts := make([]int32, len(results))
+		for i, res := range results {
+			n := len(res.Words)
+			if res.Words == nil {
+				n = len(strings.Fields(res.Text))
+			}
+			counts[i] = int32(n)
 		}
-		add(s.io.NumWordsOutput, triton.TypeInt32, []int64{1}, triton.EncodeInt32(int32(n)))
+		add(s.io.NumWordsOutput, triton.TypeInt32, shape(1), triton.EncodeInt32(counts...))
 	}
 	return resp, nil
 }

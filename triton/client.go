@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fleetscribe/fleetscribe/internal/flagext"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )
 
@@ -25,6 +28,7 @@ type ModelIO struct {
 
 	AudioInput      string // FP32 [-1], 16 kHz mono samples
 	TimestampsInput string // BOOL [1]; empty: the model takes no such input
+	LengthInput     string // INT32 [1], the true length of padded audio; empty: not sent
 	TextOutput      string // BYTES [1]
 	WordsOutput     string // BYTES [-1], one JSON object per word; empty: not requested
 	NumWordsOutput  string // INT32 [1]; empty: not requested
@@ -33,7 +37,35 @@ type ModelIO struct {
 	// Triton requires for models with max_batch_size > 0 (any model that
 	// uses the dynamic batcher).
 	BatchDim bool
+
+	// Buckets, in samples, switch on bucket batching: each chunk is padded
+	// with zeros to the smallest bucket that holds it, and its true length
+	// goes in LengthInput, so Triton's batcher (which batches only
+	// identical shapes) can batch chunks of different lengths for
+	// fixed-shape engines. Empty: audio goes at its own length (ragged
+	// batching, allow_ragged_batch on the model's audio input).
+	Buckets []int
 }
+
+// Bucket returns the padded length for n samples: the smallest bucket that
+// holds n, or n itself without buckets. ok is false when n is longer than
+// the largest bucket.
+func (m ModelIO) Bucket(n int) (padded int, ok bool) {
+	if len(m.Buckets) == 0 {
+		return n, true
+	}
+	best := -1
+	for _, b := range m.Buckets {
+		if b >= n && (best < 0 || b < best) {
+			best = b
+		}
+	}
+	return best, best >= 0
+}
+
+// MaxChunk returns the longest chunk the model takes whole, in samples (0:
+// no limit).
+func (m ModelIO) MaxChunk() int { return slices.Max(append([]int{0}, m.Buckets...)) }
 
 // DefaultModelIO returns the tensor names of the documented model contract.
 func DefaultModelIO() ModelIO {
@@ -44,6 +76,7 @@ func DefaultModelIO() ModelIO {
 		TextOutput:      "text",
 		WordsOutput:     "word_timestamps",
 		NumWordsOutput:  "num_words",
+		LengthInput:     "audio_length",
 		BatchDim:        true,
 	}
 }
@@ -59,6 +92,21 @@ func (m *ModelIO) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.WordsOutput, "model-output-words", d.WordsOutput, "name of the BYTES word timestamps output tensor (empty: not requested)")
 	fs.StringVar(&m.NumWordsOutput, "model-output-num-words", d.NumWordsOutput, "name of the INT32 word count output tensor (empty: not requested)")
 	fs.BoolVar(&m.BatchDim, "model-batch-dim", d.BatchDim, "send inputs with a leading batch dimension of 1 (models with max_batch_size > 0)")
+	fs.StringVar(&m.LengthInput, "model-input-length", d.LengthInput, "name of the INT32 true-length input sent with bucket-padded audio (empty: model has none)")
+	fs.Func("model-buckets", "comma-separated bucket lengths in seconds: pad each chunk with zeros to the smallest that holds it and send its true length (bucket batching, for fixed-shape models); empty: send chunks at their own length (ragged batching)", func(s string) error {
+		var l flagext.StringSliceCSV
+		_ = l.Set(s)
+		m.Buckets = nil
+		for _, v := range l {
+			sec, err := strconv.ParseFloat(v, 64)
+			if err != nil || sec <= 0 {
+				return fmt.Errorf("bucket %q: want seconds > 0", v)
+			}
+			m.Buckets = append(m.Buckets, int(sec*16000))
+		}
+		slices.Sort(m.Buckets)
+		return nil
+	})
 }
 
 // Validate reports a configuration that cannot form a request.
@@ -68,6 +116,9 @@ func (m ModelIO) Validate() error {
 	}
 	if m.AudioInput == "" || m.TextOutput == "" {
 		return errors.New("model audio input and text output names are required")
+	}
+	if len(m.Buckets) > 0 && m.LengthInput == "" {
+		return errors.New("bucket batching needs a length input (-model-input-length) so the model knows each chunk's true length")
 	}
 	return nil
 }
@@ -177,8 +228,12 @@ func (c *Client) Metadata(ctx context.Context) (*pb.ModelMetadataResponse, error
 }
 
 // Infer transcribes one request. With Timestamps set, word timings are
-// asked for (when the model has a timestamps input).
+// asked for (when the model has a timestamps input). With buckets, a chunk
+// longer than the largest bucket is rejected before it is sent.
 func (c *Client) Infer(ctx context.Context, r Request) (Result, error) {
+	if _, ok := c.io.Bucket(len(r.Samples)); !ok {
+		return Result{}, fmt.Errorf("%w: chunk of %d samples is longer than the largest bucket (%d)", ErrRejected, len(r.Samples), c.io.MaxChunk())
+	}
 	resp, err := c.rpc.ModelInfer(ctx, c.io.NewRequest(r))
 	if err != nil {
 		return Result{}, classify("model infer", err, c.connected())
@@ -200,14 +255,24 @@ func (m ModelIO) NewRequest(r Request) *pb.ModelInferRequest {
 	if r.Model != "" {
 		model = r.Model
 	}
+	n := len(samples)
+	padded, _ := m.Bucket(n)
+	raw := make([]byte, 4*max(n, padded)) // padding stays zero
+	encodeFP32Into(raw, samples)
 	req := &pb.ModelInferRequest{
 		ModelName:    model,
 		ModelVersion: m.Version,
 		Inputs: []*pb.ModelInferRequest_InferInputTensor{{
-			Name: m.AudioInput, Datatype: TypeFP32, Shape: m.shape(int64(len(samples))),
+			Name: m.AudioInput, Datatype: TypeFP32, Shape: m.shape(int64(len(raw) / 4)),
 		}},
-		RawInputContents: [][]byte{EncodeFP32(samples)},
+		RawInputContents: [][]byte{raw},
 		Outputs:          []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: m.TextOutput}},
+	}
+	if len(m.Buckets) > 0 && m.LengthInput != "" {
+		req.Inputs = append(req.Inputs, &pb.ModelInferRequest_InferInputTensor{
+			Name: m.LengthInput, Datatype: TypeInt32, Shape: m.shape(1),
+		})
+		req.RawInputContents = append(req.RawInputContents, EncodeInt32(int32(n)))
 	}
 	if m.TimestampsInput != "" {
 		req.Inputs = append(req.Inputs, &pb.ModelInferRequest_InferInputTensor{
@@ -274,6 +339,9 @@ func (m ModelIO) ParseResponse(resp *pb.ModelInferResponse) (Result, error) {
 	}
 	res.Words = make([]Word, 0, len(words))
 	for i, w := range words {
+		if len(w) == 0 {
+			continue // padding of a batched, rectangular output
+		}
 		var word Word
 		if err := json.Unmarshal(w, &word); err != nil {
 			return Result{}, fmt.Errorf("%w: word %d of %q: %w", ErrBadResponse, i, m.WordsOutput, err)

@@ -61,9 +61,13 @@ func TestClientAgainstServer(t *testing.T) {
 }
 
 func TestClientWithoutBatchDimOrOptionalTensors(t *testing.T) {
-	srv := tritontest.Start(t)
 	io := triton.DefaultModelIO()
 	io.BatchDim, io.TimestampsInput, io.WordsOutput, io.NumWordsOutput = false, "", "", ""
+	srv, err := tritontest.Listen("127.0.0.1:0", io) // a model with max_batch_size 0
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
 	res, err := dial(t, srv.Addr, io).Infer(context.Background(), triton.Request{Samples: make([]float32, 5), Timestamps: true})
 	if err != nil || res.Text != tritontest.Text(5) {
 		t.Fatalf("%+v, %v", res, err)

@@ -21,10 +21,14 @@ var ErrTensor = errors.New("malformed tensor")
 // EncodeFP32 returns samples as little-endian IEEE-754 float32 raw contents.
 func EncodeFP32(samples []float32) []byte {
 	out := make([]byte, 4*len(samples))
+	encodeFP32Into(out, samples)
+	return out
+}
+
+func encodeFP32Into(out []byte, samples []float32) {
 	for i, s := range samples {
 		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(s))
 	}
-	return out
 }
 
 // DecodeFP32 parses little-endian float32 raw contents.

@@ -76,6 +76,12 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err := cfg.worker.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	if err := cfg.model.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if m := cfg.model.MaxChunk(); m > 0 && int(cfg.worker.ChunkSeconds*worker.ModelRate) > m {
+		return fmt.Errorf("config: -chunk-seconds %g is longer than the largest bucket (%gs): chunks must fit a bucket", cfg.worker.ChunkSeconds, float64(m)/worker.ModelRate)
+	}
 	level, err := zerolog.ParseLevel(cfg.logLevel)
 	if err != nil {
 		return fmt.Errorf("config: log level: %w", err)

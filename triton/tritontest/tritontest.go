@@ -32,6 +32,7 @@ type Server struct {
 	started  chan struct{} // receives one value per request that reaches the recognizer
 	calls    atomic.Int64
 	models   map[string]int // requests per model name
+	srv      *asrserver.Server
 	recog    asrserver.Recognizer
 	stop     context.CancelFunc
 	serveErr chan error
@@ -52,9 +53,31 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
+// Options configure a fake beyond its model contract.
+type Options struct {
+	Aliases []string               // further model names it answers for
+	Batch   *asrserver.BatchConfig // nil: asrserver.New's default
+}
+
+// StartWith serves the default model contract with options until the test ends.
+func StartWith(t testing.TB, opts Options) *Server {
+	t.Helper()
+	s, err := ListenWith("127.0.0.1:0", triton.DefaultModelIO(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
 // Listen serves io on addr until Close, answering also for the models
 // named in aliases.
 func Listen(addr string, io triton.ModelIO, aliases ...string) (*Server, error) {
+	return ListenWith(addr, io, Options{Aliases: aliases})
+}
+
+// ListenWith serves io on addr with options until Close.
+func ListenWith(addr string, io triton.ModelIO, opts Options) (*Server, error) {
 	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, err
@@ -70,7 +93,11 @@ func Listen(addr string, io triton.ModelIO, aliases ...string) (*Server, error) 
 		return r, nil
 	})
 	srv := asrserver.New(io, asrserver.RecognizerFunc(s.recognize), "tritontest")
-	srv.Aliases = aliases
+	srv.Aliases = opts.Aliases
+	if opts.Batch != nil {
+		srv.Batch = *opts.Batch
+	}
+	s.srv = srv
 	go func() { s.serveErr <- srv.Serve(ctx, lis) }()
 	return s, nil
 }
@@ -171,5 +198,8 @@ func (s *Server) ModelCalls(model string) int {
 	return s.models[model]
 }
 
-// Calls returns the number of inference requests served.
+// BatchStats returns the batches the fake's batcher executed.
+func (s *Server) BatchStats() asrserver.BatchStats { return s.srv.BatchStats() }
+
+// Calls returns the number of rows recognised (a batch of n counts n).
 func (s *Server) Calls() int64 { return s.calls.Load() }
