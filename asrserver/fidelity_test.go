@@ -139,7 +139,10 @@ func TestBatcherDropsAbandonedAndBoundsQueue(t *testing.T) {
 	srv.Batch = asrserver.BatchConfig{MaxBatchSize: 4, Instances: 1, MaxQueueSize: 2}
 	c := serve(t, srv, io)
 	busy := make(chan error, 1)
-	go func() { _, err := c.Infer(context.Background(), triton.Request{Samples: make([]float32, 10)}); busy <- err }()
+	go func() {
+		_, err := c.Infer(context.Background(), triton.Request{Samples: make([]float32, 10)})
+		busy <- err
+	}()
 	waitUntil(t, func() bool { return g.count(10) == 1 }) // the only instance is busy
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	if _, err := c.Infer(ctx, triton.Request{Samples: make([]float32, 20)}); err == nil {
