@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/internal/synth"
 )
 
 const rate = 16000
@@ -37,9 +38,9 @@ func main() {
 	var lengths []int // chunk lengths in samples
 	var total float64
 	for range *recordings {
-		sec := 10 * math.Pow(120, rng.Float64()) // 10 s .. 20 min
+		sec := synth.RecordingSeconds(rng)
 		total += sec
-		x := speechLike(rng, int(sec*rate))
+		x := synth.SpeechLike(rng, int(sec*rate), rate)
 		for _, c := range audio.Split(x, audio.SplitConfig{Max: int(*chunkSeconds * rate), Frame: rate * 30 / 1000}) {
 			lengths = append(lengths, len(c.Samples))
 		}
@@ -119,25 +120,6 @@ func main() {
 	if len(rows) == 0 {
 		os.Exit(1)
 	}
-}
-
-// speechLike returns n samples of bursts of noise (words) separated by
-// pauses, as the splitter sees speech.
-func speechLike(rng *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := 0; i < n; {
-		word := int((0.2 + 0.5*rng.Float64()) * rate)
-		for j := i; j < min(n, i+word); j++ {
-			x[j] = float32(0.3 * rng.NormFloat64())
-		}
-		i += word
-		pause := int((0.05 + 0.3*rng.ExpFloat64()) * rate)
-		for j := i; j < min(n, i+pause); j++ {
-			x[j] = float32(0.003 * rng.NormFloat64())
-		}
-		i += pause
-	}
-	return x
 }
 
 func bucketOf(n int, buckets []int) int {
