@@ -212,6 +212,28 @@ class TDTDecoder(nn.Module):
             for i, b in zip(range(len(DURATIONS)), (-1.0, 0.5, 2.0, 1.5, 0.0)):
                 self.out.bias[self.vocab + 1 + i] += b * spread * 2
 
+    def lstm_step(self, x, state):
+        """One time step of the prediction LSTM with its own weights, as a
+        few plain kernels: cuDNN's RNN call costs far more host time per
+        step than the step's arithmetic, which would make the stand-in's
+        loop slower than a real decoder's."""
+        if not hasattr(self, "_cells"):
+            self._cells = []
+            for k in range(self.lstm.num_layers):
+                w = torch.cat([getattr(self.lstm, "weight_ih_l%d" % k), getattr(self.lstm, "weight_hh_l%d" % k)], dim=1).t().contiguous()
+                bias = getattr(self.lstm, "bias_ih_l%d" % k) + getattr(self.lstm, "bias_hh_l%d" % k)
+                self._cells.append((w, bias))
+        h, c = state
+        hs, cs = [], []
+        for k, (w, bias) in enumerate(self._cells):
+            gates = torch.addmm(bias, torch.cat([x, h[k]], dim=1), w)
+            i, f, gg, o = gates.chunk(4, dim=1)
+            ck = torch.sigmoid(f) * c[k] + torch.sigmoid(i) * torch.tanh(gg)
+            x = torch.sigmoid(o) * torch.tanh(ck)
+            hs.append(x)
+            cs.append(ck)
+        return x, (torch.stack(hs), torch.stack(cs))
+
     @torch.no_grad()
     def greedy(self, enc, frames, max_symbols=10):
         """Greedy TDT decoding, batched: one joint evaluation per step for
@@ -250,10 +272,10 @@ class TDTDecoder(nn.Module):
             emit = active & ~is_blank
             emitted.append(torch.where(emit, tok, torch.full_like(tok, -1)))
             # The prediction network advances only for rows that emitted.
-            new_out, new_state = self.lstm(self.embed(tok.unsqueeze(1)), state)
+            new_out, new_state = self.lstm_step(self.embed(tok), state)
             m = emit.view(1, b, 1)
             state = (torch.where(m, new_state[0], state[0]), torch.where(m, new_state[1], state[1]))
-            g = torch.where(emit.unsqueeze(1), self.pred_proj(new_out[:, 0]), g)
+            g = torch.where(emit.unsqueeze(1), self.pred_proj(new_out), g)
             t = t + dur * active
             active = t < frames
         if not emitted:
@@ -284,6 +306,7 @@ def build(cfg, device, dtype, seed=0):
         m = StandIn(cfg)
     m = m.to(device=device, dtype=dtype).eval()
     m.encoder.frontend.float()  # features in fp32, as NeMo does
+    m.decoder.lstm.flatten_parameters()  # one contiguous weight block for cuDNN, not a copy per step
     m.decoder.calibrate(cfg.d_model)
     return m
 

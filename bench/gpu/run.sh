@@ -2,7 +2,7 @@
 # GPU benchmark: run the configurations named on the command line on this
 # host's GPU 0, appending to OUTDIR/results.csv (see docs/benchmarks.md).
 #
-#   bench/gpu/run.sh OUTDIR offline single timesliced-4 mps25-4 mps100-4 mps25-8 mps12-8 mix
+#   bench/gpu/run.sh OUTDIR launch offline timesliced-4 mps12-8 mps25-4 mps100-4 mps25-8 mix single
 #
 # Needs python3 with torch (CUDA), grpcio and protobuf, nvidia-smi, the
 # gpubench binary (GPUBENCH, default bin/gpubench) and, for the mps*
@@ -64,12 +64,13 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 for c in "$@"; do
   case "$c" in
     offline) log "offline reference"; "$py" "$here/offline.py" --out "$out/offline.json" 2>&1 | tee -a "$out/run.log" ;;
-    single) start_servers 1 0 --ragged; sweep single 1,2,4,8,16,32,64; stop_servers ;;
-    timesliced-4) start_servers 4 0 --ragged; sweep timesliced-4 4,8,16,32,64,128; stop_servers ;;
+    launch) log "launch overhead"; "$py" "$here/launch_overhead.py" "$out/launch.json" 2>&1 | grep -v -e Warning -e _VF | tee -a "$out/run.log" ;;
+    single) start_servers 1 0 --ragged; sweep single 1,2,3,4,8,32; stop_servers ;;
+    timesliced-4) start_servers 4 0 --ragged; sweep timesliced-4 4,8,12,16,32,128; stop_servers ;;
     mps*-*)
       pct="${c#mps}"; pct="${pct%-*}"; n="${c##*-}"
       mps_on; start_servers "$n" "$pct" --ragged
-      sweep "$c" "$n,$((2 * n)),$((4 * n)),$((8 * n)),$((16 * n)),$((32 * n))"
+      sweep "$c" "$n,$((2 * n)),$((3 * n)),$((4 * n)),$((8 * n)),$((32 * n))"
       mps_status; stop_servers; mps_off ;;
     mix)
       mps_on
