@@ -61,11 +61,29 @@ lint: deps tf-lint ## golangci-lint (see .golangci.yml), gofmt and tflint
 bench-buckets: deps ## choose bucket lengths: padding vs batch formation on a realistic length mix
 	$(GO) run ./bench/buckets
 
+.PHONY: bench-gpu
+bench-gpu: deps ## GPU benchmark on this host's GPU 0 (needs nvidia-smi, python3 with torch/grpcio/protobuf); results into docs/benchmarks/
+	@command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { \
+	  echo "bench-gpu needs an NVIDIA GPU (nvidia-smi), python3 with torch (CUDA), grpcio and protobuf, and"; \
+	  echo "nvidia-cuda-mps-control for the MPS configurations. On a machine without Go, build the driver"; \
+	  echo "elsewhere (CGO_ENABLED=0 go build -o bin/gpubench ./bench/gpu/gpubench) and run bench/gpu/run.sh."; \
+	  echo "make bench-gpu-report reads the committed results without a GPU."; exit 1; }
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpubench ./bench/gpu/gpubench
+	rm -f docs/benchmarks/results.csv
+	GPUBENCH=$(BIN)/gpubench DUR=6s WARM=2s bench/gpu/run.sh docs/benchmarks launch offline timesliced-4 mps12-8 mps25-4 mps100-4 mps25-8 mix single
+	$(MAKE) --no-print-directory bench-gpu-report
+
+.PHONY: bench-gpu-report
+bench-gpu-report: deps ## table, plot and RESULT line from the committed GPU benchmark results (no GPU needed)
+	$(GO) run ./bench/gpu/gpubench report -results docs/benchmarks/results.csv -offline docs/benchmarks/offline.json \
+	  -table docs/benchmarks/table.md -plot docs/benchmarks/throughput-p99.png
+
 .PHONY: proto
 proto: ## regenerate the KServe v2 gRPC code from triton/inference/grpc_service.proto
 	@scripts/tools.sh protoc-gen-go protoc-gen-go-grpc
 	PATH="$(GOBIN):$$PATH" protoc --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative triton/inference/grpc_service.proto
+	protoc --descriptor_set_out=bench/gpu/kserve.pb --include_imports triton/inference/grpc_service.proto
 
 .PHONY: clean
 clean: ## remove build outputs
