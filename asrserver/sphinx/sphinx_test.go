@@ -20,6 +20,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/internal/leaktest"
 	"github.com/fleetscribe/fleetscribe/internal/wer"
 	"github.com/fleetscribe/fleetscribe/triton"
+	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
@@ -229,5 +230,60 @@ func TestWordTimesAreIndependentAndMatchCLI(t *testing.T) {
 	}
 	if matched < len(want)*3/4 {
 		t.Errorf("only %d of %d command-line words found in %+v", matched, len(want), first.Words)
+	}
+}
+
+// The CPU server runs a batch across its decoder pool: two recordings of
+// different lengths in one bucket-padded request, each cut to its true
+// length, come back as two transcripts in order.
+func TestBatchAcrossDecoders(t *testing.T) {
+	cfg := sphinx.DefaultConfig()
+	cfg.Decoders = 2
+	rec, err := sphinx.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	io := triton.DefaultModelIO()
+	srv := asrserver.New(io, rec, "pocketsphinx")
+	srv.Batch = asrserver.BatchConfig{MaxBatchSize: 2, Instances: 1}
+	texts := []string{"the doctor will call you back", "please schedule a follow up appointment in two weeks"}
+	var clips [][]float32
+	longest := 0
+	for _, s := range texts {
+		c := readClip(t, synth(t, 0, s))
+		clips = append(clips, c.Samples)
+		longest = max(longest, len(c.Samples))
+	}
+	// One request of two rows, padded to the longer one, with true lengths.
+	raw := make([]byte, 0, 8*longest)
+	lengths := make([]int32, len(clips))
+	for i, c := range clips {
+		padded := make([]float32, longest)
+		copy(padded, c)
+		raw = append(raw, triton.EncodeFP32(padded)...)
+		lengths[i] = int32(len(c))
+	}
+	req := &pb.ModelInferRequest{
+		ModelName: io.Model,
+		Inputs: []*pb.ModelInferRequest_InferInputTensor{
+			{Name: io.AudioInput, Datatype: triton.TypeFP32, Shape: []int64{2, int64(longest)}},
+			{Name: io.LengthInput, Datatype: triton.TypeInt32, Shape: []int64{2, 1}},
+		},
+		RawInputContents: [][]byte{raw, triton.EncodeInt32(lengths...)},
+		Outputs:          []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: io.TextOutput}},
+	}
+	resp, err := srv.ModelInfer(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := triton.DecodeBytes(resp.GetRawOutputContents()[0])
+	if err != nil || len(got) != 2 || resp.GetOutputs()[0].GetShape()[0] != 2 {
+		t.Fatalf("outputs %v, %v", resp.GetOutputs(), err)
+	}
+	for i, s := range texts {
+		if e, n := wer.Errors(s, string(got[i])); float64(e)/float64(n) > 0.2 {
+			t.Errorf("row %d: %q for %q", i, got[i], s)
+		}
 	}
 }
