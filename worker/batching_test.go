@@ -127,55 +127,13 @@ func TestOverloadNeverEjectsAndEveryRequestCompletes(t *testing.T) {
 	}
 	overloaded := 0.0
 	for _, s := range servers {
-		if v := gaugeValue(t, reg, "fleetscribe_triton_partition_healthy", s.Addr); v != 1 {
+		if v := metricValue(t, reg, "fleetscribe_triton_partition_healthy", map[string]string{"partition": s.Addr}, -1); v != 1 {
 			t.Errorf("partition %s ejected under backpressure", s.Addr)
 		}
-		overloaded += counterValue(t, reg, "fleetscribe_triton_requests_total", s.Addr, "overloaded")
+		overloaded += metricValue(t, reg, "fleetscribe_triton_requests_total", map[string]string{"partition": s.Addr, "outcome": "overloaded"}, 0)
 	}
 	if overloaded == 0 {
 		t.Error("no backpressure seen: the test did not overload the partitions")
 	}
 	t.Logf("%v overloaded answers, all absorbed", overloaded)
-}
-
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name, partition string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == partition {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return -1
-}
-
-func counterValue(t *testing.T, reg *prometheus.Registry, name, partition, outcome string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			if l["partition"] == partition && l["outcome"] == outcome {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }

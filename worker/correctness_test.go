@@ -42,27 +42,27 @@ func s3Event(bucket string, keys ...string) string {
 func (e *env) transcript(key string) (worker.Transcript, bool) {
 	e.t.Helper()
 	var tr worker.Transcript
-	b, ok := e.outputs(key)["json"]
-	if !ok {
-		return tr, false
-	}
-	if err := json.Unmarshal(b, &tr); err != nil {
-		e.t.Fatal(err)
-	}
-	return tr, true
+	return tr, e.outputJSON(key, "json", &tr)
 }
 
 func (e *env) errorRecord(key string) (worker.ErrorRecord, bool) {
 	e.t.Helper()
 	var rec worker.ErrorRecord
-	b, ok := e.outputs(key)["error.json"]
+	return rec, e.outputJSON(key, "error.json", &rec)
+}
+
+// outputJSON decodes the output of key with the given suffix into v and
+// reports whether it exists.
+func (e *env) outputJSON(key, suffix string, v any) bool {
+	e.t.Helper()
+	b, ok := e.outputs(key)[suffix]
 	if !ok {
-		return rec, false
+		return false
 	}
-	if err := json.Unmarshal(b, &rec); err != nil {
+	if err := json.Unmarshal(b, v); err != nil {
 		e.t.Fatal(err)
 	}
-	return rec, true
+	return true
 }
 
 // Item 1: a permanent failure of one record does not stop the records

@@ -330,6 +330,13 @@ func keysOf(m map[string][]byte) []string {
 // counter returns one labelled series of a counter in reg (0 if absent).
 func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
+	return metricValue(t, reg, name, map[string]string{label: value}, 0)
+}
+
+// metricValue returns the counter or gauge series of name whose labels
+// include all of labels, or absent when there is none.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string, absent float64) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -338,15 +345,24 @@ func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) 
 		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
 			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					return m.GetCounter().GetValue()
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue series
 				}
 			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
 		}
 	}
-	return 0
+	return absent
 }
 
 func TestBadInputsGetErrorRecordsAndNoRedelivery(t *testing.T) {

@@ -37,13 +37,7 @@ func TestRealSpeechOverGRPC(t *testing.T) {
 		"the doctor will call you back this afternoon",
 		"the heart rate is normal and the lungs are clear",
 	}
-	cfg := sphinx.DefaultConfig()
-	cfg.Decoders = 2
-	rec, err := sphinx.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
+	rec := recognizer(t, 2)
 	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -173,13 +167,7 @@ func readClip(t *testing.T, path string) audio.Clip {
 // words at the same times, and those times agree with pocketsphinx's own
 // command-line output, pauses included.
 func TestWordTimesAreIndependentAndMatchCLI(t *testing.T) {
-	cfg := sphinx.DefaultConfig()
-	cfg.Decoders = 1
-	rec, err := sphinx.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
+	rec := recognizer(t, 1)
 	paused := synth(t, 3, "please schedule a follow up appointment", "the doctor will call you back")
 	other := readClip(t, synth(t, 0, "the heart rate is normal and the lungs are clear"))
 	clip := readClip(t, paused)
@@ -237,13 +225,7 @@ func TestWordTimesAreIndependentAndMatchCLI(t *testing.T) {
 // different lengths in one bucket-padded request, each cut to its true
 // length, come back as two transcripts in order.
 func TestBatchAcrossDecoders(t *testing.T) {
-	cfg := sphinx.DefaultConfig()
-	cfg.Decoders = 2
-	rec, err := sphinx.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Close()
+	rec := recognizer(t, 2)
 	io := triton.DefaultModelIO()
 	srv := asrserver.New(io, rec, "pocketsphinx")
 	srv.Batch = asrserver.BatchConfig{MaxBatchSize: 2, Instances: 1}
@@ -286,4 +268,17 @@ func TestBatchAcrossDecoders(t *testing.T) {
 			t.Errorf("row %d: %q for %q", i, got[i], s)
 		}
 	}
+}
+
+// recognizer loads a pool of decoders for the test.
+func recognizer(t *testing.T, decoders int) *sphinx.Recognizer {
+	t.Helper()
+	cfg := sphinx.DefaultConfig()
+	cfg.Decoders = decoders
+	rec, err := sphinx.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Close)
+	return rec
 }

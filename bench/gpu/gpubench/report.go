@@ -194,4 +194,3 @@ func drawPlot(rs []result, configs []string, path string) error {
 	}
 	return p.Save(8*vg.Inch, 5*vg.Inch, path)
 }
-
