@@ -44,6 +44,7 @@ type BatchConfig struct {
 type Row struct {
 	Samples    []float32
 	Timestamps bool
+	Model      string // the model name the request was sent for
 }
 
 // BatchRecognizer recognises a whole batch at once. Recognizers that are

@@ -149,6 +149,7 @@ func TestBatcherDropsAbandonedAndBoundsQueue(t *testing.T) {
 		t.Fatal("abandoned request answered")
 	}
 	cancel()
+	waitUntil(t, func() bool { return queued(srv) == 0 }) // dropped from the queue once the server sees the cancellation
 	// Queue of 2: a third waiting request is refused.
 	var wg sync.WaitGroup
 	errs := make([]error, 3)

@@ -310,7 +310,7 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 			}
 			samples = samples[:n] // the padding is never heard
 		}
-		out.rows = append(out.rows, Row{Samples: samples, Timestamps: out.timestamps})
+		out.rows = append(out.rows, Row{Samples: samples, Timestamps: out.timestamps, Model: r.GetModelName()})
 	}
 	if p, ok := r.GetParameters()["priority"]; ok {
 		out.priority = p.GetUint64Param()
@@ -337,7 +337,6 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 	if err != nil {
 		return nil, err
 	}
-	ctx = context.WithValue(ctx, modelKey{}, r.GetModelName())
 	var results []triton.Result
 	if b := s.running(); b != nil {
 		results, err = b.submit(ctx, req.rows, req.shape, req.priority, req.timeout)
@@ -357,8 +356,8 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 }
 
 // recognizeRows runs a batch: at once on a BatchRecognizer, else row by
-// row concurrently (the CPU server spreads them over its decoder pool).
-// The first row's context carries the model name.
+// row concurrently (the CPU server spreads them over its decoder pool),
+// each with its request's model name in the context (see Model).
 func (s *Server) recognizeRows(ctx context.Context, rows []Row) ([]triton.Result, error) {
 	if br, ok := s.rec.(BatchRecognizer); ok {
 		return br.RecognizeBatch(ctx, rows)
@@ -367,7 +366,9 @@ func (s *Server) recognizeRows(ctx context.Context, rows []Row) ([]triton.Result
 	errs := make([]error, len(rows))
 	var wg sync.WaitGroup
 	for i, row := range rows {
-		wg.Go(func() { results[i], errs[i] = s.rec.Recognize(ctx, row.Samples, row.Timestamps) })
+		wg.Go(func() {
+			results[i], errs[i] = s.rec.Recognize(context.WithValue(ctx, modelKey{}, row.Model), row.Samples, row.Timestamps)
+		})
 	}
 	wg.Wait()
 	return results, errors.Join(errs...)

@@ -88,20 +88,19 @@ func TestMultiRecordEventEveryRecordReachesAnOutcome(t *testing.T) {
 
 func TestMultiRecordRetryRedoesNothingDone(t *testing.T) {
 	e := newEnv(t, 1, 3)
-	var failB atomic.Bool
-	failB.Store(true)
-	var callsA atomic.Int64
-	base := tritontest.Text
+	var callsA, callsB atomic.Int64
 	e.servers[0].SetRecognizer(asrFunc(func(samples []float32) (triton.Result, error) {
 		switch len(samples) {
 		case 1600:
 			callsA.Add(1)
 		case 3200:
-			if failB.Swap(false) {
-				return triton.Result{}, errUnavailable
+			// Fails every attempt of the first delivery (the pool tries 3
+			// times), then works: the message must come back once.
+			if callsB.Add(1) <= 3 {
+				return triton.Result{}, errInternal
 			}
 		}
-		return triton.Result{Text: base(len(samples))}, nil
+		return triton.Result{Text: tritontest.Text(len(samples))}, nil
 	}))
 	e.put("a.wav", tone(16000, 1600))
 	e.put("b.wav", tone(16000, 3200))
@@ -111,6 +110,9 @@ func TestMultiRecordRetryRedoesNothingDone(t *testing.T) {
 	e.run(cfg, nil)
 	if _, ok := e.transcript("b.wav"); !ok {
 		t.Fatal("b.wav not transcribed after its retry")
+	}
+	if got := counter(t, e.wreg, "fleetscribe_messages_total", "outcome", worker.MessageRetry); got != 1 {
+		t.Errorf("message retried %v times, want once", got)
 	}
 	if n := callsA.Load(); n != 1 {
 		t.Errorf("a.wav computed %d times, want once", n)
@@ -485,7 +487,7 @@ func TestJobModelOverride(t *testing.T) {
 	}
 }
 
-var errUnavailable = status.Error(codes.Unavailable, "injected: partition restarting")
+var errInternal = status.Error(codes.Internal, "injected: model crashed")
 
 // asrFunc adapts a function of the samples to a recognizer.
 func asrFunc(f func([]float32) (triton.Result, error)) asrserver.Recognizer {

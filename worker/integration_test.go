@@ -440,7 +440,7 @@ func TestBadInputsGetErrorRecordsAndNoRedelivery(t *testing.T) {
 
 func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
 	e := newEnv(t, 1, 2)
-	e.servers[0].Fail(codes.Unavailable, 1000)
+	e.servers[0].Fail(codes.Internal, 1000)
 	e.put("a.wav", tone(16000, 4000))
 	e.sendJob("a.wav")
 	cfg := e.config()
