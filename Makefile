@@ -34,6 +34,7 @@ test: deps tflint ## vet, format check, terraform checks and all tests with -rac
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags $(TAGS) ./...
 	$(MAKE) --no-print-directory tf-lint
+	$(MAKE) --no-print-directory tf-validate
 	$(GO) test -race -count=1 -tags $(TAGS) ./...
 
 .PHONY: tflint
@@ -46,6 +47,10 @@ tf-lint: tflint ## lint every Terraform module with tflint
 	  [ -d "$$d" ] || continue; \
 	  echo "tflint $$d"; $(GOBIN)/tflint --chdir="$$d" --config="$(CURDIR)/terraform/.tflint.hcl"; \
 	done
+
+.PHONY: tf-validate
+tf-validate: ## terraform init from the local provider mirror, validate and mock-provider tests of every module and the example
+	@scripts/tf-validate.sh
 
 .PHONY: tf-fmt
 tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)

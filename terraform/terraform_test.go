@@ -304,11 +304,10 @@ func TestWorkerRoleGrantsExactlyWhatTheWorkerDoes(t *testing.T) {
 	sort.Strings(got)
 	got = slices.Compact(got)
 	want := []string{
-		"autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat", "autoscaling:SetInstanceProtection",
-		"cloudwatch:PutMetricData",
+		"autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat",
 		"ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetAuthorizationToken", "ecr:GetDownloadUrlForLayer",
 		"kms:Decrypt", "kms:GenerateDataKey",
-		"s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket", "s3:PutObject", "s3:PutObjectTagging",
+		"s3:DeleteObject", "s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket", "s3:PutObject", "s3:PutObjectTagging",
 		"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage",
 	}
 	if !slices.Equal(got, want) {
@@ -505,27 +504,42 @@ func TestScaleFromZero(t *testing.T) {
 	if str(t, attr(pol, "policy_type")) != "StepScaling" {
 		t.Error("scale-from-zero is not a step policy")
 	}
+	// Setting an exact capacity could shrink a busy fleet on a late data
+	// point; adding capacity never lowers it.
+	if str(t, attr(pol, "adjustment_type")) != "ChangeInCapacity" {
+		t.Error("scale-from-zero does not add capacity (ExactCapacity can lower it)")
+	}
 	alarm := m.one(t, "resource", "aws_cloudwatch_metric_alarm", "scale_from_zero")
 	if !refersTo(attr(alarm, "alarm_actions"), "aws_autoscaling_policy.scale_from_zero.arn") {
 		t.Error("the scale-from-zero alarm does not trigger the step policy")
 	}
 	src := string(m.src["modules/fleet/scaling.tf"])
-	if !strings.Contains(src, "FILL(instances, 0) == 0") {
-		t.Error("scale-from-zero does not test for zero in-service instances")
+	if !strings.Contains(src, "FILL(desired, 0) == 0") || !strings.Contains(src, `"GroupDesiredCapacity"`) {
+		t.Error("scale-from-zero does not test for zero desired capacity")
 	}
 	if v := literal(t, attr(m.one(t, "variable", "min_size"), "default")); v == cty.NilVal || !v.Equals(cty.Zero).True() {
 		t.Error("min_size does not default to 0")
 	}
 }
 
-func TestTerminationLifecycleHook(t *testing.T) {
-	asg := load(t, "modules/fleet").one(t, "resource", "aws_autoscaling_group", "this")
-	hooks := nested(asg, "initial_lifecycle_hook")
-	if len(hooks) != 1 || str(t, attr(hooks[0], "lifecycle_transition")) != "autoscaling:EC2_INSTANCE_TERMINATING" {
-		t.Fatal("no termination lifecycle hook on the group")
+// Lifecycle hooks are separate resources: initial_lifecycle_hook fields
+// force a new group, so editing the drain timeout would destroy the fleet.
+func TestLifecycleHooks(t *testing.T) {
+	m := load(t, "modules/fleet")
+	asg := m.one(t, "resource", "aws_autoscaling_group", "this")
+	if len(nested(asg, "initial_lifecycle_hook")) != 0 {
+		t.Fatal("the group has an initial_lifecycle_hook: changing it replaces the group")
 	}
-	if !refersTo(attr(hooks[0], "heartbeat_timeout"), "var.drain_timeout_seconds") {
+	drain := m.one(t, "resource", "aws_autoscaling_lifecycle_hook", "drain")
+	if str(t, attr(drain, "lifecycle_transition")) != "autoscaling:EC2_INSTANCE_TERMINATING" {
+		t.Error("no termination lifecycle hook")
+	}
+	if !refersTo(attr(drain, "heartbeat_timeout"), "var.drain_timeout_seconds") {
 		t.Error("hook timeout is not tied to the drain timeout")
+	}
+	launch := m.one(t, "resource", "aws_autoscaling_lifecycle_hook", "launch")
+	if str(t, attr(launch, "lifecycle_transition")) != "autoscaling:EC2_INSTANCE_LAUNCHING" || str(t, attr(launch, "default_result")) != "ABANDON" {
+		t.Error("no launch lifecycle hook that abandons instances whose stack never came up")
 	}
 }
 
@@ -607,14 +621,18 @@ func TestUserDataRendersToValidShell(t *testing.T) {
 		}),
 		"asg_name":       cty.StringVal("fleet"),
 		"lifecycle_hook": cty.StringVal("fleet-drain"),
+		"launch_hook":    cty.StringVal("fleet-launch"),
 		"drain_seconds":  cty.NumberIntVal(300),
+		"stop_seconds":   cty.NumberIntVal(360),
 	}}
 	v, diags := tpl.Value(ctx)
 	if diags.HasErrors() {
 		t.Fatal(diags.Error())
 	}
 	script := v.AsString()
-	for _, want := range []string{"\nFLEETSCRIBE_OUTPUT_BUCKET=out\nFLEETSCRIBE_QUEUE_URL=https://sqs.example/q\nWORKER_IMAGE=", "docker compose stop -t 300", "--lifecycle-hook-name 'fleet-drain'"} {
+	for _, want := range []string{"\nFLEETSCRIBE_OUTPUT_BUCKET=out\nFLEETSCRIBE_QUEUE_URL=https://sqs.example/q\nWORKER_IMAGE=",
+		"docker compose stop -t 360", "--lifecycle-hook-name 'fleet-drain'", "--lifecycle-hook-name 'fleet-launch'",
+		"systemctl enable fleetscribe-drain.service fleetscribe.service"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("rendered user data lacks %q", want)
 		}
@@ -628,5 +646,70 @@ func TestUserDataRendersToValidShell(t *testing.T) {
 	}
 	if out, err := exec.CommandContext(t.Context(), "bash", "-n", f).CombinedOutput(); err != nil {
 		t.Fatalf("bash -n: %v\n%s", err, out)
+	}
+}
+
+// The drain service is installed before anything that can fail at boot,
+// and the stack starts from a service that runs on every boot (a warm-pool
+// instance boots again when it leaves the pool).
+func TestUserDataInstallsServicesBeforeStarting(t *testing.T) {
+	tpl, err := os.ReadFile("modules/fleet/user_data.sh.tftpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(tpl)
+	enable := strings.Index(s, "systemctl enable fleetscribe-drain.service fleetscribe.service")
+	up := strings.LastIndex(s, "systemctl start fleetscribe.service")
+	if enable < 0 || up < enable {
+		t.Error("services are not enabled before the stack is started")
+	}
+	if i := strings.Index(s, "docker compose up -d"); i < 0 || i > strings.Index(s, "START\n") {
+		t.Error("docker compose up runs outside the boot service")
+	}
+}
+
+// A Running warm pool would take jobs while instances wait in the pool.
+func TestWarmPoolStateCannotBeRunning(t *testing.T) {
+	v := load(t, "modules/fleet").one(t, "variable", "warm_pool")
+	var cond hclsyntax.Expression
+	for _, val := range nested(v, "validation") {
+		cond = attr(val, "condition")
+	}
+	if cond == nil {
+		t.Fatal("warm_pool has no validation")
+	}
+	for state, ok := range map[string]bool{"Stopped": true, "Hibernated": true, "Running": false} {
+		ctx := &hcl.EvalContext{
+			Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{
+				"warm_pool": cty.ObjectVal(map[string]cty.Value{"pool_state": cty.StringVal(state)}),
+			})},
+			Functions: map[string]function.Function{"contains": stdlib.ContainsFunc},
+		}
+		got, diags := cond.Value(ctx)
+		if diags.HasErrors() {
+			t.Fatal(diags.Error())
+		}
+		if got.True() != ok {
+			t.Errorf("pool_state %s accepted = %v, want %v", state, got.True(), ok)
+		}
+	}
+}
+
+// Scheduled actions own min_size during the bulk window: an apply inside
+// the window must not reset the floor.
+func TestApplyKeepsTheScheduledFloor(t *testing.T) {
+	asg := load(t, "modules/fleet").one(t, "resource", "aws_autoscaling_group", "this")
+	var ignored []string
+	for _, lc := range nested(asg, "lifecycle") {
+		if e := attr(lc, "ignore_changes"); e != nil {
+			for _, v := range e.(*hclsyntax.TupleConsExpr).Exprs {
+				ignored = append(ignored, hcl.ExprAsKeyword(v))
+			}
+		}
+	}
+	for _, want := range []string{"desired_capacity", "min_size"} {
+		if !slices.Contains(ignored, want) {
+			t.Errorf("ignore_changes lacks %s (have %v)", want, ignored)
+		}
 	}
 }

@@ -129,3 +129,56 @@ func TestComposeAndReadmeUseWorkerFlagNames(t *testing.T) {
 		}
 	}
 }
+
+// Settings in the instance's .env (the Terraform user data writes
+// worker_environment there) reach the worker container, also those the
+// compose file does not name, such as FLEETSCRIBE_JOB_TIMEOUT, which must
+// agree with the queue's visibility timeout.
+func TestDotEnvReachesTheWorker(t *testing.T) {
+	root, _ := filepath.Abs("../..")
+	dir := t.TempDir()
+	compose, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "docker-compose.yml"), compose, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dotenv := strings.Join([]string{
+		"FLEETSCRIBE_QUEUE_URL=https://sqs.example/live",
+		"FLEETSCRIBE_OUTPUT_BUCKET=out",
+		"FLEETSCRIBE_JOB_TIMEOUT=1800s",
+		"FLEETSCRIBE_MEMORY_BUDGET=8000000000",
+		"FLEETSCRIBE_DRAIN_TIMEOUT=300s",
+		"FLEETSCRIBE_BULK_QUEUE_URL=https://sqs.example/bulk",
+		"COMPOSE_PROFILES=bulk",
+	}, "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, ".env"), []byte(dotenv), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(dir, "docker-compose.yml")},
+		cli.WithWorkingDirectory(dir), cli.WithEnvFiles(), cli.WithDotEnv, cli.WithDefaultProfiles())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"worker", "worker-bulk"} {
+		s, err := p.GetService(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := env(s, "FLEETSCRIBE_JOB_TIMEOUT"); got != "1800s" {
+			t.Errorf("%s: FLEETSCRIBE_JOB_TIMEOUT = %q, want the .env value", name, got)
+		}
+		if got := env(s, "FLEETSCRIBE_MEMORY_BUDGET"); got != "8000000000" {
+			t.Errorf("%s: FLEETSCRIBE_MEMORY_BUDGET = %q", name, got)
+		}
+	}
+	bulk, _ := p.GetService("worker-bulk")
+	if got := env(bulk, "FLEETSCRIBE_QUEUE_URL"); got != "https://sqs.example/bulk" {
+		t.Errorf("bulk worker drains %q, want the bulk queue", got)
+	}
+}

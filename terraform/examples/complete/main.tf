@@ -7,8 +7,10 @@ module "queues" {
   source = "../../modules/queues"
 
   name_prefix            = var.name
+  queues                 = var.queues
   max_receive_count      = var.max_receive_count
   worker_max_job_seconds = var.max_job_seconds
+  kms_key_arn            = var.kms_key_arn
 }
 
 module "buckets" {
@@ -17,6 +19,7 @@ module "buckets" {
   input_bucket_name  = var.input_bucket_name
   output_bucket_name = var.output_bucket_name
   output_prefix      = local.output_prefix
+  kms_key_arn        = var.kms_key_arn
 }
 
 module "notifications" {
@@ -33,14 +36,15 @@ module "notifications" {
 module "iam" {
   source = "../../modules/iam"
 
-  name                   = "${var.name}-worker"
-  queue_arns             = values(module.queues.queue_arns)
-  input_bucket_arn       = module.buckets.input_bucket_arn
-  output_bucket_arn      = module.buckets.output_bucket_arn
-  output_prefix          = local.output_prefix
-  kms_key_arns           = [module.buckets.kms_key_arn]
-  autoscaling_group_name = local.asg_name
-  ecr_repository_arns    = var.ecr_repository_arns
+  name                    = "${var.name}-worker"
+  queue_arns              = values(module.queues.queue_arns)
+  input_bucket_arn        = module.buckets.input_bucket_arn
+  output_bucket_arn       = module.buckets.output_bucket_arn
+  output_prefix           = local.output_prefix
+  kms_key_arns            = [module.buckets.kms_key_arn]
+  autoscaling_group_name  = local.asg_name
+  ecr_repository_arns     = var.ecr_repository_arns
+  model_repository_s3_uri = var.model_repository_s3_uri
 }
 
 resource "aws_security_group" "workers" {
@@ -68,6 +72,8 @@ module "fleet" {
   queue_names                 = values(module.queues.queue_names)
   backlog_per_instance_target = var.backlog_per_instance_target
   bulk_queue_url              = module.queues.queue_urls["bulk"]
+  spot                        = var.spot
+  warm_pool                   = var.warm_pool
 
   worker_environment = {
     FLEETSCRIBE_QUEUE_URL          = module.queues.queue_urls["live"]
@@ -79,6 +85,8 @@ module "fleet" {
     FLEETSCRIBE_JOB_TIMEOUT        = "${var.max_job_seconds}s"
     FLEETSCRIBE_VISIBILITY_TIMEOUT = "2m"
     WORKER_IMAGE                   = var.worker_image
+    MODEL_S3_URI                   = var.model_repository_s3_uri
+    MODEL_REPOSITORY               = "/opt/fleetscribe/models"
   }
 
   scheduled_scaling = var.bulk_window.enabled ? {
@@ -90,7 +98,7 @@ module "fleet" {
     }
     "${var.name}-bulk-window-end" = {
       recurrence = var.bulk_window.end_cron
-      min_size   = 0
+      min_size   = 0 # the fleet's own floor
       max_size   = var.max_instances
       time_zone  = var.bulk_window.time_zone
     }

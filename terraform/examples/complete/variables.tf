@@ -98,3 +98,60 @@ variable "tags" {
   description = "Tags applied to every resource."
   default     = {}
 }
+
+variable "queues" {
+  type        = set(string)
+  description = "Work queues, each with its DLQ. \"live\" takes upload events and \"bulk\" backfills; at most 4 in all (the scaling policy's metric limit)."
+  default     = ["live", "bulk"]
+
+  validation {
+    condition     = contains(var.queues, "live") && contains(var.queues, "bulk")
+    error_message = "queues must include \"live\" and \"bulk\"."
+  }
+  validation {
+    condition     = length(var.queues) <= 4
+    error_message = "At most 4 queues: the fleet's target tracking policy on metric math allows at most 10 metrics (two per queue, the instance count and the expression)."
+  }
+}
+
+variable "kms_key_arn" {
+  type        = string
+  description = "Customer managed KMS key for the buckets and queues. Null creates a dedicated key for the buckets and uses SQS-managed encryption for the queues."
+  default     = null
+}
+
+variable "spot" {
+  type = object({
+    enabled                                  = bool
+    on_demand_base_capacity                  = optional(number, 0)
+    on_demand_percentage_above_base_capacity = optional(number, 0)
+    spot_allocation_strategy                 = optional(string, "price-capacity-optimized")
+  })
+  description = "Spot instances for the fleet (see the fleet module)."
+  default     = { enabled = false }
+}
+
+variable "warm_pool" {
+  type = object({
+    enabled                     = bool
+    min_size                    = optional(number, 0)
+    max_group_prepared_capacity = optional(number)
+    pool_state                  = optional(string, "Stopped")
+  })
+  description = "Warm pool of bootstrapped, stopped instances (see the fleet module)."
+  default     = { enabled = false }
+
+  validation {
+    condition     = contains(["Stopped", "Hibernated"], var.warm_pool.pool_state)
+    error_message = "warm_pool.pool_state must be Stopped or Hibernated: a Running pool instance takes jobs while still in the pool."
+  }
+  validation {
+    condition     = !(var.warm_pool.enabled && var.spot.enabled)
+    error_message = "A warm pool cannot be used with spot instances: enable one of warm_pool and spot, not both."
+  }
+}
+
+variable "model_repository_s3_uri" {
+  type        = string
+  description = "s3://bucket/prefix/ holding the Triton model repository (asr/config.pbtxt, asr/1/...). Instances copy it at every boot; without it Triton would start with no model."
+}

@@ -1,5 +1,6 @@
 locals {
   lifecycle_hook = "${var.name}-drain"
+  launch_hook    = "${var.name}-launch"
   compose_yaml   = var.compose_yaml != null ? var.compose_yaml : file("${path.module}/../../../docker-compose.yml")
   env = merge(var.worker_environment, {
     FLEETSCRIBE_DRAIN_TIMEOUT = "${var.drain_timeout_seconds}s"
@@ -11,8 +12,12 @@ locals {
     compose_gz_b64 = base64gzip(local.compose_yaml)
     env            = local.env
     lifecycle_hook = local.lifecycle_hook
+    launch_hook    = local.launch_hook
     asg_name       = var.name
     drain_seconds  = var.drain_timeout_seconds
+    # The worker needs a little past its drain timeout to hand unfinished
+    # jobs back to the queue before compose kills it.
+    stop_seconds = var.drain_timeout_seconds + 60
   })
 }
 
@@ -124,15 +129,6 @@ resource "aws_autoscaling_group" "this" {
     }
   }
 
-  # Terminating instances wait here while the worker drains; the instance's
-  # drain service completes the action (or it times out and continues).
-  initial_lifecycle_hook {
-    name                 = local.lifecycle_hook
-    lifecycle_transition = "autoscaling:EC2_INSTANCE_TERMINATING"
-    heartbeat_timeout    = var.drain_timeout_seconds + 120
-    default_result       = "CONTINUE"
-  }
-
   instance_refresh {
     strategy = "Rolling"
     preferences {
@@ -150,7 +146,10 @@ resource "aws_autoscaling_group" "this" {
   }
 
   lifecycle {
-    ignore_changes = [desired_capacity]
+    # Target tracking owns desired capacity, and scheduled actions (the
+    # overnight floor) own min_size once the group exists: an apply inside
+    # the bulk window must not undo the floor. min_size is set at creation.
+    ignore_changes = [desired_capacity, min_size]
 
     precondition {
       condition     = !(var.warm_pool.enabled && var.spot.enabled)
@@ -161,4 +160,29 @@ resource "aws_autoscaling_group" "this" {
       error_message = "max_size must be at least min_size and scale_from_zero_capacity."
     }
   }
+}
+
+# Lifecycle hooks are their own resources: their settings update in place,
+# where the group's initial_lifecycle_hook would replace the whole group.
+
+# Terminating instances wait here while the worker drains; the instance's
+# drain service completes the action (or it times out and continues).
+resource "aws_autoscaling_lifecycle_hook" "drain" {
+  name                   = local.lifecycle_hook
+  autoscaling_group_name = aws_autoscaling_group.this.name
+  lifecycle_transition   = "autoscaling:EC2_INSTANCE_TERMINATING"
+  heartbeat_timeout      = var.drain_timeout_seconds + 180
+  default_result         = "CONTINUE"
+}
+
+# Launching instances (into service or into the warm pool) wait here until
+# the instance's boot service has the stack up; it runs on every boot, so a
+# warm instance leaving the pool starts its workers again before it is put
+# in service. A boot that fails abandons the instance.
+resource "aws_autoscaling_lifecycle_hook" "launch" {
+  name                   = local.launch_hook
+  autoscaling_group_name = aws_autoscaling_group.this.name
+  lifecycle_transition   = "autoscaling:EC2_INSTANCE_LAUNCHING"
+  heartbeat_timeout      = var.instance_warmup_seconds
+  default_result         = "ABANDON"
 }

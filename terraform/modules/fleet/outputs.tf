@@ -22,3 +22,36 @@ output "backlog_policy_arn" {
   description = "ARN of the backlog-per-instance target tracking policy."
   value       = aws_autoscaling_policy.backlog_per_instance.arn
 }
+
+output "scale_from_zero_adjustment_type" {
+  description = "How the scale-from-zero policy adjusts capacity (ChangeInCapacity: it only ever adds)."
+  value       = aws_autoscaling_policy.scale_from_zero.adjustment_type
+}
+
+output "lifecycle_hooks" {
+  description = "The launch and drain lifecycle hooks."
+  value = {
+    drain  = { name = aws_autoscaling_lifecycle_hook.drain.name, heartbeat_timeout = aws_autoscaling_lifecycle_hook.drain.heartbeat_timeout, default_result = aws_autoscaling_lifecycle_hook.drain.default_result }
+    launch = { name = aws_autoscaling_lifecycle_hook.launch.name, heartbeat_timeout = aws_autoscaling_lifecycle_hook.launch.heartbeat_timeout, default_result = aws_autoscaling_lifecycle_hook.launch.default_result }
+  }
+}
+
+output "user_data" {
+  description = "The rendered instance bootstrap script (worker settings included; no secrets)."
+  value       = local.user_data
+}
+
+output "uses_mixed_instances_policy" {
+  description = "Whether the group launches through a mixed instances policy (spot)."
+  value       = length(aws_autoscaling_group.this.mixed_instances_policy) > 0
+}
+
+output "warm_pool_state" {
+  description = "State of warm pool instances, or null without a warm pool."
+  value       = try(aws_autoscaling_group.this.warm_pool[0].pool_state, null)
+}
+
+output "schedule_names" {
+  description = "Scheduled actions on the group."
+  value       = keys(aws_autoscaling_schedule.this)
+}

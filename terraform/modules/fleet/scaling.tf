@@ -2,7 +2,10 @@
 #                        / in-service instances
 # Target tracking holds it at backlog_per_instance_target. It cannot act on
 # an empty group (the division has no value at zero instances), so a step
-# policy starts the first instances when messages wait.
+# policy starts the first instances when messages wait and the group's
+# desired capacity is zero. That policy only ever adds capacity: a late or
+# missing data point (filled as zero) can at worst add a few instances,
+# which target tracking then removes, never shrink a busy fleet.
 
 locals {
   queue_ids    = { for i, q in var.queue_names : q => i }
@@ -86,7 +89,10 @@ resource "aws_autoscaling_policy" "scale_from_zero" {
   name                   = "${var.name}-scale-from-zero"
   autoscaling_group_name = aws_autoscaling_group.this.name
   policy_type            = "StepScaling"
-  adjustment_type        = "ExactCapacity"
+  adjustment_type        = "ChangeInCapacity"
+  # One step per new instance's warm-up: the alarm stays in ALARM until
+  # desired capacity is reported above zero.
+  estimated_instance_warmup = var.instance_warmup_seconds
 
   step_adjustment {
     metric_interval_lower_bound = 0
@@ -96,7 +102,7 @@ resource "aws_autoscaling_policy" "scale_from_zero" {
 
 resource "aws_cloudwatch_metric_alarm" "scale_from_zero" {
   alarm_name          = "${var.name}-scale-from-zero"
-  alarm_description   = "Messages are waiting and no instance is in service."
+  alarm_description   = "Messages are waiting and the group's desired capacity is zero."
   comparison_operator = "GreaterThanOrEqualToThreshold"
   threshold           = 1
   evaluation_periods  = 1
@@ -120,12 +126,12 @@ resource "aws_cloudwatch_metric_alarm" "scale_from_zero" {
   }
 
   metric_query {
-    id = "instances"
+    id = "desired"
     metric {
       namespace   = "AWS/AutoScaling"
-      metric_name = "GroupInServiceInstances"
+      metric_name = "GroupDesiredCapacity"
       period      = 60
-      stat        = "Average"
+      stat        = "Maximum"
       dimensions = {
         AutoScalingGroupName = aws_autoscaling_group.this.name
       }
@@ -133,9 +139,9 @@ resource "aws_cloudwatch_metric_alarm" "scale_from_zero" {
   }
 
   metric_query {
-    id          = "waiting_with_no_instances"
-    expression  = "IF((${join(" + ", [for q, i in local.queue_ids : "visible${i}"])}) > 0 AND FILL(instances, 0) == 0, 1, 0)"
-    label       = "Messages waiting with no instance in service"
+    id          = "waiting_with_nothing_desired"
+    expression  = "IF((${join(" + ", [for q, i in local.queue_ids : "visible${i}"])}) > 0 AND FILL(desired, 0) == 0, 1, 0)"
+    label       = "Messages waiting and desired capacity zero"
     return_data = true
   }
 }

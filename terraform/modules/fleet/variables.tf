@@ -70,11 +70,14 @@ variable "max_size" {
 
 variable "queue_names" {
   type        = list(string)
-  description = "Queues whose backlog drives scaling (visible plus in-flight messages of all of them)."
+  description = "Names of the queues the workers drain; the fleet scales on their combined backlog."
 
   validation {
-    condition     = length(var.queue_names) > 0 && length(var.queue_names) <= 10
-    error_message = "Give between 1 and 10 queues (metric math allows few metrics per policy)."
+    # Target tracking with metric math takes at most 10 metrics: two per
+    # queue, the in-service count and the expression (2n + 2 <= 10). The
+    # scale-from-zero alarm needs n + 2.
+    condition     = length(var.queue_names) > 0 && length(var.queue_names) <= 4
+    error_message = "queue_names takes 1 to 4 queues: target tracking on metric math allows at most 10 metrics (two per queue, the instance count and the expression)."
   }
 }
 
@@ -85,7 +88,7 @@ variable "backlog_per_instance_target" {
 
 variable "scale_from_zero_capacity" {
   type        = number
-  description = "Instances to start when messages wait and none is in service."
+  description = "Instances to add when messages wait and the group's desired capacity is zero (added, never set: scaling from zero cannot lower capacity)."
   default     = 1
 }
 
@@ -141,8 +144,14 @@ variable "warm_pool" {
     max_group_prepared_capacity = optional(number)
     pool_state                  = optional(string, "Stopped")
   })
-  description = "Pre-initialised stopped instances for faster scale-out (on-demand only). Cannot be combined with spot."
+  description = "Pre-initialised stopped instances for faster scale-out (on-demand only). Cannot be combined with spot. Instances are bootstrapped before they enter the pool and start their workers again on every boot (launch lifecycle hook)."
   default     = { enabled = false }
+
+  validation {
+    # A Running pool instance would already drain the queue while it waits.
+    condition     = contains(["Stopped", "Hibernated"], var.warm_pool.pool_state)
+    error_message = "warm_pool.pool_state must be Stopped or Hibernated: a Running pool instance takes jobs while still in the pool."
+  }
 }
 
 variable "scheduled_scaling" {

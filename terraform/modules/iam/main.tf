@@ -17,7 +17,36 @@ data "aws_iam_policy_document" "assume" {
   }
 }
 
+locals {
+  model_bucket = var.model_repository_s3_uri == null ? null : regex("^s3://([^/]+)/(.*)$", var.model_repository_s3_uri)
+}
+
 data "aws_iam_policy_document" "worker" {
+  dynamic "statement" {
+    for_each = local.model_bucket == null ? [] : [1]
+    content {
+      sid       = "ReadModelRepository"
+      effect    = "Allow"
+      actions   = ["s3:GetObject"]
+      resources = ["arn:${data.aws_partition.current.partition}:s3:::${local.model_bucket[0]}/${local.model_bucket[1]}*"]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = local.model_bucket == null ? [] : [1]
+    content {
+      sid       = "ListModelRepository"
+      effect    = "Allow"
+      actions   = ["s3:ListBucket"]
+      resources = ["arn:${data.aws_partition.current.partition}:s3:::${local.model_bucket[0]}"]
+      condition {
+        test     = "StringLike"
+        variable = "s3:prefix"
+        values   = ["${local.model_bucket[1]}*"]
+      }
+    }
+  }
+
   statement {
     sid    = "DrainQueues"
     effect = "Allow"
@@ -56,10 +85,12 @@ data "aws_iam_policy_document" "worker" {
     }
   }
 
+  # DeleteObject removes the worker's own short-lived objects: in-progress
+  # claims and the provisional record of a last attempt that succeeded.
   statement {
     sid       = "WriteTranscripts"
     effect    = "Allow"
-    actions   = ["s3:PutObject", "s3:PutObjectTagging", "s3:GetObject"]
+    actions   = ["s3:PutObject", "s3:PutObjectTagging", "s3:GetObject", "s3:DeleteObject"]
     resources = ["${var.output_bucket_arn}/${var.output_prefix}*"]
   }
 
@@ -91,23 +122,8 @@ data "aws_iam_policy_document" "worker" {
     actions = [
       "autoscaling:CompleteLifecycleAction",
       "autoscaling:RecordLifecycleActionHeartbeat",
-      "autoscaling:SetInstanceProtection",
     ]
     resources = [local.asg_arn]
-  }
-
-  # PutMetricData has no resource-level permissions: AWS requires "*" here.
-  # The namespace condition is what scopes it.
-  statement {
-    sid       = "PublishMetrics"
-    effect    = "Allow"
-    actions   = ["cloudwatch:PutMetricData"]
-    resources = ["*"]
-    condition {
-      test     = "StringEquals"
-      variable = "cloudwatch:namespace"
-      values   = [var.metric_namespace]
-    }
   }
 
   dynamic "statement" {

@@ -40,12 +40,6 @@ variable "autoscaling_group_name" {
   description = "Name of the worker Auto Scaling group; lifecycle and protection calls are allowed on it alone."
 }
 
-variable "metric_namespace" {
-  type        = string
-  description = "CloudWatch namespace the worker may publish to."
-  default     = "Fleetscribe"
-}
-
 variable "ecr_repository_arns" {
   type        = list(string)
   description = "ECR repositories the instance pulls images from; empty when images come from elsewhere."
@@ -62,4 +56,15 @@ variable "tags" {
   type        = map(string)
   description = "Tags for the role and profile."
   default     = {}
+}
+
+variable "model_repository_s3_uri" {
+  type        = string
+  description = "s3://bucket/prefix/ of the Triton model repository that instances copy at boot (read access is granted); null grants none."
+  default     = null
+
+  validation {
+    condition     = var.model_repository_s3_uri == null || can(regex("^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$", var.model_repository_s3_uri))
+    error_message = "model_repository_s3_uri must look like s3://bucket/ or s3://bucket/prefix/."
+  }
 }

@@ -1,0 +1,203 @@
+# Plans and applies the example against a mocked AWS provider in its main
+# variants and checks what a real apply depends on. Run by `make tf-validate`.
+
+mock_provider "aws" {
+  mock_data "aws_iam_policy_document" {
+    defaults = {
+      json = "{\"Version\":\"2012-10-17\",\"Statement\":[]}"
+    }
+  }
+  mock_data "aws_caller_identity" {
+    defaults = {
+      account_id = "000000000000"
+    }
+  }
+  mock_data "aws_partition" {
+    defaults = {
+      partition = "aws"
+    }
+  }
+  mock_data "aws_region" {
+    defaults = {
+      name = "us-east-1"
+    }
+  }
+  mock_resource "aws_launch_template" {
+    defaults = {
+      id = "lt-0123456789abcdef0"
+    }
+  }
+  mock_resource "aws_autoscaling_policy" {
+    defaults = {
+      arn = "arn:aws:autoscaling:us-east-1:000000000000:scalingPolicy:00000000-0000-0000-0000-000000000000:autoScalingGroupName/fs-test-workers:policyName/p"
+    }
+  }
+  mock_resource "aws_sqs_queue" {
+    defaults = {
+      arn = "arn:aws:sqs:us-east-1:000000000000:fs-test-q"
+      url = "https://sqs.us-east-1.amazonaws.com/000000000000/fs-test-q"
+    }
+  }
+  mock_resource "aws_s3_bucket" {
+    defaults = {
+      arn = "arn:aws:s3:::fs-test-bucket"
+    }
+  }
+  mock_resource "aws_iam_role" {
+    defaults = {
+      arn = "arn:aws:iam::000000000000:role/fs-test-worker"
+    }
+  }
+  mock_resource "aws_kms_key" {
+    defaults = {
+      arn = "arn:aws:kms:us-east-1:000000000000:key/own"
+    }
+  }
+}
+
+variables {
+  region                  = "us-east-1"
+  name                    = "fs-test"
+  vpc_id                  = "vpc-0123456789abcdef0"
+  private_subnet_ids      = ["subnet-0123456789abcdef0"]
+  input_bucket_name       = "fs-test-input"
+  output_bucket_name      = "fs-test-output"
+  worker_image            = "fleetscribe/worker:1"
+  model_repository_s3_uri = "s3://fs-test-models/asr/"
+}
+
+run "defaults" {
+  command = apply
+
+  assert {
+    condition     = module.fleet.autoscaling_group_name == "fs-test-workers"
+    error_message = "unexpected group name"
+  }
+  assert {
+    condition     = length(module.queues.queue_urls) == 2 && contains(keys(module.queues.dlq_names), "live")
+    error_message = "the live and bulk queues, each with a DLQ, are expected"
+  }
+  assert {
+    condition     = module.buckets.kms_key_arn == "arn:aws:kms:us-east-1:000000000000:key/own"
+    error_message = "without a supplied key the buckets use their own"
+  }
+  # Item 1: scaling from zero adds capacity; it never sets it.
+  assert {
+    condition     = module.fleet.scale_from_zero_adjustment_type == "ChangeInCapacity"
+    error_message = "scale-from-zero must not set an exact capacity"
+  }
+  # Item 3: both lifecycle hooks exist as their own resources.
+  assert {
+    condition     = module.fleet.lifecycle_hooks.drain.heartbeat_timeout == 300 + 180 && module.fleet.lifecycle_hooks.launch.default_result == "ABANDON"
+    error_message = "lifecycle hooks missing or wrong"
+  }
+  # Items 6 and 7: the worker gets time to hand jobs back, and every
+  # worker_environment setting reaches the instance's .env.
+  assert {
+    condition     = strcontains(module.fleet.user_data, "docker compose stop -t 360") && strcontains(module.fleet.user_data, "FLEETSCRIBE_JOB_TIMEOUT=1800s")
+    error_message = "user data: stop timeout or job timeout missing"
+  }
+  # Item 8: the model repository is set, and copied at boot.
+  assert {
+    condition     = strcontains(module.fleet.user_data, "MODEL_S3_URI=s3://fs-test-models/asr/") && strcontains(module.fleet.user_data, "aws s3 sync")
+    error_message = "the model repository does not reach the instance"
+  }
+}
+
+run "spot" {
+  command = apply
+
+  variables {
+    spot = { enabled = true, on_demand_base_capacity = 1 }
+  }
+
+  assert {
+    condition     = module.fleet.uses_mixed_instances_policy
+    error_message = "spot needs a mixed instances policy"
+  }
+}
+
+run "warm_pool" {
+  command = apply
+
+  variables {
+    warm_pool = { enabled = true, min_size = 1 }
+  }
+
+  assert {
+    condition     = module.fleet.warm_pool_state == "Stopped"
+    error_message = "the warm pool should hold stopped instances"
+  }
+}
+
+# Item 2: a Running warm pool would take jobs from inside the pool.
+run "warm_pool_running_refused" {
+  command = plan
+
+  variables {
+    warm_pool = { enabled = true, pool_state = "Running" }
+  }
+
+  expect_failures = [var.warm_pool]
+}
+
+run "warm_pool_with_spot_refused" {
+  command = plan
+
+  variables {
+    spot      = { enabled = true }
+    warm_pool = { enabled = true }
+  }
+
+  expect_failures = [var.warm_pool]
+}
+
+run "bulk_window" {
+  command = apply
+
+  variables {
+    bulk_window = { enabled = true, min_instances = 3 }
+  }
+
+  assert {
+    condition     = length(module.fleet.schedule_names) == 2
+    error_message = "the bulk window needs a start and an end action"
+  }
+}
+
+run "several_queues" {
+  command = apply
+
+  variables {
+    queues = ["live", "bulk", "priority"]
+  }
+
+  assert {
+    condition     = length(module.queues.queue_urls) == 3 && length(module.queues.dlq_names) == 3
+    error_message = "each queue needs its DLQ"
+  }
+}
+
+# Item 5: five queues would need 12 metrics in the scaling policy.
+run "too_many_queues_refused" {
+  command = plan
+
+  variables {
+    queues = ["live", "bulk", "a", "b", "c"]
+  }
+
+  expect_failures = [var.queues]
+}
+
+run "supplied_kms_key" {
+  command = apply
+
+  variables {
+    kms_key_arn = "arn:aws:kms:us-east-1:000000000000:key/supplied"
+  }
+
+  assert {
+    condition     = module.buckets.kms_key_arn == "arn:aws:kms:us-east-1:000000000000:key/supplied"
+    error_message = "a supplied key must be used, not a new one"
+  }
+}
