@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fleetscribe/fleetscribe/internal/flagext"
@@ -187,6 +188,11 @@ func Dial(addr string, io ModelIO, opts ...grpc.DialOption) (*Client, error) {
 // connected reports whether the connection is up.
 func (c *Client) connected() bool { return c.conn.GetState() == connectivity.Ready }
 
+// answered reports whether a call reached a server: gRPC records the peer
+// once the call has a live transport, so an error with a peer is the
+// server's answer, and one without is the transport's.
+func answered(p *peer.Peer) bool { return p.Addr != nil }
+
 // Addr returns the server address the client was dialled with.
 func (c *Client) Addr() string { return c.addr }
 
@@ -234,9 +240,10 @@ func (c *Client) Infer(ctx context.Context, r Request) (Result, error) {
 	if _, ok := c.io.Bucket(len(r.Samples)); !ok {
 		return Result{}, fmt.Errorf("%w: chunk of %d samples is longer than the largest bucket (%d)", ErrRejected, len(r.Samples), c.io.MaxChunk())
 	}
-	resp, err := c.rpc.ModelInfer(ctx, c.io.NewRequest(r))
+	var p peer.Peer
+	resp, err := c.rpc.ModelInfer(ctx, c.io.NewRequest(r), grpc.Peer(&p))
 	if err != nil {
-		return Result{}, classify("model infer", err, c.connected())
+		return Result{}, classify("model infer", err, answered(&p))
 	}
 	return c.io.ParseResponse(resp)
 }

@@ -198,7 +198,9 @@ func TestPoolWaitsOutBackpressure(t *testing.T) {
 	cfg.EjectAfter = 1
 	p := newPool(t, cfg, reg)
 	a.Fail(codes.Unavailable, 20)
-	res, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 7)})
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	res, err := p.Transcribe(wctx, triton.Request{Samples: make([]float32, 7)})
 	if err != nil || res.Text != tritontest.Text(7) || a.Calls() != 21 {
 		t.Fatalf("%+v, %v after %d calls; want success on the 21st", res, err, a.Calls())
 	}

@@ -41,9 +41,9 @@ var (
 )
 
 // classify wraps a gRPC error in the sentinel that says what to do next.
-// connected tells whether the connection was up after the call: an
-// UNAVAILABLE the server sent over a live connection is backpressure, one
-// the transport made up is an unreachable partition.
+// connected tells whether the server itself answered (inference calls) or
+// the connection was up (other calls): an UNAVAILABLE the server sent is
+// backpressure, one the transport made up is an unreachable partition.
 func classify(op string, err error, connected bool) error {
 	if err == nil {
 		return nil
