@@ -229,7 +229,6 @@ func (p *Pool) release(part *partition, err error, input func() uint64, defaultM
 		}
 	case errors.Is(err, context.DeadlineExceeded) && part.failures == 0:
 		// One slow request is not a broken partition.
-		part.failures++
 	case errors.Is(err, ErrServerFault):
 		// A poison input fails everywhere it goes; only faults on several
 		// different inputs say the partition is broken.
