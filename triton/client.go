@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 
@@ -185,14 +184,6 @@ func Dial(addr string, io ModelIO, opts ...grpc.DialOption) (*Client, error) {
 	return &Client{addr: addr, io: io, conn: conn, rpc: pb.NewGRPCInferenceServiceClient(conn)}, nil
 }
 
-// connected reports whether the connection is up.
-func (c *Client) connected() bool { return c.conn.GetState() == connectivity.Ready }
-
-// answered reports whether a call reached a server: gRPC records the peer
-// once the call has a live transport, so an error with a peer is the
-// server's answer, and one without is the transport's.
-func answered(p *peer.Peer) bool { return p.Addr != nil }
-
 // Addr returns the server address the client was dialled with.
 func (c *Client) Addr() string { return c.addr }
 
@@ -201,34 +192,38 @@ func (c *Client) Close() error { return c.conn.Close() }
 
 // Live reports whether the server process is live.
 func (c *Client) Live(ctx context.Context) (bool, error) {
-	r, err := c.rpc.ServerLive(ctx, &pb.ServerLiveRequest{})
+	var p peer.Peer
+	r, err := c.rpc.ServerLive(ctx, &pb.ServerLiveRequest{}, grpc.Peer(&p))
 	if err != nil {
-		return false, classify("server live", err, c.connected())
+		return false, classify("server live", err, &p)
 	}
 	return r.GetLive(), nil
 }
 
 // Ready reports whether the server and the configured model are ready.
 func (c *Client) Ready(ctx context.Context) (bool, error) {
-	sr, err := c.rpc.ServerReady(ctx, &pb.ServerReadyRequest{})
+	var p peer.Peer
+	sr, err := c.rpc.ServerReady(ctx, &pb.ServerReadyRequest{}, grpc.Peer(&p))
 	if err != nil {
-		return false, classify("server ready", err, c.connected())
+		return false, classify("server ready", err, &p)
 	}
 	if !sr.GetReady() {
 		return false, nil
 	}
-	mr, err := c.rpc.ModelReady(ctx, &pb.ModelReadyRequest{Name: c.io.Model, Version: c.io.Version})
+	var mp peer.Peer // its own: a failed call leaves the first call's peer in p
+	mr, err := c.rpc.ModelReady(ctx, &pb.ModelReadyRequest{Name: c.io.Model, Version: c.io.Version}, grpc.Peer(&mp))
 	if err != nil {
-		return false, classify("model ready", err, c.connected())
+		return false, classify("model ready", err, &mp)
 	}
 	return mr.GetReady(), nil
 }
 
 // Metadata returns the model's declared inputs and outputs.
 func (c *Client) Metadata(ctx context.Context) (*pb.ModelMetadataResponse, error) {
-	r, err := c.rpc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: c.io.Model, Version: c.io.Version})
+	var p peer.Peer
+	r, err := c.rpc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: c.io.Model, Version: c.io.Version}, grpc.Peer(&p))
 	if err != nil {
-		return nil, classify("model metadata", err, c.connected())
+		return nil, classify("model metadata", err, &p)
 	}
 	return r, nil
 }
@@ -243,7 +238,7 @@ func (c *Client) Infer(ctx context.Context, r Request) (Result, error) {
 	var p peer.Peer
 	resp, err := c.rpc.ModelInfer(ctx, c.io.NewRequest(r), grpc.Peer(&p))
 	if err != nil {
-		return Result{}, classify("model infer", err, answered(&p))
+		return Result{}, classify("model infer", err, &p)
 	}
 	return c.io.ParseResponse(resp)
 }

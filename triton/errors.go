@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -41,10 +42,11 @@ var (
 )
 
 // classify wraps a gRPC error in the sentinel that says what to do next.
-// connected tells whether the server itself answered (inference calls) or
-// the connection was up (other calls): an UNAVAILABLE the server sent is
-// backpressure, one the transport made up is an unreachable partition.
-func classify(op string, err error, connected bool) error {
+// p is the call's peer (grpc.Peer): gRPC records it once the call has a
+// live transport, so an UNAVAILABLE with a peer is the server's answer
+// (backpressure) and one without is the transport's (an unreachable
+// partition).
+func classify(op string, err error, p *peer.Peer) error {
 	if err == nil {
 		return nil
 	}
@@ -57,7 +59,7 @@ func classify(op string, err error, connected bool) error {
 	}
 	switch st.Code() {
 	case codes.Unavailable, codes.ResourceExhausted:
-		if connected {
+		if p.Addr != nil {
 			return fmt.Errorf("%s: %w (%s): %s", op, ErrOverloaded, st.Code(), st.Message())
 		}
 		return fmt.Errorf("%s: %w (%s): %s", op, ErrUnavailable, st.Code(), st.Message())

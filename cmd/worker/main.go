@@ -144,9 +144,7 @@ func runGroup(ctx context.Context, log zerolog.Logger, work func(context.Context
 	// Helpers outlive a signal: the pool and metrics serve the drain.
 	helpers, stopHelpers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHelpers()
-	workDone := make(chan struct{})
 	g.Go(func() error {
-		defer close(workDone)
 		defer stopHelpers()
 		err := work(gctx)
 		log.Info().Err(err).Msg("worker stopped")
@@ -154,13 +152,12 @@ func runGroup(ctx context.Context, log zerolog.Logger, work func(context.Context
 	})
 	for _, p := range parts {
 		g.Go(func() error {
-			// A helper failing cancels gctx, which stops the worker.
+			// A helper failing cancels gctx, which stops the worker. helpers
+			// is cancelled only once the worker has returned.
 			err := p.run(helpers)
-			select {
-			case <-workDone:
+			if helpers.Err() != nil {
 				log.Info().Str("part", p.name).Msg("stopped")
 				return nil
-			default:
 			}
 			if err == nil {
 				err = errPartStopped
