@@ -256,10 +256,7 @@ func (b *batcher) form() (batch []*pending, wait time.Duration, wake <-chan stru
 			continue
 		}
 		if rows+len(p.rows) > b.cfg.MaxBatchSize {
-			if i == 0 {
-				picked, rows = append(picked, i), len(p.rows) // a request alone over the max is refused earlier
-			}
-			break
+			break // the head always fits: decodeInputs refuses requests over the max
 		}
 		picked = append(picked, i)
 		rows += len(p.rows)

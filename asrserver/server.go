@@ -221,11 +221,11 @@ func (s *Server) rowsOf(name string, shape []int64) (batch int, per int64, err e
 // naming what is wrong, as Triton would.
 func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 	var (
-		out                  request
-		audio                []float32
-		lengths              []int32
-		haveAudio, haveTimes bool
-		batch                = -1
+		out       request
+		audio     []float32
+		lengths   []int32
+		haveAudio bool
+		batch     = -1
 	)
 	invalid := func(format string, args ...any) (request, error) {
 		return request{}, status.Errorf(codes.InvalidArgument, format, args...)
@@ -277,7 +277,6 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 				v := in.GetContents().GetBoolContents()
 				out.timestamps = len(v) >= 1 && v[0]
 			}
-			haveTimes = true
 		case s.io.LengthInput:
 			if in.GetDatatype() != triton.TypeInt32 || per != 1 {
 				return invalid("input %q: want INT32 [1]", in.GetName())
@@ -300,7 +299,6 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 	if !haveAudio {
 		return invalid("expected %d inputs but got %d inputs for model '%s': missing %q", 1, len(r.GetInputs()), s.io.Model, s.io.AudioInput)
 	}
-	_ = haveTimes
 	for row := range batch {
 		samples := audio[int64(row)*out.shape : int64(row+1)*out.shape]
 		if lengths != nil {

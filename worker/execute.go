@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"time"
 
@@ -243,7 +244,7 @@ func (w *Worker) admitJob(job Job) error {
 			return Permanentf(ClassBadMessage, "output prefix %q is not under an allowed output prefix", job.OutputPrefix)
 		}
 	}
-	if job.Model != "" && job.Model != w.model && !containsString(w.cfg.Models, job.Model) {
+	if job.Model != "" && job.Model != w.model && !slices.Contains(w.cfg.Models, job.Model) {
 		return Permanentf(ClassBadMessage, "job asks for model %q; this worker serves %s", job.Model, w.servedModels())
 	}
 	return nil
@@ -257,15 +258,6 @@ func (w *Worker) servedModels() string {
 		}
 	}
 	return s
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // writeErrorRecord writes rec at key, even after ctx is cancelled. A final

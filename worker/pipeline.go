@@ -130,14 +130,13 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 }
 
 // transcribeObject downloads, decodes, resamples and transcribes the
-// input, dropping each buffer once the next stage has what it needs.
+// input.
 func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, model string) (Transcript, error) {
 	data, err := w.fetch(ctx, job, in)
 	if err != nil {
 		return Transcript{}, err
 	}
 	clip, err := audio.Decode(data)
-	data = nil //nolint:ineffassign,wastedassign // let the object go before resampling
 	if err != nil {
 		return Transcript{}, audioError(err)
 	}
@@ -146,7 +145,6 @@ func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, mo
 	}
 	rate := clip.Rate
 	samples := audio.Resample(clip.Samples, clip.Rate, ModelRate)
-	clip.Samples = nil
 	t, err := w.transcribe(ctx, samples, model)
 	if err != nil {
 		return Transcript{}, err
