@@ -7,8 +7,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -19,6 +21,11 @@ import (
 type Config struct {
 	Region   string
 	Endpoint string // empty: real AWS
+	// IdleConnsPerHost is how many idle connections per host the HTTP
+	// client keeps for reuse (0: the SDK's default of 10). Set it to the
+	// number of calls a program has in flight at once, or each call past
+	// it opens a new connection.
+	IdleConnsPerHost int
 }
 
 // RegisterFlags registers -aws-region and -aws-endpoint.
@@ -29,15 +36,31 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // Clients returns SQS and S3 clients.
 func (c Config) Clients(ctx context.Context) (*sqs.Client, *s3.Client, error) {
+	cfg, err := c.Load(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return Local(cfg, c.Endpoint)
+}
+
+// Load returns the SDK configuration: the default credential chain, or
+// static test credentials for a local endpoint.
+func (c Config) Load(ctx context.Context) (aws.Config, error) {
 	opts := []func(*config.LoadOptions) error{config.WithRegion(c.Region)}
+	if n := c.IdleConnsPerHost; n > 0 {
+		opts = append(opts, config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+			t.MaxIdleConns = max(t.MaxIdleConns, 2*n)
+			t.MaxIdleConnsPerHost = n
+		})))
+	}
 	if c.Endpoint != "" {
 		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("load aws config: %w", err)
+		return aws.Config{}, fmt.Errorf("load aws config: %w", err)
 	}
-	return Local(cfg, c.Endpoint)
+	return cfg, nil
 }
 
 // Local returns clients for cfg, pointed at endpoint when it is set.

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/creack/pty"
+
+	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/worker"
+)
+
+// setup starts the emulator with a bucket of n keys and a queue.
+func setup(t *testing.T, n int) (emu *localaws.Server, q localaws.Queue) {
+	t.Helper()
+	ctx := context.Background()
+	emu, err := localaws.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emu.Stop)
+	q, err = emu.Provision(ctx, "jobs", 3, "archive", "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, s3c := emu.Clients()
+	for i := range n {
+		if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("archive"), Key: aws.String(fmt.Sprintf("2025/%02d/%04d.wav", i%4, i)), Body: strings.NewReader("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return emu, q
+}
+
+func receiveAll(t *testing.T, c *sqs.Client, url string) []worker.Job {
+	t.Helper()
+	var jobs []worker.Job
+	for empty := 0; empty < 2; {
+		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10, VisibilityTimeout: 60})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Messages) == 0 {
+			empty++
+		}
+		for _, m := range out.Messages {
+			js, err := worker.ParseMessage([]byte(aws.ToString(m.Body)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs = append(jobs, js...)
+		}
+	}
+	return jobs
+}
+
+// The flags of the first version still work: a prefix with a suffix, job
+// options, summary on stdout; without a terminal, progress is JSON lines.
+func TestSendWithJobOptionsAndLogProgress(t *testing.T) {
+	emu, q := setup(t, 25)
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"-aws-endpoint", emu.Endpoint, "-queue-url", "jobs", "-bucket", "archive",
+		"-prefix", "2025/", "-suffix", ".wav", "-job-formats", "srt,vtt", "-job-model", "asr", "-progress-interval", "1ms"}, nil, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "listed 25, filtered 0, skipped as done 0, sent earlier 0, sent 25, failed 0") {
+		t.Errorf("summary: %q", stdout.String())
+	}
+	sqsc, _ := emu.Clients()
+	jobs := receiveAll(t, sqsc, q.URL)
+	if len(jobs) != 25 {
+		t.Fatalf("%d jobs", len(jobs))
+	}
+	for _, j := range jobs {
+		if j.Bucket != "archive" || j.Model != "asr" || strings.Join(j.Formats, ",") != "srt,vtt" {
+			b, _ := json.Marshal(j)
+			t.Fatalf("unexpected job %s", b)
+		}
+	}
+	var finished bool
+	sc := bufio.NewScanner(&stderr)
+	for sc.Scan() {
+		var l map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("not a JSON log line: %q", sc.Text())
+		}
+		if l["message"] == "finished" {
+			finished = l["sent"] == float64(25) && l["listing_done"] == true
+		}
+	}
+	if !finished {
+		t.Errorf("no final progress line with the counts:\n%s", stderr.String())
+	}
+}
+
+// On a terminal, a progress bar with the count, the rate and an ETA.
+func TestProgressBarOnTerminal(t *testing.T) {
+	emu, _ := setup(t, 120)
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pseudo-terminal here: %v", err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		screen bytes.Buffer
+		wg     sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(&screen, ptmx)
+	}()
+	var stdout bytes.Buffer
+	err = run(context.Background(), []string{"-aws-endpoint", emu.Endpoint, "-queue-url", "jobs", "-bucket", "archive",
+		"-prefix", "2025/", "-rate", "400", "-progress-interval", "20ms"}, nil, &stdout, tty)
+	_ = tty.Close()
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := screen.String()
+	for _, want := range []string{"sending", "120/120", "keys/s", "100%", "█"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("terminal output lacks %q:\n%q", want, s)
+		}
+	}
+	// While sending: a partial bar with elapsed time and ETA ([1s:2s]).
+	if !regexp.MustCompile(`sending +[1-9][0-9]?% .*\[[0-9]+s:[0-9]+s\]`).MatchString(s) {
+		t.Errorf("no partial bar with an ETA:\n%q", s)
+	}
+	if strings.Contains(s, `"level"`) {
+		t.Errorf("JSON log lines on a terminal:\n%q", s)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-bucket", "b", "k"},
+		{"-queue-url", "q", "-bucket", "b"},
+		{"-queue-url", "q", "-prefix", "p/"},
+		{"-queue-url", "q", "-bucket", "b", "-prefix", "p/", "-skip-done"},
+		{"-queue-url", "q", "-bucket", "b", "k", "-min-size", "ten"},
+		{"-queue-url", "q", "-bucket", "b", "k", "-modified-after", "yesterday"},
+		{"-queue-url", "q", "-bucket", "b", "k", "-include", "[a-"},
+		{"-queue-url", "q", "-bucket", "b", "k", "-job-formats", "docx"},
+		{"-queue-url", "q", "-bucket", "b", "k", "-progress", "fancy"},
+		{"redrive"},
+		{"redrive", "-dlq-url", "d", "-error-match", "("},
+		{"status"},
+	} {
+		if err := run(context.Background(), args, nil, io.Discard, io.Discard); err == nil {
+			t.Errorf("%v: want an error", args)
+		}
+	}
+}
+
+// status and redrive through the command line.
+func TestStatusAndRedriveCommands(t *testing.T) {
+	emu, q := setup(t, 0)
+	sqsc, _ := emu.Clients()
+	for i := range 3 {
+		body, _ := worker.Job{Bucket: "archive", Key: fmt.Sprintf("k%d.wav", i)}.Encode()
+		if _, err := sqsc.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(q.DLQURL), MessageBody: aws.String(string(body))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"status", "-aws-endpoint", emu.Endpoint, "-queue-url", "jobs", "-window", "0"}, nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "dlq jobs-dlq") || !strings.Contains(out.String(), "3") {
+		t.Errorf("status:\n%s", out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"redrive", "-aws-endpoint", emu.Endpoint, "-dlq-url", "jobs-dlq", "-to", "jobs"}, nil, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "moved 3") {
+		t.Errorf("redrive: %s", out.String())
+	}
+	if n := len(receiveAll(t, sqsc, q.URL)); n != 3 {
+		t.Errorf("%d jobs back in the queue", n)
+	}
+}
+
+// Help names every flag of each subcommand with its environment variable.
+func TestHelp(t *testing.T) {
+	for _, sub := range []string{"", "redrive", "status"} {
+		args := []string{"-h"}
+		if sub != "" {
+			args = []string{sub, "-h"}
+		}
+		var errb bytes.Buffer
+		_ = run(context.Background(), args, nil, io.Discard, &errb)
+		if !strings.Contains(errb.String(), "FLEETSCRIBE_AWS_ENDPOINT") {
+			t.Errorf("%s help:\n%s", sub, errb.String())
+		}
+	}
+}
