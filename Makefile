@@ -66,6 +66,10 @@ lint: deps tf-lint ## golangci-lint (see .golangci.yml), gofmt and tflint
 bench-buckets: deps ## choose bucket lengths: padding vs batch formation on a realistic length mix
 	$(GO) run ./bench/buckets
 
+.PHONY: bench-enqueue
+bench-enqueue: deps ## enqueue 100,000 keys (a quarter already transcribed) from the local emulator's S3 into its SQS, next to a naive serial loop
+	$(GO) run ./bench/enqueue
+
 .PHONY: bench-gpu
 bench-gpu: deps ## GPU benchmark on this host's GPU 0 (needs nvidia-smi, python3 with torch/grpcio/protobuf); results into docs/benchmarks/
 	@command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { \

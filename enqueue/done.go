@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -137,7 +138,6 @@ func (c *checker) listCheck(ctx context.Context, todo []int, keys []string, out 
 	sort := slices.Clone(todo)
 	slices.SortFunc(sort, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
 	budget := max(2, len(sort)/50)
-	root := c.prefix
 	next := 0
 	for calls := 0; next < len(sort); calls++ {
 		if calls >= budget {
@@ -146,9 +146,11 @@ func (c *checker) listCheck(ctx context.Context, todo []int, keys []string, out 
 		if err := c.wait(ctx); err != nil {
 			return nil, err
 		}
+		// Every key left shares the prefix of the first and the last: the
+		// narrowest listing that holds them all.
 		first := keys[sort[next]]
 		page, err := c.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
-			Bucket: aws.String(c.bucket), Prefix: aws.String(root),
+			Bucket: aws.String(c.bucket), Prefix: aws.String(commonPrefix(first, keys[sort[len(sort)-1]])),
 			StartAfter: aws.String(first[:len(first)-1]), // keys >= first
 		})
 		c.stats.ListCalls.Add(1)
@@ -180,6 +182,19 @@ func (c *checker) listCheck(ctx context.Context, todo []int, keys []string, out 
 		}
 	}
 	return nil, nil
+}
+
+// commonPrefix returns the longest prefix of a and b, ending on a whole
+// UTF-8 character.
+func commonPrefix(a, b string) string {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	for n > 0 && n < len(a) && !utf8.RuneStart(a[n]) {
+		n--
+	}
+	return a[:n]
 }
 
 // parallel runs fn for each index with at most c.heads at once, each

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/enqueue"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
@@ -460,6 +461,25 @@ func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
 	}
 	if v, f := e.depth(e.queue.URL); v+f != 0 {
 		t.Errorf("queue still holds %d", v+f)
+	}
+
+	// After the cause is fixed, enqueue's redrive (selecting by the
+	// record's class) brings the job back; the worker does it, and the
+	// transcript replaces the record, so the job has one outcome.
+	e.servers[0].Heal()
+	sum, err := enqueue.Redrive(context.Background(), e.sqs, e.s3, enqueue.RedriveOptions{
+		DLQURL: e.queue.DLQURL, ToURL: e.queue.URL, Classes: []string{worker.ClassExhausted},
+		OutputBucket: cfg.OutputBucket, WorkerOutputPrefix: cfg.OutputPrefix, WorkerModel: "asr", Hold: time.Minute,
+	})
+	if err != nil || sum.Moved != 1 {
+		t.Fatalf("redrive: %s: %v", sum, err)
+	}
+	e.run(cfg, nil)
+	if _, ok := e.transcript("a.wav"); !ok {
+		t.Fatal("no transcript after the redrive")
+	}
+	if rec, ok := e.errorRecord("a.wav"); ok {
+		t.Errorf("error record %+v left beside the transcript", rec)
 	}
 }
 

@@ -63,7 +63,8 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 	in.Size = aws.ToInt64(head.ContentLength)
 	keys := KeysFor(prefix, *in, model)
 
-	if done, err := w.alreadyDone(ctx, keys); err != nil || done {
+	done, staleRecord, err := w.alreadyDone(ctx, keys)
+	if err != nil || done {
 		if done {
 			log.Info().Msg("job already has a transcript or final error record; nothing to do")
 			return OutcomeDuplicate, keys, nil
@@ -119,9 +120,12 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 	if err := w.writeOutputs(ctx, keys, job.Formats, t); err != nil {
 		return "", keys, err
 	}
-	if provisional {
+	if provisional || staleRecord {
+		// The provisional record of this attempt, or the record of an
+		// earlier delivery that ran out of retries (a message redriven
+		// from the DLQ): the transcript supersedes it.
 		if _, err := w.s3.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(keys.Error)}); err != nil {
-			log.Warn().Err(err).Msg("delete provisional error record failed; the transcript supersedes it")
+			log.Warn().Err(err).Msg("delete non-final error record failed; the transcript supersedes it")
 		}
 	}
 	w.m.audioSeconds.Add(t.DurationSec)
@@ -173,21 +177,24 @@ func optional(s string) *string {
 const metaFinal = "fleetscribe-final"
 
 // alreadyDone reports a job whose transcript exists or whose final error
-// record does: a redelivered message skips it.
-func (w *Worker) alreadyDone(ctx context.Context, keys OutputKeys) (bool, error) {
+// record does (done), and whether a non-final error record is there: the
+// record of an earlier delivery that exhausted its retries, which a
+// transcript must replace.
+func (w *Worker) alreadyDone(ctx context.Context, keys OutputKeys) (done, staleRecord bool, err error) {
 	if _, err := w.head(ctx, keys.JSON); err == nil {
-		return true, nil
+		return true, false, nil
 	} else if !isNotFound(err) {
-		return false, fmt.Errorf("check for existing transcript: %w", err)
+		return false, false, fmt.Errorf("check for existing transcript: %w", err)
 	}
 	out, err := w.head(ctx, keys.Error)
 	switch {
 	case err == nil:
-		return out.Metadata[metaFinal] == "true", nil
+		final := out.Metadata[metaFinal] == "true"
+		return final, !final, nil
 	case isNotFound(err):
-		return false, nil
+		return false, false, nil
 	default:
-		return false, fmt.Errorf("check for existing error record: %w", err)
+		return false, false, fmt.Errorf("check for existing error record: %w", err)
 	}
 }
 

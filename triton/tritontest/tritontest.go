@@ -162,6 +162,13 @@ func (s *Server) Fail(code codes.Code, n int) {
 	}
 }
 
+// Heal drops the faults Fail queued that requests have not yet met.
+func (s *Server) Heal() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults = nil
+}
+
 // SetLatency delays every request by d.
 func (s *Server) SetLatency(d time.Duration) {
 	s.mu.Lock()
