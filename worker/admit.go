@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sync/semaphore"
 
@@ -102,4 +103,137 @@ func physicalMemory() int64 {
 		}
 	}
 	return 0
+}
+
+// slotGate shares the worker's job slots among its queues: strict
+// priority, except that each lower queue keeps a guaranteed minimum while
+// it has work, so a bulk backlog never starves entirely. A receiver takes
+// slots before it receives (one per message it may get) and a job gives
+// its slot back when it ends.
+type slotGate struct {
+	size     int
+	minShare int // slots a lower queue keeps while it wants them
+	m        *metrics
+	names    []string
+
+	mu      sync.Mutex
+	used    []int  // by queue rank
+	waiting []int  // receivers of each rank blocked in acquire
+	busy    []bool // the rank's last receive filled every slot it had: more is queued
+	changed chan struct{}
+}
+
+func newSlotGate(size, queues, minShare int, m *metrics) *slotGate {
+	g := &slotGate{size: size, minShare: minShare, m: m, used: make([]int, queues), waiting: make([]int, queues), busy: make([]bool, queues), changed: make(chan struct{})}
+	for i := range queues {
+		g.names = append(g.names, strconv.Itoa(i))
+		m.slotsInUse.WithLabelValues(g.names[i]).Set(0)
+	}
+	return g
+}
+
+// grantLocked is how many of up to want slots rank may take now: a lower
+// queue below its guaranteed share takes what it is owed; otherwise
+// nothing while a higher queue waits, and never what lower queues that
+// want slots are owed.
+func (g *slotGate) grantLocked(rank, want int) int {
+	free := g.size
+	for _, u := range g.used {
+		free -= u
+	}
+	owed := func(r int) int {
+		if r == 0 || r != rank && g.waiting[r] == 0 {
+			return 0
+		}
+		return max(0, g.minShare-g.used[r])
+	}
+	own := min(free, owed(rank))
+	// A higher queue wants slots while its receiver waits for them, and
+	// also while it is between receives of a queue that had more work.
+	higherWaiting := false
+	for h := range rank {
+		higherWaiting = higherWaiting || g.waiting[h] > 0 || g.busy[h]
+	}
+	extra := 0
+	if !higherWaiting {
+		reserved := 0
+		for r := range g.used {
+			if r != rank {
+				reserved += owed(r)
+			}
+		}
+		extra = max(0, free-own-reserved)
+	}
+	return max(0, min(want, own+extra))
+}
+
+// acquire waits until rank may take at least one slot, and takes up to want.
+func (g *slotGate) acquire(ctx context.Context, rank, want int) (int, error) {
+	if ctx.Err() != nil {
+		return 0, context.Cause(ctx)
+	}
+	g.mu.Lock()
+	for {
+		if n := g.grantLocked(rank, want); n > 0 {
+			g.used[rank] += n
+			g.m.slotsInUse.WithLabelValues(g.names[rank]).Set(float64(g.used[rank]))
+			g.signalLocked()
+			g.mu.Unlock()
+			return n, nil
+		}
+		g.waiting[rank]++
+		g.signalLocked() // a waiter changes what others may take
+		ch := g.changed
+		g.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		g.mu.Lock()
+		g.waiting[rank]--
+		if ctx.Err() != nil {
+			g.signalLocked()
+			g.mu.Unlock()
+			return 0, context.Cause(ctx)
+		}
+	}
+}
+
+// release gives back n slots of rank.
+func (g *slotGate) release(rank, n int) {
+	if n == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.used[rank] -= n
+	g.m.slotsInUse.WithLabelValues(g.names[rank]).Set(float64(g.used[rank]))
+	g.signalLocked()
+}
+
+// setBusy records whether rank's queue has more work than its last
+// receive could take.
+func (g *slotGate) setBusy(rank int, busy bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.busy[rank] != busy {
+		g.busy[rank] = busy
+		g.signalLocked()
+	}
+}
+
+// inUse is the number of slots held.
+func (g *slotGate) inUse() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, u := range g.used {
+		n += u
+	}
+	return n
+}
+
+func (g *slotGate) signalLocked() {
+	close(g.changed)
+	g.changed = make(chan struct{})
 }

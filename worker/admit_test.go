@@ -97,3 +97,69 @@ func TestMemoryGate(t *testing.T) {
 	}
 	hold()
 }
+
+// acquireAsync starts an acquire and returns a channel with its grant.
+func acquireAsync(ctx context.Context, g *slotGate, rank, want int) <-chan int {
+	ch := make(chan int, 1)
+	go func() {
+		n, _ := g.acquire(ctx, rank, want)
+		ch <- n
+	}()
+	return ch
+}
+
+// waitWaiting blocks until rank has a receiver waiting in the gate.
+func waitWaiting(t *testing.T, g *slotGate, rank int) {
+	t.Helper()
+	for {
+		g.mu.Lock()
+		w := g.waiting[rank]
+		g.mu.Unlock()
+		if w > 0 {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+// Strict priority with a guaranteed minimum: a freed slot goes to the
+// waiting higher queue, unless the lower one is below its share.
+func TestSlotGatePriorityAndMinShare(t *testing.T) {
+	ctx := context.Background()
+	g := newSlotGate(4, 2, 1, newMetrics(prometheus.NewRegistry()))
+	// Bulk alone takes everything.
+	if n, _ := g.acquire(ctx, 1, 10); n != 4 {
+		t.Fatalf("bulk got %d of 4 free slots", n)
+	}
+	live := acquireAsync(ctx, g, 0, 10)
+	waitWaiting(t, g, 0)
+	bulk := acquireAsync(ctx, g, 1, 10)
+	waitWaiting(t, g, 1)
+	g.release(1, 1) // a bulk job ends: live is waiting, so live gets it
+	if n := <-live; n != 1 {
+		t.Fatalf("live got %d", n)
+	}
+	select {
+	case n := <-bulk:
+		t.Fatalf("bulk got %d while live waits ahead of it", n)
+	default:
+	}
+	live = acquireAsync(ctx, g, 0, 10)
+	waitWaiting(t, g, 0)
+	g.release(1, 3) // bulk down to 0 held, below its share of 1: it is owed one
+	if n := <-bulk; n != 1 {
+		t.Fatalf("bulk got %d, want its guaranteed 1", n)
+	}
+	if n := <-live; n != 2 {
+		t.Fatalf("live got %d, want the other 2", n)
+	}
+	if g.inUse() != 4 {
+		t.Errorf("%d in use", g.inUse())
+	}
+	// A cancelled acquire takes nothing.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if n, err := g.acquire(cctx, 0, 1); n != 0 || err == nil {
+		t.Errorf("cancelled acquire: %d, %v", n, err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +15,9 @@ import (
 // Config configures a Worker.
 type Config struct {
 	QueueURL          string
+	LowerQueueURLs    []string // further queues, in descending priority (the bulk queue)
+	LowerMinShare     float64  // share of the slots a lower queue keeps while it has work
+	QueuePriorities   []uint64 // Triton priority of each queue's chunks, QueueURL first; empty: the pool's
 	OutputBucket      string
 	OutputPrefix      string
 	Concurrency       int           // jobs processed at once (slots)
@@ -38,7 +43,22 @@ type Config struct {
 
 // RegisterFlags registers the worker flags with their defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.QueueURL, "queue-url", "", "SQS queue URL to drain (required)")
+	fs.StringVar(&c.QueueURL, "queue-url", "", "SQS queue URL to drain (required); with -lower-queue-urls, the highest-priority queue (live uploads)")
+	fs.Var((*flagext.StringSliceCSV)(&c.LowerQueueURLs), "lower-queue-urls", "comma-separated further queues drained by the same slots, in descending priority (e.g. the bulk queue): a lower queue gets slots only when no higher queue is waiting for one, except its -lower-min-share")
+	fs.Float64Var(&c.LowerMinShare, "lower-min-share", 0.1, "share of -concurrency each lower queue keeps while it has work, so bulk never starves")
+	fs.Func("queue-triton-priorities", "comma-separated Triton request priorities of each queue's chunks, -queue-url first (e.g. 1,2 with priority_levels 2; empty: -triton-priority for all)", func(v string) error {
+		var l flagext.StringSliceCSV
+		_ = l.Set(v)
+		c.QueuePriorities = nil
+		for _, s := range l {
+			n, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return fmt.Errorf("priority %q: %w", s, err)
+			}
+			c.QueuePriorities = append(c.QueuePriorities, n)
+		}
+		return nil
+	})
 	fs.StringVar(&c.OutputBucket, "output-bucket", "", "bucket for transcripts and error records (required)")
 	fs.StringVar(&c.OutputPrefix, "output-prefix", "transcripts/", "key prefix for outputs, unless a job sets its own")
 	fs.IntVar(&c.Concurrency, "concurrency", 8, "jobs processed at once; messages are received only for free slots")
@@ -67,6 +87,10 @@ func (c *Config) Validate() error {
 	switch {
 	case c.QueueURL == "":
 		return errors.New("queue URL is required")
+	case c.LowerMinShare < 0 || c.LowerMinShare >= 1:
+		return errors.New("lower min share must be in [0, 1)")
+	case len(c.QueuePriorities) > 0 && len(c.QueuePriorities) != 1+len(c.LowerQueueURLs):
+		return fmt.Errorf("%d queue priorities for %d queues", len(c.QueuePriorities), 1+len(c.LowerQueueURLs))
 	case c.OutputBucket == "":
 		return errors.New("output bucket is required")
 	case c.Concurrency < 1:
@@ -135,4 +159,12 @@ func (c *Config) OutputPrefixAllowed(p string) bool {
 		}
 	}
 	return false
+}
+
+// minShareSlots is the number of slots a lower queue keeps while it has work.
+func (c *Config) minShareSlots() int {
+	if c.LowerMinShare <= 0 {
+		return 0
+	}
+	return max(1, int(math.Ceil(c.LowerMinShare*float64(c.Concurrency))))
 }

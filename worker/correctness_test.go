@@ -562,12 +562,14 @@ type strictSQS struct {
 	deleted map[string]bool
 }
 
-func (s *strictSQS) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+func (s *strictSQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
 	s.mu.Lock()
-	s.deleted[aws.ToString(in.ReceiptHandle)] = true
+	for _, e := range in.Entries {
+		s.deleted[aws.ToString(e.ReceiptHandle)] = true
+	}
 	s.mu.Unlock()
 	time.Sleep(10 * time.Millisecond)
-	return s.recordingSQS.DeleteMessage(ctx, in, opts...)
+	return s.recordingSQS.DeleteMessageBatch(ctx, in, opts...)
 }
 
 func (s *strictSQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,7 +37,7 @@ func recoverError(r any) error {
 
 // handle runs one message to its final action: delete, or leave it for
 // redelivery with a backoff.
-func (w *Worker) handle(ctx context.Context, hb *heartbeat, msg types.Message) {
+func (w *Worker) handle(ctx context.Context, hb *heartbeat, del *deleter, q *queue, msg types.Message) {
 	start := w.now()
 	id := aws.ToString(msg.MessageId)
 	attempt, _ := strconv.Atoi(msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
@@ -49,7 +50,10 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, msg types.Message) {
 	defer cancel(nil)
 	jctx, cancelTimeout := context.WithTimeoutCause(jctx, w.cfg.JobTimeout, errors.New("job timeout"))
 	defer cancelTimeout()
-	hb.add(id, aws.ToString(msg.ReceiptHandle), cancel)
+	l := lease{q: q, id: id, receipt: aws.ToString(msg.ReceiptHandle)}
+	prog := &progress{start: w.now()}
+	hb.add(l, cancel, prog)
+	jctx = withJob(jctx, q.priority, prog)
 
 	outcome, err := w.runMessage(jctx, log, msg, attempt)
 	// Stop extending before the final action: an extension racing the
@@ -60,7 +64,7 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, msg types.Message) {
 	defer fcancel()
 	switch {
 	case err == nil:
-		if derr := w.deleteMessage(fctx, msg); derr != nil {
+		if derr := w.deleteMessage(fctx, del, l); derr != nil {
 			// Outputs exist, so the redelivery is detected as a duplicate.
 			log.Error().Err(derr).Msg("delete failed; a redelivery will find the jobs done")
 		}
@@ -69,13 +73,13 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, msg types.Message) {
 		log.Warn().Err(err).Msg("message abandoned: heartbeat lost")
 	case errors.Is(context.Cause(jctx), errDrainTimeout):
 		outcome = MessageReleased
-		w.setVisibility(fctx, log, msg, 0)
+		w.setVisibility(fctx, log, q, msg, 0)
 		log.Warn().Msg("message released to the queue at shutdown")
 	default:
 		outcome = MessageRetry
 		backoff := w.retryBackoff(attempt)
 		log.Warn().Err(err).Dur("retry_in", backoff).Bool("last_attempt", attempt >= w.cfg.MaxReceives).Msg("message will be retried")
-		w.setVisibility(fctx, log, msg, backoff)
+		w.setVisibility(fctx, log, q, msg, backoff)
 	}
 	w.m.messages.WithLabelValues(outcome).Inc()
 	log.Info().Str("outcome", outcome).Dur("took", w.now().Sub(start)).Msg("message done")
@@ -85,27 +89,54 @@ func (w *Worker) retryBackoff(attempt int) time.Duration {
 	return backoff.Delay(w.cfg.RetryBackoff, 15*time.Minute, attempt)
 }
 
-func (w *Worker) deleteMessage(ctx context.Context, msg types.Message) error {
+// deleteMessage deletes through the batched deleter, trying three times.
+func (w *Worker) deleteMessage(ctx context.Context, del *deleter, l lease) error {
 	var err error
 	for try := 0; try < 3; try++ {
-		_, err = w.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: msg.ReceiptHandle})
-		if err == nil {
+		if err = del.Delete(ctx, l); err == nil {
 			return nil
 		}
 		if backoff.Sleep(ctx, backoff.Delay(100*time.Millisecond, time.Second, try+1)) != nil {
 			break
 		}
 	}
-	return fmt.Errorf("delete message: %w", err)
+	return err
 }
 
-func (w *Worker) setVisibility(ctx context.Context, log zerolog.Logger, msg types.Message, d time.Duration) {
+func (w *Worker) setVisibility(ctx context.Context, log zerolog.Logger, q *queue, msg types.Message, d time.Duration) {
 	_, err := w.sqs.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl: aws.String(w.cfg.QueueURL), ReceiptHandle: msg.ReceiptHandle, VisibilityTimeout: int32(d / time.Second),
+		QueueUrl: aws.String(q.url), ReceiptHandle: msg.ReceiptHandle, VisibilityTimeout: int32(d / time.Second),
 	})
 	if err != nil {
 		log.Warn().Err(err).Msg("change visibility failed; message returns after its visibility timeout")
 	}
+}
+
+// progress is how far a job in hand has come, for deciding at an
+// interruption whether it can finish by the deadline.
+type progress struct {
+	start       time.Time
+	done, total atomic.Int64 // chunks
+}
+
+type jobKey struct{}
+
+type jobValues struct {
+	priority uint64
+	prog     *progress
+}
+
+// withJob puts the queue's Triton priority and the job's progress in ctx.
+func withJob(ctx context.Context, priority uint64, prog *progress) context.Context {
+	return context.WithValue(ctx, jobKey{}, jobValues{priority, prog})
+}
+
+func jobFrom(ctx context.Context) jobValues {
+	v, _ := ctx.Value(jobKey{}).(jobValues)
+	if v.prog == nil {
+		v.prog = &progress{}
+	}
+	return v
 }
 
 // runMessage takes every job of a message to its own terminal outcome. It

@@ -202,29 +202,31 @@ func (r *recordingSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessag
 	return out, err
 }
 
-func (r *recordingSQS) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
-	r.mu.Lock()
-	body := r.bodies[aws.ToString(in.ReceiptHandle)]
-	r.mu.Unlock()
-	var job worker.Job
-	if json.Unmarshal([]byte(body), &job) == nil && job.Key != "" {
-		res, err := r.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(r.out), Prefix: aws.String(outputDir(job))})
-		found := false
-		if err == nil {
-			for _, o := range res.Contents {
-				found = found || strings.HasSuffix(aws.ToString(o.Key), ".json")
+func (r *recordingSQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	for _, e := range in.Entries {
+		r.mu.Lock()
+		body := r.bodies[aws.ToString(e.ReceiptHandle)]
+		r.mu.Unlock()
+		var job worker.Job
+		if json.Unmarshal([]byte(body), &job) == nil && job.Key != "" {
+			res, err := r.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(r.out), Prefix: aws.String(outputDir(job))})
+			found := false
+			if err == nil {
+				for _, o := range res.Contents {
+					found = found || strings.HasSuffix(aws.ToString(o.Key), ".json")
+				}
 			}
-		}
-		if !found {
-			r.mu.Lock()
-			r.violations = append(r.violations, job.Key)
-			r.mu.Unlock()
+			if !found {
+				r.mu.Lock()
+				r.violations = append(r.violations, job.Key)
+				r.mu.Unlock()
+			}
 		}
 	}
 	r.mu.Lock()
-	r.deletes++
+	r.deletes += len(in.Entries)
 	r.mu.Unlock()
-	return r.Client.DeleteMessage(ctx, in, opts...)
+	return r.Client.DeleteMessageBatch(ctx, in, opts...)
 }
 
 func (r *recordingSQS) check(t *testing.T, wantMessages int) {
@@ -575,6 +577,7 @@ func TestUnwritableErrorRecordKeepsMessage(t *testing.T) {
 	e.sendJob("corrupt.wav")
 	cfg := e.config()
 	cfg.ExitWhenIdle = time.Second
+	cfg.RetryBackoff = 3 * time.Second // the first run is over before the message returns
 	e.wreg = prometheus.NewRegistry()
 	w, err := worker.New(cfg, "asr", e.recorder, failingErrorRecords{e.s3}, e.pool, zerolog.New(io.Discard), e.wreg)
 	if err != nil {
@@ -590,7 +593,7 @@ func TestUnwritableErrorRecordKeepsMessage(t *testing.T) {
 		t.Fatalf("message should wait for redelivery, depth %d", v+f)
 	}
 	// Once S3 works again, the redelivery writes the record and deletes.
-	cfg.ExitWhenIdle = 3 * time.Second // past the 1 s retry backoff
+	cfg.ExitWhenIdle = 5 * time.Second // past the 3 s retry backoff
 	e.run(cfg, nil)
 	var rec worker.ErrorRecord
 	if err := json.Unmarshal(e.outputs("corrupt.wav")["error.json"], &rec); err != nil || rec.Class != worker.ClassCorruptAudio || rec.Attempt != 2 {

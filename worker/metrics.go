@@ -29,6 +29,8 @@ type metrics struct {
 	memoryBudget   prometheus.Gauge
 	memoryReserved prometheus.Gauge
 	claims         *prometheus.CounterVec
+	deleteBatches  prometheus.Counter
+	slotsInUse     *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -65,6 +67,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		audioSeconds: f.NewCounter(prometheus.CounterOpts{
 			Name: "fleetscribe_audio_seconds_total", Help: "Seconds of audio transcribed.",
 		}),
+		deleteBatches: f.NewCounter(prometheus.CounterOpts{
+			Name: "fleetscribe_delete_batches_total", Help: "DeleteMessageBatch calls (each deletes up to ten messages of one queue).",
+		}),
+		slotsInUse: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleetscribe_slots_in_use", Help: "Job slots held, by queue (in priority order: 0 is the highest).",
+		}, []string{"queue"}),
 		heartbeats: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetscribe_heartbeats_total", Help: "Visibility extensions by outcome (ok, failed).",
 		}, []string{"outcome"}),

@@ -273,6 +273,8 @@ func (w *Worker) fetch(ctx context.Context, job Job, in *InputRef) ([]byte, erro
 func (w *Worker) transcribe(ctx context.Context, samples []float32, model string) (Transcript, error) {
 	chunks := audio.Split(samples, audio.SplitConfig{Max: int(w.cfg.ChunkSeconds * ModelRate), Frame: ModelRate * 30 / 1000})
 	results := make([]triton.Result, len(chunks))
+	job := jobFrom(ctx)
+	job.prog.total.Store(int64(len(chunks)))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(w.cfg.ChunkParallelism)
 	for i, c := range chunks {
@@ -287,7 +289,7 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, model string
 					err = recoverError(r)
 				}
 			}()
-			r, err := w.tr.Transcribe(gctx, triton.Request{Samples: c.Samples, Timestamps: w.cfg.Timestamps, Model: model})
+			r, err := w.tr.Transcribe(gctx, triton.Request{Samples: c.Samples, Timestamps: w.cfg.Timestamps, Model: model, Priority: job.priority})
 			if err != nil {
 				if errors.Is(err, triton.ErrRejected) {
 					return Permanent(ClassRejected, fmt.Errorf("chunk %d: %w", i, err))
@@ -295,6 +297,7 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, model string
 				return fmt.Errorf("transcribe chunk %d: %w", i, err)
 			}
 			results[i] = r
+			job.prog.done.Add(1)
 			return nil
 		})
 	}

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -15,14 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/fleetscribe/fleetscribe/internal/backoff"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
 // SQSAPI is the part of the SQS client the worker uses.
 type SQSAPI interface {
 	ReceiveMessage(ctx context.Context, params *sqs.ReceiveMessageInput, optFns ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
-	DeleteMessage(ctx context.Context, params *sqs.DeleteMessageInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error)
+	DeleteMessageBatch(ctx context.Context, params *sqs.DeleteMessageBatchInput, optFns ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
 	ChangeMessageVisibility(ctx context.Context, params *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
 	ChangeMessageVisibilityBatch(ctx context.Context, params *sqs.ChangeMessageVisibilityBatchInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
 	GetQueueAttributes(ctx context.Context, params *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
@@ -42,17 +41,21 @@ type Transcriber interface {
 	Transcribe(ctx context.Context, req triton.Request) (triton.Result, error)
 }
 
-// Worker drains one queue.
+// Worker drains one queue, or several in priority order.
 type Worker struct {
-	cfg   Config
-	model string
-	sqs   SQSAPI
-	s3    S3API
-	tr    Transcriber
-	log   zerolog.Logger
-	m     *metrics
-	gate  *memoryGate
-	now   func() time.Time
+	cfg    Config
+	model  string
+	sqs    SQSAPI
+	s3     S3API
+	tr     Transcriber
+	log    zerolog.Logger
+	m      *metrics
+	gate   *memoryGate
+	queues []*queue
+	now    func() time.Time
+
+	interrupt chan Interruption // fleet signals: stop receiving, finish by a deadline
+	ready     atomic.Bool       // every queue answered its last check
 }
 
 // New returns a worker for the model that tr serves. Metrics are
@@ -68,148 +71,31 @@ func New(cfg Config, model string, sqsc SQSAPI, s3c S3API, tr Transcriber, log z
 		cfg.MemoryBudget = DefaultMemoryBudget()
 	}
 	m := newMetrics(reg)
-	return &Worker{cfg: cfg, model: model, sqs: sqsc, s3: s3c, tr: tr, log: log, m: m, gate: newMemoryGate(cfg.MemoryBudget, m), now: time.Now}, nil
-}
-
-// Run receives and processes messages until ctx is cancelled (or, with
-// ExitWhenIdle, until the queue has been quiet that long), then drains the
-// jobs in hand. It returns nil after a clean drain.
-func (w *Worker) Run(ctx context.Context) error {
-	if err := w.checkQueue(ctx); err != nil {
-		return err
+	w := &Worker{cfg: cfg, model: model, sqs: sqsc, s3: s3c, tr: tr, log: log, m: m, gate: newMemoryGate(cfg.MemoryBudget, m), now: time.Now,
+		interrupt: make(chan Interruption, 1)}
+	for i, u := range append([]string{cfg.QueueURL}, cfg.LowerQueueURLs...) {
+		q := &queue{url: u, rank: i}
+		if len(cfg.QueuePriorities) > 0 {
+			q.priority = cfg.QueuePriorities[i]
+		}
+		w.queues = append(w.queues, q)
 	}
-	// Jobs outlive ctx: cancelling ctx only stops receiving.
-	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancelWork(nil)
-	hb := &heartbeat{
-		sqs: w.sqs, queueURL: w.cfg.QueueURL, visibility: w.cfg.VisibilityTimeout,
-		interval: w.cfg.HeartbeatInterval, log: w.log, m: w.m, now: w.now, beats: map[string]*beat{},
-	}
-	hbCtx, stopHB := context.WithCancel(workCtx)
-	var hbDone sync.WaitGroup
-	hbDone.Go(func() { hb.run(hbCtx) })
-	defer func() { stopHB(); hbDone.Wait() }()
-
-	slots := make(chan struct{}, w.cfg.Concurrency) // one token per job in hand
-	var jobs sync.WaitGroup
-	lastActive := w.now()
-	w.log.Info().Str("queue_url", w.cfg.QueueURL).Int("concurrency", w.cfg.Concurrency).Msg("worker started")
-
-	reason := "shutdown requested"
-receive:
-	for {
-		// Take a slot before fetching; then as many more as are free, up to 10.
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			break receive
-		}
-		n := 1
-	more:
-		for n < 10 {
-			select {
-			case slots <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
-		// A long poll in flight is never cut short: SQS may already have
-		// handed its messages out. It ends within the poll wait.
-		rctx, cancelReceive := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WaitTime+30*time.Second)
-		msgs, err := w.receive(rctx, n)
-		cancelReceive()
-		for range n - len(msgs) {
-			<-slots
-		}
-		if ctx.Err() != nil && len(msgs) > 0 {
-			// Shutdown began during the poll: hand the messages straight
-			// back rather than leave them invisible until their timeout.
-			fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			for _, msg := range msgs {
-				w.setVisibility(fctx, w.log.With().Str("message_id", aws.ToString(msg.MessageId)).Logger(), msg, 0)
-				<-slots
-			}
-			fcancel()
-			w.log.Info().Int("messages", len(msgs)).Msg("released messages received during shutdown")
-			break receive
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				break receive
-			}
-			w.log.Error().Err(err).Msg("receive failed; backing off")
-			if backoff.Sleep(ctx, time.Second) != nil {
-				break receive
-			}
-			continue
-		}
-		switch {
-		case len(msgs) > 0 || len(slots) > 0: // work arrived or is in hand
-			lastActive = w.now()
-		case w.cfg.ExitWhenIdle > 0 && w.now().Sub(lastActive) >= w.cfg.ExitWhenIdle:
-			reason = "queue idle"
-			break receive
-		}
-		for _, msg := range msgs {
-			jobs.Go(func() {
-				defer func() { <-slots }()
-				w.handle(workCtx, hb, msg)
-			})
-		}
-	}
-
-	w.log.Info().Str("reason", reason).Int("jobs_in_hand", len(slots)).Msg("stopped receiving; draining")
-	drained := make(chan struct{})
-	go func() { jobs.Wait(); close(drained) }()
-	if w.cfg.DrainTimeout > 0 {
-		t := time.NewTimer(w.cfg.DrainTimeout)
-		defer t.Stop()
-		select {
-		case <-drained:
-		case <-t.C:
-			w.log.Warn().Dur("drain_timeout", w.cfg.DrainTimeout).Msg("drain timeout; releasing jobs in hand to the queue")
-			cancelWork(errDrainTimeout)
-			<-drained
-		}
-	} else {
-		cancelWork(errDrainTimeout)
-		<-drained
-	}
-	w.log.Info().Msg("worker stopped")
-	return nil
-}
-
-var errDrainTimeout = errors.New("drain timeout reached during shutdown")
-
-func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
-	out, err := w.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-		QueueUrl:                    aws.String(w.cfg.QueueURL),
-		MaxNumberOfMessages:         int32(n),
-		WaitTimeSeconds:             int32(w.cfg.WaitTime / time.Second),
-		VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
-		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("receive messages: %w", err)
-	}
-	w.m.received.Add(float64(len(out.Messages)))
-	return out.Messages, nil
+	return w, nil
 }
 
 // checkQueue fails fast on a queue that does not exist, and warns when its
 // redrive policy disagrees with MaxReceives.
-func (w *Worker) checkQueue(ctx context.Context) error {
+func (w *Worker) checkQueue(ctx context.Context, url string) error {
 	out, err := w.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl:       aws.String(w.cfg.QueueURL),
+		QueueUrl:       aws.String(url),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy},
 	})
 	if err != nil {
-		return fmt.Errorf("queue %s: %w", w.cfg.QueueURL, err)
+		return fmt.Errorf("queue %s: %w", url, err)
 	}
 	raw, ok := out.Attributes[string(types.QueueAttributeNameRedrivePolicy)]
 	if !ok {
-		w.log.Warn().Msg("queue has no redrive policy: messages that keep failing will never reach a dead-letter queue")
+		w.log.Warn().Str("queue_url", url).Msg("queue has no redrive policy: messages that keep failing will never reach a dead-letter queue")
 		return nil
 	}
 	var rp struct {
@@ -217,7 +103,7 @@ func (w *Worker) checkQueue(ctx context.Context) error {
 	}
 	if json.Unmarshal([]byte(raw), &rp) == nil {
 		if n, err := rp.MaxReceiveCount.Int64(); err == nil && int(n) != w.cfg.MaxReceives {
-			w.log.Warn().Int64("queue_max_receive_count", n).Int("max_receives", w.cfg.MaxReceives).
+			w.log.Warn().Str("queue_url", url).Int64("queue_max_receive_count", n).Int("max_receives", w.cfg.MaxReceives).
 				Msg("queue redrive maxReceiveCount differs from -max-receives: error records for exhausted retries will be written at the wrong receive")
 		}
 	}

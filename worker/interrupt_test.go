@@ -1,0 +1,72 @@
+package worker_test
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/fleetscribe/fleetscribe/worker"
+)
+
+// A spot interruption with a deadline: the worker stops receiving at
+// once, finishes the job that can finish by the deadline at its pace so
+// far, and releases the one that cannot with visibility 0, so that it is
+// visible again at once (not after the 30 s visibility timeout) for
+// another instance. A job sent after the notice is not started (a long
+// poll already in flight may return it; it goes straight back).
+func TestInterruptionFinishesWhatCanFinishAndReleasesTheRest(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.servers[0].SetLatency(100 * time.Millisecond)
+	e.put("long.wav", tone(16000, 30*16000))  // 30 chunks of 1 s: about 3 s
+	e.put("medium.wav", tone(16000, 4*16000)) // 4 chunks: about 0.4 s
+	e.put("later.wav", tone(16000, 16000))
+	cfg := e.config()
+	cfg.ChunkSeconds, cfg.ChunkParallelism, cfg.ExitWhenIdle, cfg.ClaimSettle = 1, 1, 0, 0
+	reg := prometheus.NewRegistry()
+	w, err := worker.New(cfg, "asr", e.recorder, e.s3, e.pool, zerolog.New(io.Discard), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+	e.sendJob("long.wav")
+	e.sendJob("medium.wav")
+	// Both in hand, and both with a chunk done, so their pace is known.
+	for metricValue(t, reg, "fleetscribe_jobs_inflight", nil, 0) < 2 || e.servers[0].Calls() < 3 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	interrupted := time.Now()
+	w.Interrupt(worker.Interruption{Reason: "spot interruption notice", Deadline: interrupted.Add(1500 * time.Millisecond)})
+	e.sendJob("later.wav")
+	// The long job goes back at once, not at the deadline.
+	for counter(t, reg, "fleetscribe_messages_total", "outcome", worker.MessageReleased) < 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d := time.Since(interrupted); d > 700*time.Millisecond {
+		t.Errorf("the job that cannot finish was released %s after the notice; it should go at once", d)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(interrupted)
+	if _, ok := e.transcript("medium.wav"); !ok {
+		t.Error("the job that could finish by the deadline was not finished")
+	}
+	if _, ok := e.transcript("long.wav"); ok {
+		t.Error("the long job finished; the test's timing is off")
+	}
+	if took > 1500*time.Millisecond {
+		t.Errorf("worker stopped %s after the notice, past the deadline", took)
+	}
+	v, f := e.depth(e.queue.URL)
+	if v != 2 || f != 0 {
+		t.Errorf("queue: %d visible, %d in flight; want the released job and the later one visible at once", v, f)
+	}
+	if _, ok := e.transcript("later.wav"); ok {
+		t.Error("a job sent after the notice was started")
+	}
+}
