@@ -70,6 +70,10 @@ bench-buckets: deps ## choose bucket lengths: padding vs batch formation on a re
 bench-enqueue: deps ## enqueue 100,000 keys (a quarter already transcribed) from the local emulator's S3 into its SQS, next to a naive serial loop
 	$(GO) run ./bench/enqueue
 
+.PHONY: chaos
+chaos: build ## 1000 jobs through two real workers while workers are killed, partitions crash and S3/SQS fail; table and RESULT line
+	$(GO) run ./cmd/chaos -worker-bin $(BIN)/worker -asr-bin $(BIN)/asrserver
+
 .PHONY: bench-gpu
 bench-gpu: deps ## GPU benchmark on this host's GPU 0 (needs nvidia-smi, python3 with torch/grpcio/protobuf); results into docs/benchmarks/
 	@command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { \

@@ -248,6 +248,9 @@ func (t *tracker) advance(st *streamState) {
 	}
 	if st.listed && st.wm == st.next && !st.complete {
 		st.complete, st.dirty = true, true
+		// Maps never shrink: a finished stream lets go of its own, so
+		// memory follows the streams in progress, not those done.
+		st.pos, st.finished, st.sentKeys, st.priorSent = nil, nil, nil, nil
 	}
 }
 

@@ -360,6 +360,20 @@ func fingerprintSamples(s []float32) uint64 {
 	return h.Sum64() ^ uint64(len(s))
 }
 
+// Healthy returns the number of partitions taking requests (not ejected),
+// as the last health checks left them; it makes no call.
+func (p *Pool) Healthy() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, part := range p.parts {
+		if !part.ejected {
+			n++
+		}
+	}
+	return n
+}
+
 // CheckHealth probes every partition once: a partition whose server or
 // model is not ready is ejected, an ejected one that is ready again returns.
 // It returns the number of healthy partitions.

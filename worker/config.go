@@ -46,7 +46,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.QueueURL, "queue-url", "", "SQS queue URL to drain (required); with -lower-queue-urls, the highest-priority queue (live uploads)")
 	fs.Var((*flagext.StringSliceCSV)(&c.LowerQueueURLs), "lower-queue-urls", "comma-separated further queues drained by the same slots, in descending priority (e.g. the bulk queue): a lower queue gets slots only when no higher queue is waiting for one, except its -lower-min-share")
 	fs.Float64Var(&c.LowerMinShare, "lower-min-share", 0.1, "share of -concurrency each lower queue keeps while it has work, so bulk never starves")
-	fs.Func("queue-triton-priorities", "comma-separated Triton request priorities of each queue's chunks, -queue-url first (e.g. 1,2 with priority_levels 2; empty: -triton-priority for all)", func(v string) error {
+	fs.Func("queue-triton-priorities", "comma-separated Triton request priorities of each queue's chunks, -queue-url first (empty: -triton-priority for -queue-url and 1+position for each lower queue, i.e. 2 for the bulk queue, as priority_levels 2 in the shipped model config expects)", func(v string) error {
 		var l flagext.StringSliceCSV
 		_ = l.Set(v)
 		c.QueuePriorities = nil

@@ -75,8 +75,11 @@ func New(cfg Config, model string, sqsc SQSAPI, s3c S3API, tr Transcriber, log z
 		interrupt: make(chan Interruption, 1)}
 	for i, u := range append([]string{cfg.QueueURL}, cfg.LowerQueueURLs...) {
 		q := &queue{url: u, rank: i}
-		if len(cfg.QueuePriorities) > 0 {
+		switch {
+		case len(cfg.QueuePriorities) > 0:
 			q.priority = cfg.QueuePriorities[i]
+		case i > 0:
+			q.priority = uint64(i + 1) // below the first queue's (the pool's -triton-priority)
 		}
 		w.queues = append(w.queues, q)
 	}

@@ -107,8 +107,8 @@ func TestComposeStackShape(t *testing.T) {
 // The same names in --help, docker-compose and the README.
 func TestComposeAndReadmeUseWorkerFlagNames(t *testing.T) {
 	known := workerFlags()
-	p := loadCompose(t, "bulk")
-	for _, name := range []string{"worker", "worker-bulk"} {
+	p := loadCompose(t)
+	for _, name := range []string{"worker"} {
 		w, err := p.GetService(name)
 		if err != nil {
 			t.Fatal(err)
@@ -151,7 +151,6 @@ func TestDotEnvReachesTheWorker(t *testing.T) {
 		"FLEETSCRIBE_MEMORY_BUDGET=8000000000",
 		"FLEETSCRIBE_DRAIN_TIMEOUT=300s",
 		"FLEETSCRIBE_BULK_QUEUE_URL=https://sqs.example/bulk",
-		"COMPOSE_PROFILES=bulk",
 	}, "\n") + "\n"
 	if err := os.WriteFile(filepath.Join(dir, ".env"), []byte(dotenv), 0o600); err != nil {
 		t.Fatal(err)
@@ -165,7 +164,7 @@ func TestDotEnvReachesTheWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"worker", "worker-bulk"} {
+	for _, name := range []string{"worker"} {
 		s, err := p.GetService(name)
 		if err != nil {
 			t.Fatal(err)
@@ -177,8 +176,12 @@ func TestDotEnvReachesTheWorker(t *testing.T) {
 			t.Errorf("%s: FLEETSCRIBE_MEMORY_BUDGET = %q", name, got)
 		}
 	}
-	bulk, _ := p.GetService("worker-bulk")
-	if got := env(bulk, "FLEETSCRIBE_QUEUE_URL"); got != "https://sqs.example/bulk" {
-		t.Errorf("bulk worker drains %q, want the bulk queue", got)
+	// One worker drains both queues, live first.
+	w, _ := p.GetService("worker")
+	if got := env(w, "FLEETSCRIBE_LOWER_QUEUE_URLS"); got != "https://sqs.example/bulk" {
+		t.Errorf("the worker's lower queues are %q, want the bulk queue", got)
+	}
+	if _, err := p.GetService("worker-bulk"); err == nil {
+		t.Error("a second worker competes with the first for the partitions")
 	}
 }

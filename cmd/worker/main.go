@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetscribe/fleetscribe/fleet"
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
 	"github.com/fleetscribe/fleetscribe/internal/flagenv"
 	"github.com/fleetscribe/fleetscribe/triton"
@@ -37,6 +38,11 @@ type config struct {
 	aws         awsconf.Config
 	metricsAddr string
 	logLevel    string
+	imds        string
+	imdsURL     string
+	imdsEvery   time.Duration
+	margin      time.Duration
+	rebalance   bool
 }
 
 func (c *config) registerFlags(fs *flag.FlagSet) {
@@ -44,7 +50,12 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	c.pool.RegisterFlags(fs)
 	c.model.RegisterFlags(fs)
 	c.aws.RegisterFlags(fs)
-	fs.StringVar(&c.metricsAddr, "metrics-addr", ":9100", "listen address of the /metrics and /healthz HTTP server (empty: off)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", ":9100", "listen address of the /metrics, /healthz (liveness) and /readyz (queues reachable, a partition ready) HTTP server (empty: off)")
+	fs.StringVar(&c.imds, "imds", "auto", "watch EC2 instance metadata (IMDSv2) for spot interruption notices, rebalance recommendations and Auto Scaling termination: on, off, or auto (on where IMDS answers)")
+	fs.StringVar(&c.imdsURL, "imds-endpoint", fleet.DefaultEndpoint, "instance metadata service address")
+	fs.DurationVar(&c.imdsEvery, "imds-interval", 5*time.Second, "how often instance metadata is polled")
+	fs.DurationVar(&c.margin, "interruption-margin", 15*time.Second, "on a spot interruption notice, jobs must be finished or released this long before the instance goes")
+	fs.BoolVar(&c.rebalance, "drain-on-rebalance", true, "treat an EC2 rebalance recommendation like a termination: stop receiving and drain")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
 
@@ -122,7 +133,21 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
 		log.Info().Str("addr", lis.Addr().String()).Msg("metrics listening")
-		parts = append(parts, part{name: "metrics server", run: func(ctx context.Context) error { return serveMetrics(ctx, lis, reg) }})
+		ready := func() error {
+			switch {
+			case !w.Ready():
+				return errors.New("queues not reachable")
+			case pool.Healthy() == 0:
+				return errors.New("no triton partition ready")
+			}
+			return nil
+		}
+		parts = append(parts, part{name: "metrics server", run: func(ctx context.Context) error { return serveMetrics(ctx, lis, reg, ready) }})
+	}
+	if p, err := fleetPart(ctx, cfg, log, w); err != nil {
+		return err
+	} else if p != nil {
+		parts = append(parts, *p)
 	}
 	return runGroup(ctx, log, w.Run, parts...)
 }
@@ -169,10 +194,52 @@ func runGroup(ctx context.Context, log zerolog.Logger, work func(context.Context
 	return g.Wait()
 }
 
-func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registry) error {
+// fleetPart watches instance metadata, where that is on, and turns each
+// notice into an interruption of the worker.
+func fleetPart(ctx context.Context, cfg config, log zerolog.Logger, w *worker.Worker) (*part, error) {
+	watcher := &fleet.Watcher{Endpoint: cfg.imdsURL, Interval: cfg.imdsEvery, Log: log.With().Str("part", "fleet signals").Logger()}
+	switch cfg.imds {
+	case "off":
+		return nil, nil
+	case "auto":
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := watcher.Probe(pctx)
+		cancel()
+		if err != nil {
+			log.Info().Err(err).Msg("no instance metadata service; not watching for spot or Auto Scaling signals")
+			return nil, nil
+		}
+	case "on":
+	default:
+		return nil, fmt.Errorf("config: -imds %q: want on, off or auto", cfg.imds)
+	}
+	return &part{name: "fleet signals", run: func(ctx context.Context) error {
+		return watcher.Run(ctx, func(n fleet.Notice) {
+			in := worker.Interruption{Reason: n.Kind}
+			switch n.Kind {
+			case fleet.KindSpot:
+				in.Deadline = n.Deadline.Add(-cfg.margin)
+			case fleet.KindRebalance:
+				if !cfg.rebalance {
+					return
+				}
+			}
+			w.Interrupt(in)
+		})
+	}}, nil
+}
+
+func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registry, ready func() error) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()

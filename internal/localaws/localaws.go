@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -34,6 +35,7 @@ type Server struct {
 	cmd      *exec.Cmd
 	stdin    io.WriteCloser
 	done     chan error
+	stop     sync.Once
 }
 
 // ToolsDir finds tools/fauxqs by walking up from the working directory to
@@ -138,16 +140,18 @@ func (s *Server) waitHealthy(ctx context.Context) error {
 	}
 }
 
-// Stop ends the emulator and waits for it to exit.
+// Stop ends the emulator and waits for it to exit. Later calls do nothing.
 func (s *Server) Stop() {
-	_ = s.stdin.Close()
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
+	s.stop.Do(func() {
+		_ = s.stdin.Close()
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(5 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+	})
 }
 
 // Clients returns SDK clients pointed at the emulator.

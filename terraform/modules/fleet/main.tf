@@ -6,7 +6,6 @@ locals {
     FLEETSCRIBE_DRAIN_TIMEOUT = "${var.drain_timeout_seconds}s"
     }, var.bulk_queue_url == null ? {} : {
     FLEETSCRIBE_BULK_QUEUE_URL = var.bulk_queue_url
-    COMPOSE_PROFILES           = "bulk"
   })
   user_data = templatefile("${path.module}/user_data.sh.tftpl", {
     compose_gz_b64 = base64gzip(local.compose_yaml)

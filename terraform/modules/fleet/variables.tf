@@ -116,7 +116,7 @@ variable "worker_environment" {
 
 variable "bulk_queue_url" {
   type        = string
-  description = "URL of the bulk queue; when set, a second worker on each instance drains it at lower concurrency, sharing the partitions."
+  description = "URL of the bulk queue; when set, the worker on each instance drains it after the live queue, with the same slots (live first, bulk keeps its minimum share)."
   default     = null
 }
 

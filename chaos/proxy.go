@@ -1,0 +1,236 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetscribe/fleetscribe/worker"
+)
+
+// Fault kinds the proxy injects.
+const (
+	Fault500        = "http_500"
+	Fault503        = "http_503_slowdown"
+	FaultLatency    = "latency"
+	FaultResetFirst = "reset_before_forwarding"
+	FaultResetAfter = "reset_after_forwarding" // the request took effect; its answer is lost
+	FaultExhaust    = "designed_503"           // every GET of an input designed to exhaust retries
+)
+
+// Proxy sits between the workers and the emulator (S3 and SQS share its
+// endpoint). With probability Rate a request meets a fault: an HTTP 500,
+// a 503 SlowDown, added latency, or a connection reset before or after
+// the request reached the emulator. GETs whose path contains Exhaust
+// always get 503. It remembers the content of every transcript written
+// through it, to tell a recomputation (same content) from a rewrite with
+// other content.
+type Proxy struct {
+	target  *url.URL
+	client  *http.Client
+	Rate    float64
+	Exhaust string
+
+	on     atomic.Bool
+	mu     sync.Mutex
+	rng    *rand.Rand
+	faults map[string]int
+	// Transcript key → the content hash of each successful write.
+	writes map[string][]string
+}
+
+// NewProxy forwards to the emulator at target.
+func NewProxy(target string, rate float64, seed uint64) (*Proxy, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		target: u, Rate: rate, rng: rand.New(rand.NewPCG(seed, 99)),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: time.Minute},
+		faults: map[string]int{}, writes: map[string][]string{},
+	}
+	p.on.Store(true)
+	return p, nil
+}
+
+// SetFaults turns fault injection on or off (the designed failures stay).
+func (p *Proxy) SetFaults(on bool) { p.on.Store(on) }
+
+// Faults returns how many faults of each kind were injected.
+func (p *Proxy) Faults() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range p.faults {
+		out[k] = v
+	}
+	return out
+}
+
+// Writes returns, per transcript key, the content hash of each write.
+func (p *Proxy) Writes() map[string][]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string][]string{}
+	for k, v := range p.writes {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+func (p *Proxy) pick() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.on.Load() || p.rng.Float64() >= p.Rate {
+		return ""
+	}
+	kinds := []string{Fault500, Fault503, FaultLatency, FaultResetFirst, FaultResetAfter}
+	k := kinds[p.rng.IntN(len(kinds))]
+	p.faults[k]++
+	return k
+}
+
+func (p *Proxy) count(kind string) {
+	p.mu.Lock()
+	p.faults[kind]++
+	p.mu.Unlock()
+}
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sqs := r.Header.Get("X-Amz-Target") != ""
+	if !sqs && r.Method == http.MethodGet && p.Exhaust != "" && strings.Contains(r.URL.Path, p.Exhaust) {
+		p.count(FaultExhaust)
+		writeError(w, sqs, http.StatusServiceUnavailable)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	switch p.pick() {
+	case Fault500:
+		writeError(w, sqs, http.StatusInternalServerError)
+		return
+	case Fault503:
+		writeError(w, sqs, http.StatusServiceUnavailable)
+		return
+	case FaultResetFirst:
+		reset(w)
+		return
+	case FaultResetAfter:
+		if resp, err := p.forward(r, body); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			p.recordWrite(r, resp.StatusCode)
+		}
+		reset(w)
+		return
+	case FaultLatency:
+		time.Sleep(time.Duration(100+rand.IntN(700)) * time.Millisecond)
+	}
+	resp, err := p.forward(r, body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+	p.recordWrite(r, resp.StatusCode)
+}
+
+func (p *Proxy) forward(r *http.Request, body []byte) (*http.Response, error) {
+	u := *p.target
+	u.Path, u.RawPath, u.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
+	req, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = r.Header.Clone()
+	req.Host = p.target.Host
+	req.ContentLength = int64(len(body))
+	return p.client.Do(req)
+}
+
+// recordWrite reads back a transcript the emulator just stored and keeps
+// a hash of its content (text and words: not the time it was written).
+func (p *Proxy) recordWrite(r *http.Request, status int) {
+	if r.Method != http.MethodPut || status != http.StatusOK {
+		return
+	}
+	path := r.URL.Path
+	if !strings.HasSuffix(path, ".json") || strings.HasSuffix(path, ".error.json") {
+		return
+	}
+	u := *p.target
+	u.Path, u.RawPath = r.URL.Path, r.URL.RawPath
+	resp, err := p.client.Get(u.String()) //nolint:noctx // bounded by the client timeout
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	var t worker.Transcript
+	if json.NewDecoder(resp.Body).Decode(&t) != nil {
+		return
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00", t.Text)
+	for _, wd := range t.Words {
+		fmt.Fprintf(h, "%s %.3f %.3f\x00", wd.Word, wd.Start, wd.End)
+	}
+	key := strings.TrimPrefix(path, "/")
+	p.mu.Lock()
+	p.writes[key] = append(p.writes[key], hex.EncodeToString(h.Sum(nil)))
+	p.mu.Unlock()
+}
+
+func writeError(w http.ResponseWriter, sqs bool, status int) {
+	if sqs {
+		code := "InternalError"
+		if status == http.StatusServiceUnavailable {
+			code = "ServiceUnavailable"
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.Header().Set("X-Amzn-Query-Error", code+";Receiver")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"__type":"com.amazonaws.sqs#%s","message":"injected by the chaos proxy"}`, code)
+		return
+	}
+	code := "InternalError"
+	if status == http.StatusServiceUnavailable {
+		code = "SlowDown"
+	}
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>injected by the chaos proxy</Message></Error>`, code)
+}
+
+// reset closes the client's connection without an answer.
+func reset(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic(http.ErrAbortHandler)
+	}
+	conn, _, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	_ = conn.Close()
+}

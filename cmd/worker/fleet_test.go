@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/triton"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest"
+	"github.com/fleetscribe/fleetscribe/worker"
+)
+
+// imds is a local IMDSv2: PUT for a token (TTL header required), 401
+// without it, 404 for signals that are absent.
+type imds struct {
+	mu        sync.Mutex
+	spot      string
+	lifecycle string
+}
+
+func (f *imds) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case r.URL.Path == "/latest/api/token" && r.Method == http.MethodPut && r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds") != "":
+		_, _ = w.Write([]byte("token"))
+	case r.Header.Get("X-aws-ec2-metadata-token") != "token":
+		http.Error(w, "", http.StatusUnauthorized)
+	case r.URL.Path == "/latest/meta-data/spot/instance-action" && f.spot != "":
+		_, _ = w.Write([]byte(f.spot))
+	case r.URL.Path == "/latest/meta-data/autoscaling/target-lifecycle-state" && f.lifecycle != "":
+		_, _ = w.Write([]byte(f.lifecycle))
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (f *imds) set(spot, lifecycle string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.spot, f.lifecycle = spot, lifecycle
+}
+
+// proc is a worker process started from the test binary.
+type proc struct {
+	cmd   *exec.Cmd
+	lines chan string
+	log   strings.Builder
+}
+
+func startWorker(t *testing.T, env ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.CommandContext(t.Context(), os.Args[0]), lines: make(chan string, 1000)}
+	p.cmd.Env = append(append(os.Environ(), "FLEETSCRIBE_TEST_RUN_WORKER=1", "FLEETSCRIBE_METRICS_ADDR=127.0.0.1:0",
+		"FLEETSCRIBE_WAIT_TIME=1s", "FLEETSCRIBE_TRITON_HEALTH_INTERVAL=200ms", "FLEETSCRIBE_CONCURRENCY=1"), env...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	go func() {
+		defer close(p.lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+	}()
+	return p
+}
+
+// metricsAddr waits for the worker's metrics address.
+func (p *proc) metricsAddr(t *testing.T) string {
+	t.Helper()
+	for {
+		l := p.next(t, "metrics listening")
+		var v struct{ Addr string }
+		if json.Unmarshal([]byte(l), &v) == nil && v.Addr != "" {
+			return v.Addr
+		}
+	}
+}
+
+func (p *proc) next(t *testing.T, substr string) string {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("worker output ended before %q\n%s", substr, p.log.String())
+			}
+			p.log.WriteString(l + "\n")
+			if strings.Contains(l, substr) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("no %q in worker output\n%s", substr, p.log.String())
+		}
+	}
+}
+
+// exitCode waits for the process to end and drains its output.
+func (p *proc) exitCode(t *testing.T) int {
+	t.Helper()
+	go func() {
+		for range p.lines {
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker did not exit")
+		return -1
+	}
+}
+
+// probe returns the status code of GET url, or 0 when it cannot connect.
+func probe(url string) (int, string) {
+	resp, err := http.Get(url) //nolint:noctx // a test probe
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func waitStatus(t *testing.T, url string, want int) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := probe(url)
+		if code == want {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d %q, want %d", url, code, body, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func setupQueue(t *testing.T, name string, keys ...string) (*localaws.Server, localaws.Queue) {
+	t.Helper()
+	ctx := context.Background()
+	emu, err := localaws.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emu.Stop)
+	sqsc, s3c := emu.Clients()
+	q, err := emu.Provision(ctx, name, 3, "in", "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		wav := audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: make([]float32, 8000)})
+		if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("in"), Key: aws.String(k), Body: bytes.NewReader(wav)}); err != nil {
+			t.Fatal(err)
+		}
+		body, _ := worker.Job{Bucket: "in", Key: k}.Encode()
+		if _, err := sqsc.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(string(body))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return emu, q
+}
+
+// /healthz is liveness only; /readyz says whether the worker can work:
+// its queues answer and a partition is ready.
+func TestReadiness(t *testing.T) {
+	emu, q := setupQueue(t, "ready")
+	asr, err := tritontest.Listen("127.0.0.1:0", triton.DefaultModelIO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asr.Close()
+	p := startWorker(t, "FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint, "FLEETSCRIBE_QUEUE_URL="+q.URL,
+		"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr, "FLEETSCRIBE_IMDS=off")
+	base := "http://" + p.metricsAddr(t)
+	waitStatus(t, base+"/readyz", http.StatusOK)
+	asr.Close() // the only partition goes away
+	if body := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable); !strings.Contains(body, "no triton partition ready") {
+		t.Errorf("readyz: %q", body)
+	}
+	if code, _ := probe(base + "/healthz"); code != http.StatusOK {
+		t.Errorf("healthz %d while not ready: liveness must not depend on readiness", code)
+	}
+}
+
+// The same with the queues unreachable.
+func TestReadinessWithoutQueues(t *testing.T) {
+	emu, q := setupQueue(t, "ready2")
+	asr := tritontest.Start(t)
+	p := startWorker(t, "FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint, "FLEETSCRIBE_QUEUE_URL="+q.URL,
+		"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr, "FLEETSCRIBE_IMDS=off")
+	base := "http://" + p.metricsAddr(t)
+	waitStatus(t, base+"/readyz", http.StatusOK)
+	emu.Stop()
+	if body := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable); !strings.Contains(body, "queues not reachable") {
+		t.Errorf("readyz: %q", body)
+	}
+}
+
+// A spot interruption notice through IMDSv2: the worker stops receiving,
+// and the job in hand, which cannot finish (its inference is held),
+// is released with visibility 0 before the deadline (the notice's time
+// less -interruption-margin); the process exits 0. An Auto Scaling
+// termination (target lifecycle state Terminated) drains the same way
+// within -drain-timeout.
+func TestFleetSignalsDrainAndExit(t *testing.T) {
+	for _, kind := range []string{"spot", "lifecycle"} {
+		t.Run(kind, func(t *testing.T) {
+			emu, q := setupQueue(t, "spot-"+kind, "a.wav", "b.wav")
+			asr := tritontest.Start(t)
+			asr.Hold()
+			defer asr.Release()
+			meta := &imds{lifecycle: "InService"}
+			srv := httptest.NewServer(meta)
+			defer srv.Close()
+			p := startWorker(t, "FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint, "FLEETSCRIBE_QUEUE_URL="+q.URL,
+				"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr,
+				"FLEETSCRIBE_IMDS=auto", "FLEETSCRIBE_IMDS_ENDPOINT="+srv.URL, "FLEETSCRIBE_IMDS_INTERVAL=50ms",
+				"FLEETSCRIBE_INTERRUPTION_MARGIN=1s", "FLEETSCRIBE_DRAIN_TIMEOUT=2s")
+			select {
+			case <-asr.Started():
+			case <-time.After(30 * time.Second):
+				t.Fatal("no job reached inference")
+			}
+			notice := time.Now()
+			if kind == "spot" {
+				meta.set(fmt.Sprintf(`{"action": "terminate", "time": %q}`, notice.Add(3*time.Second).UTC().Format(time.RFC3339)), "InService")
+			} else {
+				meta.set("", "Terminated")
+			}
+			p.next(t, "stopped receiving")
+			if code := p.exitCode(t); code != 0 {
+				t.Fatalf("exit %d\n%s", code, p.log.String())
+			}
+			took := time.Since(notice)
+			if kind == "spot" && took > 3*time.Second-time.Second+500*time.Millisecond {
+				t.Errorf("exited %s after the notice; the instance goes at 3 s and the margin is 1 s", took)
+			}
+			sqsc, _ := emu.Clients()
+			v, f, err := localaws.Depth(context.Background(), sqsc, q.URL)
+			if err != nil || v != 2 || f != 0 {
+				t.Errorf("queue %d visible, %d in flight (%v); want both jobs visible at once", v, f, err)
+			}
+		})
+	}
+}
