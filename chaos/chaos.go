@@ -80,11 +80,11 @@ type job struct {
 // Report is what a run found.
 type Report struct {
 	Jobs, Completed, ErrorRecords, Lost, Duplicated, Mismatched, Stranded, Recomputed int
-	DLQExpected, DLQActual, Kills, PartitionKills                                   int
-	ByKind                                                                          map[string]*KindRow
-	Faults                                                                          map[string]int
-	Elapsed                                                                         time.Duration
-	Problems                                                                        []string // the first few, for the log
+	DLQExpected, DLQActual, Kills, PartitionKills                                     int
+	ByKind                                                                            map[string]*KindRow
+	Faults                                                                            map[string]int
+	Elapsed                                                                           time.Duration
+	Problems                                                                          []string // the first few, for the log
 }
 
 // KindRow is one line of the table.
