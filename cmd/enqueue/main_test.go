@@ -277,3 +277,25 @@ func TestKilledRunResumes(t *testing.T) {
 		t.Errorf("%d keys sent twice; at most the calls in flight (40 entries) may be", dup)
 	}
 }
+
+// A dry run prints each job and sends nothing.
+func TestDryRun(t *testing.T) {
+	emu, q := setup(t, 6)
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"-aws-endpoint", emu.Endpoint, "-bucket", "archive", "-prefix", "2025/", "-dry-run", "-progress", "none"}, nil, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	jobs := 0
+	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		if _, err := worker.ParseMessage([]byte(l)); err == nil {
+			jobs++
+		}
+	}
+	if jobs != 6 {
+		t.Errorf("%d jobs printed:\n%s", jobs, stdout.String())
+	}
+	sqsc, _ := emu.Clients()
+	if n := len(receiveAll(t, sqsc, q.URL)); n != 0 {
+		t.Errorf("a dry run sent %d messages", n)
+	}
+}
