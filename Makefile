@@ -36,6 +36,7 @@ test: deps tflint ## vet, format check, terraform checks and all tests with -rac
 	$(MAKE) --no-print-directory tf-lint
 	$(MAKE) --no-print-directory tf-validate
 	$(GO) test -race -count=1 -tags $(TAGS) ./...
+	$(GO) test -count=1 -tags $(TAGS),chaos -run TestChaosShort -v ./chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
 
 .PHONY: tflint
 tflint:

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,7 +223,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	chaosDone := make(chan struct{})
 	go func() {
 		defer close(chaosDone)
-		schedule(ctx, cfg, rng, workers, parts, rep, logf)
+		schedule(ctx, cfg, rng, workers, parts, rep, func() (int, error) {
+			v, f, err := localaws.Depth(ctx, sqsc, q.URL)
+			return v + f, err
+		}, logf)
 	}()
 	deadline := time.Now().Add(cfg.Timeout)
 	quiet := 0
@@ -263,55 +267,56 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// schedule injects the process faults, spread over the first part of the run.
-func schedule(ctx context.Context, cfg Config, rng *rand.Rand, ws *workerSet, ps *partitions, rep *Report, logf func(string, ...any)) {
+// schedule injects the process faults at random moments of the run: each
+// event fires once a random share (5-85%) of the jobs has left the queue,
+// so the faults spread over the run however fast the machine is.
+func schedule(ctx context.Context, cfg Config, rng *rand.Rand, ws *workerSet, ps *partitions, rep *Report, remaining func() (int, error), logf func(string, ...any)) {
 	type event struct {
-		at   time.Duration
+		at   float64 // share of jobs done
 		kind string
 	}
 	var evs []event
-	span := 4 * time.Second * time.Duration(max(1, cfg.Jobs/100))
-	for range cfg.Kills {
-		evs = append(evs, event{time.Duration(rng.Int64N(int64(span))), "kill"})
+	add := func(kind string, n int) {
+		for range n {
+			evs = append(evs, event{0.05 + 0.8*rng.Float64(), kind})
+		}
 	}
-	for range cfg.PartitionCrashes {
-		evs = append(evs, event{time.Duration(rng.Int64N(int64(span))), "partition"})
-	}
-	evs = append(evs, event{span / 3, "sigterm"})
+	add("kill", cfg.Kills)
+	add("partition", cfg.PartitionCrashes)
+	add("sigterm", 1)
 	if cfg.AllDown > 0 {
-		evs = append(evs, event{span / 2, "alldown"})
+		add("alldown", 1)
 	}
-	startAt := time.Now()
-	for len(evs) > 0 {
-		// Next event in time order.
-		next := 0
-		for i := range evs {
-			if evs[i].at < evs[next].at {
-				next = i
-			}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+	for len(evs) > 0 && ctx.Err() == nil {
+		left, err := remaining()
+		if err != nil {
+			logf("queue depth: %v", err)
 		}
-		e := evs[next]
-		evs = append(evs[:next], evs[next+1:]...)
-		if d := e.at - time.Since(startAt); d > 0 {
-			time.Sleep(d)
+		done := 1 - float64(left)/float64(max(cfg.Jobs, 1))
+		if err != nil || done < evs[0].at {
+			time.Sleep(250 * time.Millisecond)
+			continue
 		}
+		e := evs[0]
+		evs = evs[1:]
 		switch e.kind {
 		case "kill":
 			i := rng.IntN(len(ws.procs))
-			logf("SIGKILL worker %d", i)
+			logf("%.0f%% done: SIGKILL worker %d", 100*done, i)
 			ws.kill(i)
 			rep.Kills++
 			time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond)
 			_ = ws.restart(ctx, i)
 		case "partition":
 			i := rng.IntN(len(ps.addrs))
-			logf("partition %d crashes", i)
+			logf("%.0f%% done: partition %d crashes", 100*done, i)
 			ps.kill(i)
 			rep.PartitionKills++
 			time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
 			_ = ps.start(ctx, i)
 		case "alldown":
-			logf("every partition down for %s (an MPS fault)", cfg.AllDown)
+			logf("%.0f%% done: every partition down for %s (an MPS fault)", 100*done, cfg.AllDown)
 			for i := range ps.addrs {
 				ps.kill(i)
 				rep.PartitionKills++
@@ -322,7 +327,7 @@ func schedule(ctx context.Context, cfg Config, rng *rand.Rand, ws *workerSet, ps
 			}
 		case "sigterm":
 			i := rng.IntN(len(ws.procs))
-			logf("SIGTERM worker %d: it drains and exits", i)
+			logf("%.0f%% done: SIGTERM worker %d; it drains and exits", 100*done, i)
 			ws.drain(i)
 			_ = ws.restart(ctx, i)
 		}

@@ -1,4 +1,4 @@
-//go:build pocketsphinx
+//go:build pocketsphinx && chaos
 
 package chaos
 
@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// The short chaos run of make test: 30 jobs through two real workers and
+// The short chaos run of make test (a step of its own, after the other
+// tests, so its load does not disturb their timing): 30 jobs through two real workers and
 // two pocketsphinx partitions, with two SIGKILLs, a partition crash, every
 // partition down for 3 s, a SIGTERM drain and 3% of S3/SQS requests
 // failing. make chaos runs the full suite (1000 jobs).

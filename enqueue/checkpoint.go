@@ -300,18 +300,7 @@ func (t *tracker) failedItems(refs []itemRef, cause error) {
 func (t *tracker) flush() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ids := make([]string, 0, len(t.streams))
-	for id, st := range t.streams {
-		if st.dirty {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		st := t.streams[id]
-		st.dirty = false
-		t.write(journalLine{T: "m", S: id, P: st.wmPos, C: st.complete})
-	}
+	t.writeMarksLocked(true, nil)
 	if t.f != nil && t.werr == nil {
 		if err := t.w.Flush(); err != nil {
 			t.werr = err
@@ -323,6 +312,26 @@ func (t *tracker) flush() error {
 		t.werr = t.snapshotLocked()
 	}
 	return t.werr
+}
+
+// writeMarksLocked writes the watermark of every stream (or only of those
+// that moved), in order, each followed by what also calls.
+func (t *tracker) writeMarksLocked(onlyDirty bool, also func(*streamState)) {
+	ids := make([]string, 0, len(t.streams))
+	for id, st := range t.streams {
+		if st.dirty || !onlyDirty {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		st := t.streams[id]
+		st.dirty = false
+		t.write(journalLine{T: "m", S: id, P: st.wmPos, C: st.complete})
+		if also != nil {
+			also(st)
+		}
+	}
 }
 
 func (t *tracker) write(l journalLine) {
@@ -370,15 +379,7 @@ func (t *tracker) snapshotLocked() error {
 	}
 	t.f, t.w, t.size = f, bufio.NewWriterSize(f, 64<<10), 0
 	t.write(journalLine{T: "h", V: journalVersion, FP: t.fp})
-	ids := make([]string, 0, len(t.streams))
-	for id := range t.streams {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		st := t.streams[id]
-		st.dirty = false
-		t.write(journalLine{T: "m", S: id, P: st.wmPos, C: st.complete})
+	t.writeMarksLocked(false, func(st *streamState) {
 		var e []jentry
 		for p, je := range st.priorSent {
 			if p > st.wmPos {
@@ -391,7 +392,7 @@ func (t *tracker) snapshotLocked() error {
 		if len(e) > 0 {
 			t.write(journalLine{T: "s", E: e})
 		}
-	}
+	})
 	if len(t.failed) > 0 {
 		var e []jentry
 		for _, je := range t.failed {

@@ -56,7 +56,7 @@ func finishedAt(t *testing.T, e *env, keys []string) []time.Time {
 
 // One worker drains a live and a bulk queue; two partitions serve one
 // request at a time each, and a bulk backlog of 500 jobs saturates them.
-// Latency: 20 live jobs sent at once all finish within 2 s, long before
+// Latency: 20 live jobs sent at once all finish within 3 s, long before
 // the backlog could drain. Share: a flood of 300 live jobs then takes
 // most of the capacity, yet bulk keeps at least half of its guaranteed
 // share (2 of 8 slots) of the rate it had alone. Live chunks carry Triton
@@ -159,8 +159,8 @@ func TestLiveBeforeBulkInOneWorker(t *testing.T) {
 	bulkRate, floodRate := float64(bulkDuringFlood)/floodWindow, float64(len(flood))/floodWindow
 	t.Logf("bulk alone %.0f jobs/s; 20 live jobs all done %.2f s after they were sent (the last bulk job %.2f s after); during the flood: live %.0f jobs/s, bulk %.0f jobs/s (%d jobs); Triton priorities seen %v",
 		bulkRateAlone, liveTook.Seconds(), latest(bulkDone).Sub(sentLive).Seconds(), floodRate, bulkRate, bulkDuringFlood, prios)
-	if liveTook > 2*time.Second {
-		t.Errorf("live jobs took %s behind the bulk backlog; bound 2 s", liveTook)
+	if liveTook > 3*time.Second {
+		t.Errorf("live jobs took %s behind the bulk backlog; bound 3 s", liveTook)
 	}
 	if floodRate < 0.5*bulkRateAlone {
 		t.Errorf("the live flood ran at %.0f jobs/s, not most of the capacity (%.0f/s)", floodRate, bulkRateAlone)

@@ -17,15 +17,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
-	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/internal/leaktest"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 // The test binary doubles as the worker binary, so the SIGTERM test sends a
@@ -48,27 +45,9 @@ func TestMain(m *testing.M) {
 
 func TestSIGTERMFinishesJobInHandAndStopsReceiving(t *testing.T) {
 	ctx := context.Background()
-	emu, err := localaws.Start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer emu.Stop()
-	sqsc, s3c := emu.Clients()
-	q, err := emu.Provision(ctx, "sigterm", 3, "in", "out")
-	if err != nil {
-		t.Fatal(err)
-	}
 	keys := []string{"a.wav", "b.wav", "c.wav"}
-	for _, k := range keys {
-		wav := audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: make([]float32, 8000)})
-		if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("in"), Key: aws.String(k), Body: bytes.NewReader(wav)}); err != nil {
-			t.Fatal(err)
-		}
-		body, _ := worker.Job{Bucket: "in", Key: k}.Encode()
-		if _, err := sqsc.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(string(body))}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	emu, q := setupQueue(t, "sigterm", keys...)
+	sqsc, s3c := emu.Clients()
 	asr := tritontest.Start(t)
 	asr.Hold()
 
