@@ -12,7 +12,8 @@ import (
 )
 
 // The short chaos run of make test (a step of its own, after the other
-// tests, so its load does not disturb their timing): 30 jobs through two real workers and
+// tests, so its load does not disturb their timing): 60 jobs (six of them
+// bad inputs, one of each kind) through two real workers and
 // two pocketsphinx partitions, with two SIGKILLs, a partition crash, every
 // partition down for 3 s, a SIGTERM drain and 3% of S3/SQS requests
 // failing. make chaos runs the full suite (1000 jobs).
@@ -34,7 +35,7 @@ func TestChaosShort(t *testing.T) {
 	}
 	var log bytes.Buffer
 	rep, err := Run(context.Background(), Config{
-		Jobs: 30, Workers: 2, Partitions: 2, Kills: 2, PartitionCrashes: 1, AllDown: 3 * time.Second,
+		Jobs: 60, Workers: 2, Partitions: 2, Kills: 2, PartitionCrashes: 1, AllDown: 3 * time.Second,
 		FaultRate: 0.03, MaxReceives: 4, Timeout: 4 * time.Minute, Seed: uint64(time.Now().UnixNano()),
 		WorkerBin: filepath.Join(dir, "worker"), ASRBin: filepath.Join(dir, "asrserver"), Dir: dir, Log: &log,
 	})
