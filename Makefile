@@ -8,6 +8,9 @@ GO ?= go
 GOBIN = $(shell $(GO) env GOPATH)/bin
 export GOTOOLCHAIN ?= auto
 TAGS := pocketsphinx
+# Debian's python3 (with python3-numpy from make deps), for the tests of the
+# Triton model; not a virtualenv's.
+PYTHON ?= /usr/bin/python3
 BIN := bin
 
 .DEFAULT_GOAL := help
@@ -36,6 +39,7 @@ test: deps tflint ## vet, format check, terraform checks and all tests with -rac
 	$(MAKE) --no-print-directory tf-lint
 	$(MAKE) --no-print-directory tf-validate
 	$(GO) test -race -count=1 -tags $(TAGS) ./...
+	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s deploy/triton/tests
 	$(GO) test -count=1 -tags $(TAGS),chaos -run TestChaosShort -v ./chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
 
 .PHONY: tflint

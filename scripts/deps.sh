@@ -12,7 +12,8 @@ for pair in ffmpeg:ffmpeg pkg-config:pkg-config gcc:gcc node:nodejs npm:npm prot
   command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
 # Libraries and data.
-for pkg in libpocketsphinx-dev pocketsphinx-en-us; do
+# python3-numpy: the tests of the Triton Python-backend model (deploy/triton).
+for pkg in libpocketsphinx-dev pocketsphinx-en-us python3-numpy; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ! command -v go >/dev/null 2>&1; then

@@ -1,0 +1,194 @@
+"""Tests of deploy/triton/models/asr/1/model.py without Triton or NeMo: a
+stand-in triton_python_backend_utils module and a stand-in model object.
+
+Run: python3 -m unittest discover -s deploy/triton/tests (make test does).
+"""
+
+import importlib.util
+import json
+import os
+import sys
+import types
+import unittest
+
+import numpy as np
+
+
+def fake_pb_utils():
+    pb = types.ModuleType("triton_python_backend_utils")
+
+    class Tensor:
+        def __init__(self, name, array):
+            self._name, self._array = name, array
+
+        def name(self):
+            return self._name
+
+        def as_numpy(self):
+            return self._array
+
+    class TritonError:
+        INVALID_ARG, INTERNAL = "INVALID_ARG", "INTERNAL"
+
+        def __init__(self, message, code=None):
+            self._message, self._code = message, code
+
+        def message(self):
+            return self._message
+
+        def code(self):
+            return self._code
+
+    class InferenceResponse:
+        def __init__(self, output_tensors, error=None):
+            self.outputs = {t.name(): t.as_numpy() for t in output_tensors}
+            self.err = error
+
+        def has_error(self):
+            return self.err is not None
+
+        def error(self):
+            return self.err
+
+    class Request:
+        def __init__(self, **inputs):
+            self.inputs = {k: Tensor(k, v) for k, v in inputs.items()}
+
+    pb.Tensor, pb.TritonError, pb.InferenceResponse, pb.Request = Tensor, TritonError, InferenceResponse, Request
+    pb.get_input_tensor_by_name = lambda req, name: req.inputs.get(name)
+    return pb
+
+
+sys.modules["triton_python_backend_utils"] = pb = fake_pb_utils()
+HERE = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location("asr_model", os.path.join(HERE, "..", "models", "asr", "1", "model.py"))
+model = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(model)
+
+
+class Hyp:
+    def __init__(self, text, words):
+        self.text = text
+        self.timestamp = {"word": words}
+
+
+class FakeParakeet:
+    """Transcribes an input of n samples as 'len n'; NaN-free inputs
+    longer than `poison` samples make a batch call raise (alone too)."""
+
+    def __init__(self, poison=None, break_batches=False):
+        self.calls, self.poison, self.break_batches = [], poison, break_batches
+
+    def transcribe(self, audio, batch_size, timestamps, verbose):
+        self.calls.append([a.size for a in audio])
+        if batch_size != len(audio):
+            raise AssertionError("batch_size disagrees with the batch")
+        if self.poison is not None and any(a.size == self.poison for a in audio):
+            raise RuntimeError("CUDA error: an illegal memory access")
+        if self.break_batches and len(audio) > 1:
+            raise RuntimeError("out of memory")
+        out = []
+        for a in audio:
+            words = [{"word": "len", "start": 0.0, "end": 0.24, "start_offset": 0, "end_offset": 3},
+                     {"word": str(a.size), "start": 0.32, "end": a.size / 16000, "start_offset": 4, "end_offset": 9}]
+            out.append(Hyp(f"len {a.size}", words if timestamps else []))
+        return out
+
+
+def make(fake, max_batch=4):
+    m = model.TritonPythonModel()
+    m._load = lambda source, device: fake
+    m.loaded = None
+    orig = m._load
+
+    def load(source, device):
+        m.loaded = (source, device)
+        return orig(source, device)
+
+    m._load = load
+    m.initialize({"model_config": json.dumps({"max_batch_size": max_batch, "parameters": {"model": {"string_value": "/models/parakeet.nemo"}}}),
+                  "model_instance_kind": "GPU", "model_instance_device_id": "1"})
+    return m
+
+
+def audio(n, value=0.1):
+    return np.full((1, n), value, dtype=np.float32)
+
+
+class ModelTest(unittest.TestCase):
+    def test_load_and_warm_up(self):
+        fake = FakeParakeet()
+        m = make(fake, max_batch=8)
+        self.assertEqual(m.loaded, ("/models/parakeet.nemo", "cuda:1"))
+        self.assertEqual(fake.calls, [[16000] * 8], "warm-up: one full batch of a second of silence")
+        os.environ["PARAKEET_MODEL"] = "nvidia/parakeet-tdt-0.6b-v2"
+        try:
+            self.assertEqual(make(FakeParakeet()).loaded[0], "nvidia/parakeet-tdt-0.6b-v2")
+        finally:
+            del os.environ["PARAKEET_MODEL"]
+
+    def test_ragged_batch_in_one_call(self):
+        fake = FakeParakeet()
+        m = make(fake)
+        fake.calls.clear()
+        reqs = [pb.Request(audio=audio(n)) for n in (16000, 8000, 40000)]
+        out = m.execute(reqs)
+        self.assertEqual(fake.calls, [[16000, 8000, 40000]], "one model call for the whole ragged batch")
+        for r, n in zip(out, (16000, 8000, 40000)):
+            self.assertFalse(r.has_error())
+            self.assertEqual(r.outputs["text"].shape, (1, 1))
+            self.assertEqual(r.outputs["text"][0, 0].decode(), f"len {n}")
+            self.assertEqual(r.outputs["num_words"].tolist(), [[2]])
+            words = [json.loads(w) for w in r.outputs["word_timestamps"][0]]
+            self.assertEqual(words[0], {"word": "len", "start": 0.0, "end": 0.24})
+            self.assertAlmostEqual(words[1]["end"], round(n / 16000, 3))
+
+    def test_audio_length_and_no_timestamps(self):
+        fake = FakeParakeet()
+        m = make(fake)
+        fake.calls.clear()
+        out = m.execute([pb.Request(audio=audio(48000), audio_length=np.array([[12345]], dtype=np.int32),
+                                    timestamps=np.array([[False]]))])
+        self.assertEqual(fake.calls, [[12345]], "padding past audio_length is not transcribed")
+        self.assertEqual(out[0].outputs["text"][0, 0].decode(), "len 12345")
+        self.assertEqual(out[0].outputs["word_timestamps"].shape, (1, 0))
+        self.assertEqual(out[0].outputs["num_words"].tolist(), [[0]])
+
+    def test_bad_requests_fail_alone(self):
+        fake = FakeParakeet()
+        m = make(fake)
+        fake.calls.clear()
+        nan = audio(1600)
+        nan[0, 5] = np.nan
+        reqs = [pb.Request(audio=audio(1600)), pb.Request(audio=np.zeros((1, 0), dtype=np.float32)), pb.Request(audio=nan),
+                pb.Request(audio=audio(1600).astype(np.float64)), pb.Request(audio=audio(3200)),
+                pb.Request(audio=audio(10), audio_length=np.array([[20]], dtype=np.int32)), pb.Request()]
+        out = m.execute(reqs)
+        self.assertEqual(fake.calls, [[1600, 3200]], "only the valid requests reach the model, together")
+        ok = [not r.has_error() for r in out]
+        self.assertEqual(ok, [True, False, False, False, True, False, False])
+        for r in out:
+            if r.has_error():
+                self.assertEqual(r.error().code(), pb.TritonError.INVALID_ARG)
+
+    def test_model_failure_is_isolated(self):
+        fake = FakeParakeet(poison=777)
+        m = make(fake)
+        fake.calls.clear()
+        out = m.execute([pb.Request(audio=audio(n)) for n in (1000, 777, 2000)])
+        self.assertEqual(fake.calls, [[1000, 777, 2000], [1000], [777], [2000]], "batch fails, then each alone")
+        self.assertEqual([r.has_error() for r in out], [False, True, False])
+        self.assertEqual(out[1].error().code(), pb.TritonError.INTERNAL)
+        self.assertIn("illegal memory access", out[1].error().message())
+
+    def test_batch_only_failure_recovers_every_request(self):
+        fake = FakeParakeet(break_batches=True)
+        m = make(fake, max_batch=1)
+        fake.calls.clear()
+        out = m.execute([pb.Request(audio=audio(n)) for n in (100, 200)])
+        self.assertEqual([r.has_error() for r in out], [False, False])
+        self.assertEqual(out[1].outputs["text"][0, 0].decode(), "len 200")
+
+
+if __name__ == "__main__":
+    unittest.main()
