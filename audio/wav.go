@@ -50,6 +50,8 @@ func (c Clip) Duration() float64 {
 const (
 	wavPCM        = 1
 	wavFloat      = 3
+	wavALaw       = 6 // G.711 A-law, 8 bits a sample
+	wavMuLaw      = 7 // G.711 μ-law, 8 bits a sample
 	wavExtensible = 0xFFFE
 )
 
@@ -61,8 +63,9 @@ type wavFormat struct {
 	bits       int
 }
 
-// DecodeWAV decodes a RIFF/WAVE file with integer PCM (8, 16, 24 or 32 bit)
-// or IEEE float (32 or 64 bit) samples, plain or WAVE_FORMAT_EXTENSIBLE,
+// DecodeWAV decodes a RIFF/WAVE file with integer PCM (8, 16, 24 or 32 bit),
+// IEEE float (32 or 64 bit) or G.711 μ-law and A-law (telephony) samples,
+// plain or WAVE_FORMAT_EXTENSIBLE,
 // and mixes its channels down to mono. A data chunk whose declared size
 // runs past the end of the file (a stream that was never finalised) is read
 // up to the last whole frame.
@@ -241,7 +244,9 @@ func parseWAVFormat(b []byte) (wavFormat, error) {
 		return wavFormat{}, unsupported(name, "%d-bit integer PCM", f.bits)
 	case f.tag == wavFloat && f.bits != 32 && f.bits != 64:
 		return wavFormat{}, unsupported(name, "%d-bit float", f.bits)
-	case f.tag != wavPCM && f.tag != wavFloat:
+	case (f.tag == wavALaw || f.tag == wavMuLaw) && f.bits != 8:
+		return wavFormat{}, corrupt(name, "G.711 with %d bits a sample (it has 8)", f.bits)
+	case f.tag != wavPCM && f.tag != wavFloat && f.tag != wavALaw && f.tag != wavMuLaw:
 		return wavFormat{}, unsupported(name, "format tag 0x%04x (compressed WAV)", f.tag)
 	case f.blockAlign != f.channels*f.bits/8:
 		return wavFormat{}, corrupt(name, "block align %d does not match %d channels of %d bits", f.blockAlign, f.channels, f.bits)
@@ -251,6 +256,10 @@ func parseWAVFormat(b []byte) (wavFormat, error) {
 
 func sampleReader(f wavFormat) func([]byte) float32 {
 	switch {
+	case f.tag == wavMuLaw:
+		return func(b []byte) float32 { return muLaw[b[0]] }
+	case f.tag == wavALaw:
+		return func(b []byte) float32 { return aLaw[b[0]] }
 	case f.tag == wavFloat && f.bits == 32:
 		return func(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b)) }
 	case f.tag == wavFloat:
@@ -267,6 +276,39 @@ func sampleReader(f wavFormat) func([]byte) float32 {
 	default:
 		return func(b []byte) float32 { return float32(int32(binary.LittleEndian.Uint32(b))) / 2147483648 }
 	}
+}
+
+// G.711 (ITU-T) expands each 8-bit code to a 16-bit linear value; the
+// tables hold those values scaled to [-1, 1).
+var muLaw, aLaw = g711Tables()
+
+func g711Tables() (mu, a [256]float32) {
+	for i := range 256 {
+		// μ-law: codes are stored inverted; 3 exponent and 4 mantissa bits
+		// over a bias of 0x84.
+		u := ^byte(i)
+		t := (int(u&0x0F)<<3 + 0x84) << (u & 0x70 >> 4)
+		if u&0x80 != 0 {
+			mu[i] = float32(0x84-t) / 32768
+		} else {
+			mu[i] = float32(t-0x84) / 32768
+		}
+		// A-law: even bits are inverted (xor 0x55); the sign bit set means
+		// positive.
+		v := byte(i) ^ 0x55
+		m := int(v&0x0F) << 4
+		switch seg := int(v & 0x70 >> 4); seg {
+		case 0:
+			m += 8
+		default:
+			m = (m + 0x108) << (seg - 1)
+		}
+		if v&0x80 == 0 {
+			m = -m
+		}
+		a[i] = float32(m) / 32768
+	}
+	return mu, a
 }
 
 // EncodeWAV writes 16-bit PCM mono WAV, for tests, tools and fixtures.
