@@ -18,19 +18,45 @@ func Decode(b []byte) (Clip, error) {
 	return Clip{}, corrupt("unknown", "unrecognised audio container")
 }
 
+// Magic numbers of containers recognised by name.
+var (
+	wave64GUID = []byte{'r', 'i', 'f', 'f', 0x2E, 0x91, 0xCF, 0x11, 0xA5, 0xD6, 0x28, 0xDB, 0x04, 0xC1, 0x00, 0x00}
+	asfGUID    = []byte{0x30, 0x26, 0xB2, 0x75, 0x8E, 0x66, 0xCF, 0x11, 0xA6, 0xD9, 0x00, 0xAA, 0x00, 0x62, 0xCE, 0x6C}
+	ebmlMagic  = []byte{0x1A, 0x45, 0xDF, 0xA3}
+)
+
+// sniff names a container from its first bytes ("" when unknown), so that
+// an error says what the recording is rather than calling it corrupt.
 func sniff(b []byte) string {
+	has := func(p string) bool { return bytes.HasPrefix(b, []byte(p)) }
 	switch {
-	case bytes.HasPrefix(b, []byte("fLaC")):
+	case (has("RF64") || has("BW64")) && len(b) >= 12 && string(b[8:12]) == "WAVE":
+		return "rf64" // WAV past 4 GB
+	case bytes.HasPrefix(b, wave64GUID):
+		return "wave64"
+	case has("caff"):
+		return "caf"
+	case bytes.HasPrefix(b, asfGUID):
+		return "asf (wma)"
+	case has("fLaC"):
 		return "flac"
-	case bytes.HasPrefix(b, []byte("OggS")):
+	case has("OggS"):
 		return "ogg"
-	case bytes.HasPrefix(b, []byte("ID3")), len(b) > 1 && b[0] == 0xFF && b[1]&0xE0 == 0xE0:
+	case has("#!AMR"):
+		return "amr"
+	case len(b) > 1 && b[0] == 0xFF && b[1]&0xF6 == 0xF0:
+		return "aac (adts)" // sync word, MPEG layer 0
+	case has("ID3"), len(b) > 1 && b[0] == 0xFF && b[1]&0xE0 == 0xE0 && b[1]&0x06 != 0:
 		return "mp3"
 	case len(b) > 8 && string(b[4:8]) == "ftyp":
 		return "mp4"
-	case bytes.HasPrefix(b, []byte{0x1A, 0x45, 0xDF, 0xA3}):
-		return "webm"
-	case bytes.HasPrefix(b, []byte("FORM")):
+	case bytes.HasPrefix(b, ebmlMagic):
+		// The EBML header names its document type early on.
+		if bytes.Contains(b[:min(len(b), 64)], []byte("webm")) {
+			return "webm"
+		}
+		return "matroska"
+	case has("FORM") && len(b) >= 12 && (string(b[8:12]) == "AIFF" || string(b[8:12]) == "AIFC"):
 		return "aiff"
 	}
 	return ""

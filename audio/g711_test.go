@@ -2,6 +2,7 @@ package audio
 
 import (
 	"encoding/binary"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,4 +86,29 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Containers the decoder does not read are named in the error, not called
+// corrupt, and formats that share a first byte are told apart.
+func TestContainersAreNamed(t *testing.T) {
+	riff := func(magic, form string) []byte { return append([]byte(magic+"\x00\x00\x00\x00"+form), make([]byte, 32)...) }
+	cases := map[string][]byte{
+		"rf64":       riff("RF64", "WAVE"),
+		"wave64":     append(append([]byte(nil), wave64GUID...), make([]byte, 32)...),
+		"caf":        append([]byte("caff\x00\x01\x00\x00"), make([]byte, 32)...),
+		"asf (wma)":  append(append([]byte(nil), asfGUID...), make([]byte, 32)...),
+		"aac (adts)": {0xFF, 0xF1, 0x50, 0x80, 0x02, 0x1F, 0xFC},
+		"mp3":        {0xFF, 0xFB, 0x90, 0x64, 0x00},
+		"webm":       append(append([]byte(nil), ebmlMagic...), []byte("\x9f\x42\x86\x81\x01\x42\x82\x84webm")...),
+		"matroska":   append(append([]byte(nil), ebmlMagic...), []byte("\x9f\x42\x86\x81\x01\x42\x82\x88matroska")...),
+		"aiff":       riff("FORM", "AIFF"),
+		"amr":        []byte("#!AMR\n\x3c"),
+	}
+	for want, b := range cases {
+		_, err := Decode(b)
+		var fe *FormatError
+		if !errors.As(err, &fe) || fe.Format != want || !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s: %v", want, err)
+		}
+	}
 }
