@@ -91,7 +91,9 @@ func readFile(t *testing.T, path string) []byte {
 // Containers the decoder does not read are named in the error, not called
 // corrupt, and formats that share a first byte are told apart.
 func TestContainersAreNamed(t *testing.T) {
-	riff := func(magic, form string) []byte { return append([]byte(magic+"\x00\x00\x00\x00"+form), make([]byte, 32)...) }
+	riff := func(magic, form string) []byte {
+		return append([]byte(magic+"\x00\x00\x00\x00"+form), make([]byte, 32)...)
+	}
 	cases := map[string][]byte{
 		"rf64":       riff("RF64", "WAVE"),
 		"wave64":     append(append([]byte(nil), wave64GUID...), make([]byte, 32)...),
