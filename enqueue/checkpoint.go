@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -104,7 +105,8 @@ func openTracker(path, fp string) (*tracker, error) {
 		}
 	}
 	for id, e := range t.failed {
-		st := t.streams[id0(id)]
+		stream, _, _ := strings.Cut(id, "\x00")
+		st := t.streams[stream]
 		if st != nil && e.P <= st.wmPos {
 			t.retry = append(t.retry, e)
 		} else {
@@ -117,15 +119,6 @@ func openTracker(path, fp string) (*tracker, error) {
 		return nil, err
 	}
 	return t, nil
-}
-
-func id0(id string) string {
-	for i := 0; i < len(id); i++ {
-		if id[i] == 0 {
-			return id[:i]
-		}
-	}
-	return id
 }
 
 func (t *tracker) state(id string) *streamState {

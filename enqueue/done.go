@@ -2,9 +2,7 @@ package enqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -12,8 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
@@ -51,7 +47,6 @@ type checker struct {
 	// versioned says, per input bucket, whether outputs are keyed by
 	// version id, which a listing does not give.
 	versioned map[string]bool
-	stats     *Counters
 }
 
 // outcome of one window item.
@@ -75,9 +70,8 @@ func (c *checker) check(ctx context.Context, items []Item) ([]checked, error) {
 	if err := c.parallel(ctx, need, func(ctx context.Context, i int) {
 		it := &items[i]
 		h, err := c.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(it.Bucket), Key: aws.String(it.Key), VersionId: optional(it.VersionID)})
-		c.stats.HeadCalls.Add(1)
 		if err != nil {
-			if isNotFound(err) {
+			if worker.IsNotFound(err) {
 				err = fmt.Errorf("s3://%s/%s does not exist", it.Bucket, it.Key)
 			}
 			out[i] = checked{v: vFailed, err: fmt.Errorf("head input: %w", err)}
@@ -118,11 +112,10 @@ func (c *checker) check(ctx context.Context, items []Item) ([]checked, error) {
 	}
 	err := c.parallel(ctx, todo, func(ctx context.Context, i int) {
 		_, err := c.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(c.bucket), Key: aws.String(keys[i])})
-		c.stats.HeadCalls.Add(1)
 		switch {
 		case err == nil:
 			out[i].v = vDone
-		case !isNotFound(err):
+		case !worker.IsNotFound(err):
 			out[i] = checked{v: vFailed, err: fmt.Errorf("check for transcript: %w", err)}
 		}
 	})
@@ -135,31 +128,30 @@ func (c *checker) check(ctx context.Context, items []Item) ([]checked, error) {
 // the listing turns out to cost more calls than a fiftieth of the keys
 // (keys scattered far apart, such as hashed long keys).
 func (c *checker) listCheck(ctx context.Context, todo []int, keys []string, out []checked) ([]int, error) {
-	sort := slices.Clone(todo)
-	slices.SortFunc(sort, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
-	budget := max(2, len(sort)/50)
+	order := slices.Clone(todo)
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	budget := max(2, len(order)/50)
 	next := 0
-	for calls := 0; next < len(sort); calls++ {
+	for calls := 0; next < len(order); calls++ {
 		if calls >= budget {
-			return sort[next:], nil
+			return order[next:], nil
 		}
 		if err := c.wait(ctx); err != nil {
 			return nil, err
 		}
 		// Every key left shares the prefix of the first and the last: the
 		// narrowest listing that holds them all.
-		first := keys[sort[next]]
+		first := keys[order[next]]
 		page, err := c.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
-			Bucket: aws.String(c.bucket), Prefix: aws.String(commonPrefix(first, keys[sort[len(sort)-1]])),
+			Bucket: aws.String(c.bucket), Prefix: aws.String(commonPrefix(first, keys[order[len(order)-1]])),
 			StartAfter: aws.String(first[:len(first)-1]), // keys >= first
 		})
-		c.stats.ListCalls.Add(1)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			// Fall back to HeadObject for what is left.
-			return sort[next:], nil
+			return order[next:], nil
 		}
 		last := ""
 		if n := len(page.Contents); n > 0 {
@@ -170,13 +162,13 @@ func (c *checker) listCheck(ctx context.Context, todo []int, keys []string, out 
 			listed[aws.ToString(o.Key)] = true
 		}
 		truncated := aws.ToBool(page.IsTruncated)
-		for next < len(sort) {
-			k := keys[sort[next]]
+		for next < len(order) {
+			k := keys[order[next]]
 			if truncated && k > last {
 				break
 			}
 			if listed[k] {
-				out[sort[next]].v = vDone
+				out[order[next]].v = vDone
 			}
 			next++
 		}
@@ -247,18 +239,4 @@ func optional(s string) *string {
 		return nil
 	}
 	return aws.String(s)
-}
-
-func isNotFound(err error) bool {
-	var nf *types.NotFound
-	var nsk *types.NoSuchKey
-	if errors.As(err, &nf) || errors.As(err, &nsk) {
-		return true
-	}
-	var re *smithyhttp.ResponseError
-	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound {
-		return true
-	}
-	var ae smithy.APIError
-	return errors.As(err, &ae) && (ae.ErrorCode() == "NotFound" || ae.ErrorCode() == "NoSuchKey")
 }

@@ -155,8 +155,6 @@ type Counters struct {
 	Failed      atomic.Int64 // could not be checked or sent (retried by a resumed run)
 	Retried     atomic.Int64 // entry retries
 	SendCalls   atomic.Int64
-	ListCalls   atomic.Int64 // output listings of the skip check
-	HeadCalls   atomic.Int64
 	ListingDone atomic.Bool // every source has been listed to its end
 }
 
@@ -215,7 +213,7 @@ func Run(ctx context.Context, s3c S3API, sqsc SQSAPI, opts Options) (Summary, er
 	r.check = &checker{
 		s3: s3c, filter: opts.Filter, skip: opts.SkipDone, mode: opts.CheckMode, bucket: opts.OutputBucket,
 		prefix: firstNonEmpty(opts.Job.OutputPrefix, opts.WorkerOutputPrefix), model: firstNonEmpty(opts.Job.Model, opts.WorkerModel),
-		heads: opts.CheckConcurrency, versioned: map[string]bool{}, stats: &stats,
+		heads: opts.CheckConcurrency, versioned: map[string]bool{},
 	}
 	if opts.CheckRate > 0 {
 		r.check.limiter = rate.NewLimiter(rate.Limit(opts.CheckRate), max(1, int(opts.CheckRate)))

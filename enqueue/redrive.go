@@ -354,7 +354,7 @@ func errorRecord(ctx context.Context, s3c RecordS3, o RedriveOptions, j worker.J
 	if in.VersionID == "" {
 		h, err := s3c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(j.Key)})
 		if err != nil {
-			if isNotFound(err) {
+			if worker.IsNotFound(err) {
 				return nil, nil // input gone: the worker can only record missing_object
 			}
 			return nil, fmt.Errorf("head input: %w", err)
@@ -364,7 +364,7 @@ func errorRecord(ctx context.Context, s3c RecordS3, o RedriveOptions, j worker.J
 	keys := worker.KeysFor(firstNonEmpty(j.OutputPrefix, o.WorkerOutputPrefix), in, firstNonEmpty(j.Model, o.WorkerModel))
 	obj, err := s3c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(o.OutputBucket), Key: aws.String(keys.Error)})
 	if err != nil {
-		if isNotFound(err) {
+		if worker.IsNotFound(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("get error record: %w", err)

@@ -106,7 +106,7 @@ func (w *Worker) claimJob(ctx context.Context, log zerolog.Logger, keys OutputKe
 func (w *Worker) readClaim(ctx context.Context, key string) (*claim, error) {
 	out, err := w.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(key)})
 	if err != nil {
-		if isNotFound(err) {
+		if IsNotFound(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("read claim: %w", err)

@@ -57,10 +57,10 @@ func (h *heartbeat) add(l lease, cancel context.CancelCauseFunc, prog *progress)
 // that at its own pace so far cannot finish by deadline, so that another
 // instance starts it at once. Jobs without progress yet stay until the
 // deadline.
-func (h *heartbeat) releaseHopeless(deadline time.Time) int {
+func (h *heartbeat) releaseHopeless(deadline time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	now, n := h.now(), 0
+	now := h.now()
 	for id, b := range h.beats {
 		done, total := b.prog.done.Load(), b.prog.total.Load()
 		if done == 0 || total == 0 {
@@ -70,10 +70,8 @@ func (h *heartbeat) releaseHopeless(deadline time.Time) int {
 		if now.Add(perChunk * time.Duration(total-done)).After(deadline) {
 			h.log.Warn().Str("message_id", id).Int64("chunks_done", done).Int64("chunks", total).Msg("cannot finish before the interruption deadline; releasing")
 			b.cancel(errDrainTimeout)
-			n++
 		}
 	}
-	return n
 }
 
 func (h *heartbeat) remove(id string) {
@@ -199,7 +197,7 @@ func (d *deleter) Delete(ctx context.Context, l lease) error {
 	d.mu.Lock()
 	if d.stopped {
 		d.mu.Unlock()
-		go d.flush(ctx, l.q.url, []*deletion{del})
+		d.flush(ctx, l.q.url, []*deletion{del}) // answers on del.done, which has room
 	} else {
 		d.pending[l.q.url] = append(d.pending[l.q.url], del)
 		full := len(d.pending[l.q.url]) >= 10

@@ -23,7 +23,9 @@ import (
 const ModelRate = 16000
 
 // isNotFound reports an S3 "no such key/bucket/version" answer.
-func isNotFound(err error) bool {
+// IsNotFound reports an S3 error saying that the object, its version or
+// its bucket does not exist.
+func IsNotFound(err error) bool {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
 		switch ae.ErrorCode() {
@@ -48,7 +50,7 @@ const probeBytes = 64 << 10
 func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, job Job, in *InputRef, prefix, model string, attempt int) (string, OutputKeys, error) {
 	head, err := w.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
 	if err != nil {
-		if isNotFound(err) {
+		if IsNotFound(err) {
 			return "", OutputKeys{}, Permanentf(ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
 		}
 		return "", OutputKeys{}, fmt.Errorf("head input: %w", err)
@@ -183,7 +185,7 @@ const metaFinal = "fleetscribe-final"
 func (w *Worker) alreadyDone(ctx context.Context, keys OutputKeys) (done, staleRecord bool, err error) {
 	if _, err := w.head(ctx, keys.JSON); err == nil {
 		return true, false, nil
-	} else if !isNotFound(err) {
+	} else if !IsNotFound(err) {
 		return false, false, fmt.Errorf("check for existing transcript: %w", err)
 	}
 	out, err := w.head(ctx, keys.Error)
@@ -191,7 +193,7 @@ func (w *Worker) alreadyDone(ctx context.Context, keys OutputKeys) (done, staleR
 	case err == nil:
 		final := out.Metadata[metaFinal] == "true"
 		return final, !final, nil
-	case isNotFound(err):
+	case IsNotFound(err):
 		return false, false, nil
 	default:
 		return false, false, fmt.Errorf("check for existing error record: %w", err)
@@ -215,7 +217,7 @@ func (w *Worker) getInput(ctx context.Context, job Job, in *InputRef, rng string
 	switch {
 	case err == nil:
 		return obj, nil
-	case isNotFound(err):
+	case IsNotFound(err):
 		return nil, Permanentf(ClassMissing, "s3://%s/%s was deleted while being processed", job.Bucket, job.Key)
 	case isPreconditionFailed(err):
 		return nil, fmt.Errorf("input changed while being processed: %w", err)

@@ -66,8 +66,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return runSend(ctx, args, stdin, stdout, stderr)
 }
 
-// awsFlags registers the AWS flags and returns a function that builds the
-// clients once flags are parsed.
+// awsFlags registers the AWS flags on fs; the clients are built from the
+// returned config once flags are parsed.
 func awsFlags(fs *flag.FlagSet) *awsconf.Config {
 	var c awsconf.Config
 	c.RegisterFlags(fs)
