@@ -194,3 +194,49 @@ func TestPriorityValidation(t *testing.T) {
 		t.Error("a min share of 1 accepted")
 	}
 }
+
+// Readiness covers every queue: with the bulk queue gone, the worker is
+// not ready, however well the live queue answers.
+func TestReadyNeedsEveryQueue(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	bulkQ, err := localaws.CreateQueue(context.Background(), e.sqs, e.queue.URL[len(e.queue.URL)-8:]+"-gone", 3, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config()
+	// Short polls: the live queue answers many times a second.
+	cfg.LowerQueueURLs, cfg.ExitWhenIdle, cfg.WaitTime = []string{bulkQ.URL}, 0, 0
+	w, err := worker.New(cfg, "asr", e.sqs, e.s3, e.pool, zerolog.New(io.Discard), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Ready() {
+		t.Error("ready before it runs")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	for !w.Ready() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := e.sqs.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(bulkQ.URL)}); err != nil {
+		t.Fatal(err)
+	}
+	for w.Ready() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The live queue keeps answering meanwhile.
+	for range 60 {
+		if w.Ready() {
+			t.Fatal("ready again while the bulk queue is gone")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if w.Ready() {
+		t.Error("ready after it stopped")
+	}
+}

@@ -17,9 +17,10 @@ import (
 
 // queue is one queue the worker drains.
 type queue struct {
-	url      string
-	rank     int    // 0 is the highest priority
-	priority uint64 // Triton request priority of its chunks (0: the pool's)
+	url       string
+	rank      int         // 0 is the highest priority
+	priority  uint64      // Triton request priority of its chunks (0: the pool's)
+	reachable atomic.Bool // its last check or receive succeeded
 }
 
 // Interruption asks the worker to stop receiving at once and finish what
@@ -40,9 +41,20 @@ func (w *Worker) Interrupt(in Interruption) {
 	}
 }
 
-// Ready reports whether every queue answered its last check: a worker
-// that cannot reach its queues should not take traffic.
-func (w *Worker) Ready() bool { return w.ready.Load() }
+// Ready reports whether the worker is running and every queue answered
+// its last receive: a worker that cannot reach its queues should not take
+// traffic.
+func (w *Worker) Ready() bool {
+	if !w.running.Load() {
+		return false
+	}
+	for _, q := range w.queues {
+		if !q.reachable.Load() {
+			return false
+		}
+	}
+	return true
+}
 
 // Run receives and processes messages until ctx is cancelled (or, with
 // ExitWhenIdle, until the queues have been quiet that long, or an
@@ -54,9 +66,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err := w.checkQueue(ctx, q.url); err != nil {
 			return err
 		}
+		q.reachable.Store(true)
 	}
-	w.ready.Store(true)
-	defer w.ready.Store(false)
+	w.running.Store(true)
+	defer w.running.Store(false)
 	// Jobs outlive ctx: cancelling ctx only stops receiving.
 	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelWork(nil)
@@ -191,7 +204,7 @@ func (w *Worker) receiveLoop(ctx context.Context, q *queue, gate *slotGate, star
 			return
 		}
 		if err != nil {
-			w.ready.Store(false)
+			q.reachable.Store(false)
 			if ctx.Err() != nil {
 				return
 			}
@@ -201,7 +214,7 @@ func (w *Worker) receiveLoop(ctx context.Context, q *queue, gate *slotGate, star
 			}
 			continue
 		}
-		w.ready.Store(true)
+		q.reachable.Store(true)
 		gate.setBusy(q.rank, len(msgs) == n)
 		want = min(10, max(1, 2*len(msgs)))
 		if len(msgs) > 0 {

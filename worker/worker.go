@@ -55,7 +55,7 @@ type Worker struct {
 	now    func() time.Time
 
 	interrupt chan Interruption // fleet signals: stop receiving, finish by a deadline
-	ready     atomic.Bool       // every queue answered its last check
+	running   atomic.Bool       // between the queue checks and the end of the drain
 }
 
 // New returns a worker for the model that tr serves. Metrics are
