@@ -13,11 +13,8 @@
 package mps
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 )
@@ -33,6 +30,9 @@ type Partition struct {
 	GRPCPort         int
 	HTTPPort         int
 	MetricsPort      int
+	// MemLimit caps the device memory the partition may pin
+	// (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, e.g. "20G"); empty: no cap.
+	MemLimit string
 }
 
 // Name is a stable identifier, e.g. "gpu0-p2".
@@ -45,6 +45,9 @@ type PlanConfig struct {
 	BasePort int   // gRPC port of the first partition; each partition takes three ports
 	// Percentage overrides the thread percentage (0: 100/PerGPU).
 	Percentage int
+	// MemLimit caps each partition's pinned device memory ("20G", "512M");
+	// empty: no cap.
+	MemLimit string
 }
 
 // Plan lays out partitions GPU by GPU. Partition k (counting across GPUs)
@@ -61,6 +64,8 @@ func Plan(c PlanConfig) ([]Partition, error) {
 		return nil, fmt.Errorf("port range from %d does not fit %d partitions", c.BasePort, len(c.GPUs)*c.PerGPU)
 	case c.Percentage < 0 || c.Percentage > 100:
 		return nil, fmt.Errorf("thread percentage %d is outside 1..100", c.Percentage)
+	case c.MemLimit != "" && !validMemLimit(c.MemLimit):
+		return nil, fmt.Errorf("memory limit %q: want a number with a unit, such as 20G or 512M", c.MemLimit)
 	}
 	pct := c.Percentage
 	if pct == 0 {
@@ -75,10 +80,20 @@ func Plan(c PlanConfig) ([]Partition, error) {
 		seen[g] = true
 		for i := range c.PerGPU {
 			port := c.BasePort + 3*len(out)
-			out = append(out, Partition{GPU: g, Index: i, ThreadPercentage: pct, GRPCPort: port, HTTPPort: port + 1, MetricsPort: port + 2})
+			out = append(out, Partition{GPU: g, Index: i, ThreadPercentage: pct, GRPCPort: port, HTTPPort: port + 1, MetricsPort: port + 2, MemLimit: c.MemLimit})
 		}
 	}
 	return out, nil
+}
+
+// validMemLimit accepts what MPS does: digits and one unit of K, M or G.
+func validMemLimit(s string) bool {
+	n := len(s) - 1
+	if n < 1 || !strings.ContainsRune("KMG", rune(s[n])) {
+		return false
+	}
+	v, err := strconv.Atoi(s[:n])
+	return err == nil && v > 0
 }
 
 // Dirs are the MPS pipe and log directories shared by the daemon and its clients.
@@ -88,13 +103,18 @@ type Dirs struct {
 }
 
 // Env returns the environment a partition's process needs, as KEY=VALUE.
+// The process sees its GPU as device 0, so a memory limit names device 0.
 func (p Partition) Env(d Dirs) []string {
-	return []string{
+	env := []string{
 		"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(p.GPU),
 		"CUDA_MPS_PIPE_DIRECTORY=" + d.Pipe,
 		"CUDA_MPS_LOG_DIRECTORY=" + d.Log,
 		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" + strconv.Itoa(p.ThreadPercentage),
 	}
+	if p.MemLimit != "" {
+		env = append(env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0="+p.MemLimit)
+	}
+	return env
 }
 
 // TritonArgs returns tritonserver arguments for the partition.
@@ -118,92 +138,3 @@ func Addrs(host string, ps []Partition) []string {
 	return out
 }
 
-// Control drives nvidia-cuda-mps-control.
-type Control struct {
-	Bin  string // path of nvidia-cuda-mps-control
-	Dirs Dirs
-}
-
-// NewControl uses the binary from PATH.
-func NewControl(d Dirs) *Control { return &Control{Bin: "nvidia-cuda-mps-control", Dirs: d} }
-
-func (c *Control) cmd(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, c.Bin, args...)
-	cmd.Env = append(cmd.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+c.Dirs.Pipe, "CUDA_MPS_LOG_DIRECTORY="+c.Dirs.Log)
-	return cmd
-}
-
-// StartDaemon starts the control daemon in the background (-d).
-func (c *Control) StartDaemon(ctx context.Context) error {
-	out, err := c.cmd(ctx, "-d").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("start mps daemon: %w: %s", err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
-// Send writes one command to the daemon and returns its reply.
-func (c *Control) Send(ctx context.Context, command string) (string, error) {
-	cmd := c.cmd(ctx)
-	cmd.Stdin = strings.NewReader(command + "\n")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("mps control %q: %w: %s", command, err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	return strings.TrimSpace(stdout.String()), nil
-}
-
-// ServerList returns the PIDs of running MPS servers.
-func (c *Control) ServerList(ctx context.Context) ([]int, error) {
-	out, err := c.Send(ctx, "get_server_list")
-	if err != nil {
-		return nil, err
-	}
-	return parsePIDs("mps server list", out)
-}
-
-// ClientList returns the PIDs of the clients of one MPS server.
-func (c *Control) ClientList(ctx context.Context, serverPID int) ([]int, error) {
-	out, err := c.Send(ctx, "get_client_list "+strconv.Itoa(serverPID))
-	if err != nil {
-		return nil, err
-	}
-	return parsePIDs("mps client list", out)
-}
-
-func parsePIDs(what, out string) ([]int, error) {
-	var pids []int
-	for _, f := range strings.Fields(out) {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, fmt.Errorf("%s: unexpected %q", what, out)
-		}
-		pids = append(pids, pid)
-	}
-	return pids, nil
-}
-
-// SetDefaultActiveThreadPercentage caps the SM share of clients that do not set their own.
-func (c *Control) SetDefaultActiveThreadPercentage(ctx context.Context, pct int) error {
-	if pct < 1 || pct > 100 {
-		return fmt.Errorf("thread percentage %d is outside 1..100", pct)
-	}
-	_, err := c.Send(ctx, "set_default_active_thread_percentage "+strconv.Itoa(pct))
-	return err
-}
-
-// SetDefaultDevicePinnedMemLimit caps device memory per client, e.g. "10G".
-func (c *Control) SetDefaultDevicePinnedMemLimit(ctx context.Context, gpu int, limit string) error {
-	if limit == "" || strings.ContainsAny(limit, " \n") {
-		return fmt.Errorf("bad memory limit %q", limit)
-	}
-	_, err := c.Send(ctx, fmt.Sprintf("set_default_device_pinned_mem_limit %d %s", gpu, limit))
-	return err
-}
-
-// Quit stops the daemon (and, once their clients exit, its servers).
-func (c *Control) Quit(ctx context.Context) error {
-	_, err := c.Send(ctx, "quit")
-	return err
-}

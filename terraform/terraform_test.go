@@ -417,20 +417,33 @@ func TestNotificationsOnlyFromTheBucket(t *testing.T) {
 	}
 }
 
-// fleetLocals evaluates the fleet module's locals for the given queue names.
-func fleetLocals(t *testing.T, m *module, queueNames []string) *hcl.EvalContext {
+// fleetLocals evaluates the fleet module's locals for the given queue
+// names, spot setting and instance types.
+func fleetLocals(t *testing.T, m *module, queueNames []string, spot bool, types ...string) *hcl.EvalContext {
 	t.Helper()
 	names := make([]cty.Value, len(queueNames))
 	for i, q := range queueNames {
 		names[i] = cty.StringVal(q)
 	}
+	if len(types) == 0 {
+		types = []string{"g6e.xlarge"}
+	}
+	tv := make([]cty.Value, len(types))
+	for i, ty := range types {
+		tv[i] = cty.StringVal(ty)
+	}
 	ctx := &hcl.EvalContext{
-		Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{"queue_names": cty.TupleVal(names)})},
+		Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{
+			"queue_names":    cty.TupleVal(names),
+			"instance_types": cty.TupleVal(tv),
+			"spot":           cty.ObjectVal(map[string]cty.Value{"enabled": cty.BoolVal(spot)}),
+		})},
 		Functions: map[string]function.Function{"join": stdlib.JoinFunc, "flatten": stdlib.FlattenFunc},
 	}
 	locals := map[string]cty.Value{}
-	for _, lb := range m.blocks("locals") {
-		for _, name := range []string{"queue_ids", "backlog_expr"} { // in dependency order
+	// In dependency order; the locals are spread over several files.
+	for _, name := range []string{"gpus_per_instance", "capacity_unit", "queue_ids", "backlog_expr", "per_gpu_expr"} {
+		for _, lb := range m.blocks("locals") {
 			if a, ok := lb.Body.Attributes[name]; ok {
 				ctx.Variables["local"] = cty.ObjectVal(locals)
 				v, diags := a.Expr.Value(ctx)
@@ -445,14 +458,14 @@ func fleetLocals(t *testing.T, m *module, queueNames []string) *hcl.EvalContext 
 	return ctx
 }
 
-func TestBacklogPerInstanceTargetTracking(t *testing.T) {
+func TestBacklogPerGPUTargetTracking(t *testing.T) {
 	m := load(t, "modules/fleet")
-	pol := m.one(t, "resource", "aws_autoscaling_policy", "backlog_per_instance")
+	pol := m.one(t, "resource", "aws_autoscaling_policy", "backlog_per_gpu")
 	if str(t, attr(pol, "policy_type")) != "TargetTrackingScaling" {
 		t.Fatal("backlog policy is not target tracking")
 	}
 	spec := nested(nested(pol, "target_tracking_configuration")[0], "customized_metric_specification")[0]
-	ctx := fleetLocals(t, m, []string{"live", "bulk"})
+	ctx := fleetLocals(t, m, []string{"live", "bulk"}, false, "g6e.48xlarge")
 	var expression string
 	metricNames := map[string]string{} // id pattern → metric name
 	for _, mb := range nested(spec, "metrics") {
@@ -475,28 +488,91 @@ func TestBacklogPerInstanceTargetTracking(t *testing.T) {
 		}
 	}
 	// Sum of visible and in-flight messages of every queue, divided by
-	// in-service instances (terms in map-key order).
+	// in-service GPUs: instances x 8 for a group of 8-GPU instances (terms
+	// in map-key order).
 	num, den, ok := strings.Cut(expression, ") / ")
 	terms := strings.Split(strings.TrimPrefix(num, "("), " + ")
 	sort.Strings(terms)
-	if !ok || den != "instances" || !slices.Equal(terms, []string{"inflight0", "inflight1", "visible0", "visible1"}) {
-		t.Errorf("backlog expression = %q, want (visible+inflight of both queues) / instances", expression)
+	if !ok || den != "(in_service * 8)" || !slices.Equal(terms, []string{"inflight0", "inflight1", "visible0", "visible1"}) {
+		t.Errorf("backlog expression = %q, want (visible+inflight of both queues) / (in_service * 8)", expression)
+	}
+	// A weighted (spot, mixed sizes) group counts GPUs itself.
+	if u := fleetLocals(t, m, []string{"live"}, true, "g6e.48xlarge", "g6e.xlarge").Variables["local"].GetAttr("capacity_unit"); !u.Equals(cty.NumberIntVal(1)).True() {
+		t.Errorf("capacity unit of a weighted group = %v, want 1 (GPUs)", u.GoString())
 	}
 	want := map[string]string{
 		`"visible${metrics.value}"`:  "ApproximateNumberOfMessagesVisible",
 		`"inflight${metrics.value}"`: "ApproximateNumberOfMessagesNotVisible",
-		`"instances"`:                "GroupInServiceInstances",
 	}
 	for id, name := range want {
 		if metricNames[id] != name {
 			t.Errorf("metric %s is %q, want %s (all: %v)", id, metricNames[id], name, metricNames)
 		}
 	}
+	src := string(m.src["modules/fleet/scaling.tf"])
+	if !strings.Contains(src, `metric_name = var.spot.enabled ? "GroupInServiceCapacity" : "GroupInServiceInstances"`) {
+		t.Error("in-service GPUs: a weighted group's capacity, else its instances")
+	}
 	asg := m.one(t, "resource", "aws_autoscaling_group", "this")
-	if em, _ := strs(t, attr(asg, "enabled_metrics")); !slices.Contains(em, "GroupInServiceInstances") {
-		t.Error("the group does not publish GroupInServiceInstances")
+	if em, _ := strs(t, attr(asg, "enabled_metrics")); !slices.Contains(em, "GroupInServiceInstances") || !slices.Contains(em, "GroupInServiceCapacity") {
+		t.Error("the group does not publish GroupInServiceInstances and GroupInServiceCapacity")
+	}
+	main := string(m.src["modules/fleet/main.tf"])
+	if !strings.Contains(main, "weighted_capacity = tostring(local.gpus_per_instance[override.value])") {
+		t.Error("mixed instances are not weighted by their GPUs")
 	}
 }
+
+// Every g6e size is allowed, with its GPU count; other families are not.
+func TestInstanceTypesAreG6eWithTheirGPUs(t *testing.T) {
+	m := load(t, "modules/fleet")
+	gpus := fleetLocals(t, m, []string{"live"}, false).Variables["local"].GetAttr("gpus_per_instance")
+	want := map[string]int64{"g6e.xlarge": 1, "g6e.16xlarge": 1, "g6e.12xlarge": 4, "g6e.24xlarge": 4, "g6e.48xlarge": 8}
+	for ty, n := range want {
+		if v := gpus.GetAttr(ty); !v.Equals(cty.NumberIntVal(n)).True() {
+			t.Errorf("%s: %v GPUs, want %d", ty, v.GoString(), n)
+		}
+	}
+	v := m.one(t, "variable", "instance_types")
+	var cond hclsyntax.Expression
+	for _, val := range nested(v, "validation") {
+		cond = attr(val, "condition")
+	}
+	for types, ok := range map[string]bool{"g6e.xlarge": true, "g6e.12xlarge,g6e.48xlarge": true, "g6e.24xlarge": true, "p5.48xlarge": false, "g6e.xlarge,g5.xlarge": false} {
+		var list []cty.Value
+		for ty := range strings.SplitSeq(types, ",") {
+			list = append(list, cty.StringVal(ty))
+		}
+		ctx := &hcl.EvalContext{
+			Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{"instance_types": cty.TupleVal(list)})},
+			Functions: map[string]function.Function{"contains": stdlib.ContainsFunc, "length": stdlib.LengthFunc, "alltrue": alltrue},
+		}
+		got, diags := cond.Value(ctx)
+		if diags.HasErrors() {
+			t.Fatal(diags.Error())
+		}
+		if got.True() != ok {
+			t.Errorf("instance_types %s accepted = %v, want %v", types, got.True(), ok)
+		}
+		if _, listed := want[strings.Split(types, ",")[0]]; ok && !listed && !gpus.Type().HasAttribute(strings.Split(types, ",")[0]) {
+			t.Errorf("%s is accepted but has no GPU count", types)
+		}
+	}
+}
+
+// alltrue as Terraform has it (the HCL stdlib does not).
+var alltrue = function.New(&function.Spec{
+	Params: []function.Parameter{{Name: "list", Type: cty.List(cty.Bool)}},
+	Type:   function.StaticReturnType(cty.Bool),
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		for it := args[0].ElementIterator(); it.Next(); {
+			if _, v := it.Element(); !v.True() {
+				return cty.False, nil
+			}
+		}
+		return cty.True, nil
+	},
+})
 
 func TestScaleFromZero(t *testing.T) {
 	m := load(t, "modules/fleet")
@@ -594,7 +670,7 @@ func TestFleetShipsTheProjectComposeFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"docker compose up -d", "complete-lifecycle-action", "record-lifecycle-action-heartbeat", "EXCLUSIVE_PROCESS"} {
+	for _, want := range []string{"fleetscribe-worker mps up", "complete-lifecycle-action", "record-lifecycle-action-heartbeat", "EXCLUSIVE_PROCESS"} {
 		if !bytes.Contains(tpl, []byte(want)) {
 			t.Errorf("user data lacks %q", want)
 		}
@@ -620,6 +696,7 @@ func TestUserDataRendersToValidShell(t *testing.T) {
 			"WORKER_IMAGE":              cty.StringVal("123456789012.dkr.ecr.eu-west-1.amazonaws.com/fleetscribe/worker:1"),
 		}),
 		"asg_name":       cty.StringVal("fleet"),
+		"per_gpu":        cty.NumberIntVal(4),
 		"lifecycle_hook": cty.StringVal("fleet-drain"),
 		"launch_hook":    cty.StringVal("fleet-launch"),
 		"drain_seconds":  cty.NumberIntVal(300),
@@ -632,7 +709,8 @@ func TestUserDataRendersToValidShell(t *testing.T) {
 	script := v.AsString()
 	for _, want := range []string{"\nFLEETSCRIBE_OUTPUT_BUCKET=out\nFLEETSCRIBE_QUEUE_URL=https://sqs.example/q\nWORKER_IMAGE=",
 		"docker compose stop -t 360", "--lifecycle-hook-name 'fleet-drain'", "--lifecycle-hook-name 'fleet-launch'",
-		"systemctl enable fleetscribe-drain.service fleetscribe.service"} {
+		"systemctl enable fleetscribe-drain.service fleetscribe.service",
+		"fleetscribe-worker mps up -gpus auto -per-gpu 4", "mps status -gpus auto -per-gpu 4 -recover"} {
 		if !strings.Contains(script, want) {
 			t.Errorf("rendered user data lacks %q", want)
 		}
@@ -663,8 +741,8 @@ func TestUserDataInstallsServicesBeforeStarting(t *testing.T) {
 	if enable < 0 || up < enable {
 		t.Error("services are not enabled before the stack is started")
 	}
-	if i := strings.Index(s, "docker compose up -d"); i < 0 || i > strings.Index(s, "START\n") {
-		t.Error("docker compose up runs outside the boot service")
+	if i := strings.Index(s, "fleetscribe-worker mps up"); i < 0 || i > strings.Index(s, "START\n") {
+		t.Error("the stack (worker mps up) starts outside the boot service")
 	}
 }
 

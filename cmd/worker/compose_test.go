@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,12 +15,18 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/fleetscribe/fleetscribe/internal/flagenv"
+	"github.com/fleetscribe/fleetscribe/mps"
 )
 
 func loadCompose(t *testing.T, profiles ...string) *types.Project {
 	t.Helper()
 	root, _ := filepath.Abs("../..")
-	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+	return loadComposeFiles(t, root, []string{filepath.Join(root, "docker-compose.yml"), filepath.Join(root, "docker-compose.override.yml")}, profiles...)
+}
+
+func loadComposeFiles(t *testing.T, root string, files []string, profiles ...string) *types.Project {
+	t.Helper()
+	opts, err := cli.NewProjectOptions(files,
 		cli.WithWorkingDirectory(root),
 		cli.WithEnv([]string{"FLEETSCRIBE_QUEUE_URL=https://sqs.example/q", "FLEETSCRIBE_OUTPUT_BUCKET=out"}),
 		cli.WithProfiles(profiles),
@@ -28,7 +36,7 @@ func loadCompose(t *testing.T, profiles ...string) *types.Project {
 	}
 	p, err := opts.LoadProject(context.Background())
 	if err != nil {
-		t.Fatalf("docker-compose.yml does not load: %v", err)
+		t.Fatalf("%v do not load: %v", files, err)
 	}
 	return p
 }
@@ -63,36 +71,7 @@ func TestComposeStackShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := strings.Split(env(w, "FLEETSCRIBE_TRITON_ADDRS"), ",")
-	if len(addrs) != 4 {
-		t.Fatalf("worker talks to %d partitions, want 4: %v", len(addrs), addrs)
-	}
-	for i := range 4 {
-		name := "triton-" + string(rune('0'+i))
-		tr, err := p.GetService(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if env(tr, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != "25" || env(tr, "CUDA_MPS_PIPE_DIRECTORY") != pipe || tr.Ipc != "host" {
-			t.Errorf("%s is not a 25%% MPS client of the shared daemon: %v ipc=%q", name, tr.Environment, tr.Ipc)
-		}
-		mounted := false
-		for _, v := range tr.Volumes {
-			mounted = mounted || v.Target == pipe
-		}
-		if !mounted {
-			t.Errorf("%s does not mount the MPS pipe directory %s", name, pipe)
-		}
-		if tr.Deploy == nil || len(tr.Deploy.Resources.Reservations.Devices) == 0 {
-			t.Errorf("%s reserves no GPU", name)
-		}
-		if !slices.Contains(addrs, name+":8001") {
-			t.Errorf("worker does not use %s", name)
-		}
-		if _, ok := w.DependsOn[name]; !ok {
-			t.Errorf("worker does not wait for %s", name)
-		}
-	}
+	checkPartitions(t, p, pipe, []int{0}, 4)
 	if w.StopGracePeriod == nil {
 		t.Error("worker has no stop_grace_period to drain in")
 	}
@@ -183,5 +162,152 @@ func TestDotEnvReachesTheWorker(t *testing.T) {
 	}
 	if _, err := p.GetService("worker-bulk"); err == nil {
 		t.Error("a second worker competes with the first for the partitions")
+	}
+}
+
+// checkPartitions checks a loaded stack against the plan for gpus x perGPU:
+// one service per partition, pinned to its GPU with its thread share and
+// ports, sharing the daemon's pipe, and the worker dialling exactly the
+// plan's addresses once every partition is healthy.
+func checkPartitions(t *testing.T, p *types.Project, pipe string, gpus []int, perGPU int) {
+	t.Helper()
+	plan, err := mps.Plan(mps.PlanConfig{GPUs: gpus, PerGPU: perGPU, BasePort: 8001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := p.GetService("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := strings.Split(env(w, "FLEETSCRIBE_TRITON_ADDRS"), ",")
+	if want := mps.ComposeAddrs(plan); !slices.Equal(addrs, want) {
+		t.Errorf("worker dials %v, the plan says %v", addrs, want)
+	}
+	if got := env(w, "FLEETSCRIBE_GPUS"); got != strconv.Itoa(len(gpus)) {
+		t.Errorf("FLEETSCRIBE_GPUS = %q, want %d", got, len(gpus))
+	}
+	// The worker accepts what the stack gives it.
+	var cfg config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	cfg.registerFlags(fs)
+	if err := fs.Parse([]string{"-triton-addrs", env(w, "FLEETSCRIBE_TRITON_ADDRS"), "-gpus", env(w, "FLEETSCRIBE_GPUS")}); err != nil || len(cfg.pool.Addrs) != len(plan) {
+		t.Errorf("worker flags: %v, %d addrs", err, len(cfg.pool.Addrs))
+	}
+	daemon, _ := p.GetService("mps")
+	wantIDs := make([]string, len(gpus))
+	for i, g := range gpus {
+		wantIDs[i] = strconv.Itoa(g)
+	}
+	if daemon.Deploy == nil || len(daemon.Deploy.Resources.Reservations.Devices) != 1 ||
+		!slices.Equal(daemon.Deploy.Resources.Reservations.Devices[0].IDs, wantIDs) || env(daemon, "CUDA_VISIBLE_DEVICES") != strings.Join(wantIDs, ",") {
+		t.Errorf("the MPS daemon does not get GPUs %v: %+v %v", wantIDs, daemon.Deploy, daemon.Environment)
+	}
+	tritons := 0
+	for name := range p.Services {
+		if strings.HasPrefix(name, "triton-") {
+			tritons++
+		}
+	}
+	if tritons != len(plan) {
+		t.Errorf("%d triton services, plan has %d partitions", tritons, len(plan))
+	}
+	for i, part := range plan {
+		name := mps.ServiceName(part)
+		tr, err := p.GetService(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env(tr, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != strconv.Itoa(100/perGPU) || env(tr, "CUDA_MPS_PIPE_DIRECTORY") != pipe ||
+			env(tr, "CUDA_VISIBLE_DEVICES") != strconv.Itoa(part.GPU) || tr.Ipc != "host" {
+			t.Errorf("%s is not a %d%% MPS client of the shared daemon on GPU %d: %v ipc=%q", name, 100/perGPU, part.GPU, tr.Environment, tr.Ipc)
+		}
+		mounted := false
+		for _, v := range tr.Volumes {
+			mounted = mounted || v.Target == pipe
+		}
+		if !mounted {
+			t.Errorf("%s does not mount the MPS pipe directory %s", name, pipe)
+		}
+		if tr.Deploy == nil || len(tr.Deploy.Resources.Reservations.Devices) == 0 {
+			t.Errorf("%s reserves no GPU", name)
+		}
+		if !slices.Contains(tr.Command, "--grpc-port="+strconv.Itoa(part.GRPCPort)) || !strings.HasSuffix(addrs[i], ":"+strconv.Itoa(part.GRPCPort)) {
+			t.Errorf("%s listens with %v; the worker dials %s", name, tr.Command, addrs[i])
+		}
+		if tr.HealthCheck == nil || !slices.Contains(tr.HealthCheck.Test, "http://localhost:"+strconv.Itoa(part.HTTPPort)+"/v2/health/ready") {
+			t.Errorf("%s health check %v misses its HTTP port %d", name, tr.HealthCheck, part.HTTPPort)
+		}
+		if d, ok := w.DependsOn[name]; !ok || d.Condition != "service_healthy" {
+			t.Errorf("worker does not wait for %s to be healthy", name)
+		}
+	}
+}
+
+// `worker mps compose` for 1, 4 and 8 GPUs (the g6e sizes) gives stacks
+// that load and agree with the plan; the committed override is the
+// one-GPU rendering, byte for byte.
+func TestMPSComposeForEveryGPUCount(t *testing.T) {
+	root, _ := filepath.Abs("../..")
+	base, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 4, 8} {
+		t.Run(strconv.Itoa(n)+"gpus", func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "docker-compose.yml"), base, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			gpus := "0-" + strconv.Itoa(n-1)
+			override := filepath.Join(dir, "docker-compose.override.yml")
+			if err := runMPS(t.Context(), []string{"compose", "-gpus", gpus, "-o", override}, &stdout, &stderr); err != nil {
+				t.Fatalf("%v: %s", err, stderr.String())
+			}
+			p := loadComposeFiles(t, dir, []string{filepath.Join(dir, "docker-compose.yml"), override})
+			all := make([]int, n)
+			for i := range all {
+				all[i] = i
+			}
+			checkPartitions(t, p, "/tmp/nvidia-mps", all, 4)
+			// The plan's own view of the worker's addresses is the same list.
+			stdout.Reset()
+			if err := runMPS(t.Context(), []string{"plan", "-gpus", gpus, "-format", "compose-addrs"}, &stdout, &stderr); err != nil {
+				t.Fatal(err)
+			}
+			w, _ := p.GetService("worker")
+			if got := strings.TrimSpace(stdout.String()); got != env(w, "FLEETSCRIBE_TRITON_ADDRS") {
+				t.Errorf("mps plan says %s, the stack %s", got, env(w, "FLEETSCRIBE_TRITON_ADDRS"))
+			}
+		})
+	}
+	var stdout, stderr bytes.Buffer
+	if err := runMPS(t.Context(), []string{"compose", "-gpus", "0"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	committed, err := os.ReadFile(filepath.Join(root, "docker-compose.override.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(committed, stdout.Bytes()) {
+		t.Error("docker-compose.override.yml is not `worker mps compose -gpus 0`: regenerate it")
+	}
+}
+
+func TestMPSCommandErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"bogus"},
+		{"plan", "-gpus", "x"},
+		{"plan", "-gpus", "0", "-per-gpu", "49"},
+		{"plan", "-gpus", "0", "-mem-limit", "lots"},
+		{"plan", "-gpus", "0", "-format", "xml"},
+		{"run", "-gpus", "0"},
+		{"plan", "-gpus", "auto", "-nvidia-smi", "/nonexistent/nvidia-smi"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := runMPS(t.Context(), args, &stdout, &stderr); err == nil {
+			t.Errorf("%v: want an error", args)
+		}
 	}
 }

@@ -43,6 +43,7 @@ type config struct {
 	imdsEvery   time.Duration
 	margin      time.Duration
 	rebalance   bool
+	gpus        int
 }
 
 func (c *config) registerFlags(fs *flag.FlagSet) {
@@ -56,12 +57,18 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.imdsEvery, "imds-interval", 5*time.Second, "how often instance metadata is polled")
 	fs.DurationVar(&c.margin, "interruption-margin", 15*time.Second, "on a spot interruption notice, jobs must be finished or released this long before the instance goes")
 	fs.BoolVar(&c.rebalance, "drain-on-rebalance", true, "treat an EC2 rebalance recommendation like a termination: stop receiving and drain")
+	fs.IntVar(&c.gpus, "gpus", 1, "GPUs the partitions run on (the MPS plan's override sets it), exported as fleetscribe_gpus for throughput per GPU")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stderr)
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "mps" {
+		err = runMPS(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	} else {
+		err = run(ctx, os.Args[1:], os.Stderr)
+	}
 	stop()
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -101,6 +108,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	gpus := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetscribe_gpus", Help: "GPUs this worker's partitions run on."})
+	gpus.Set(float64(cfg.gpus))
+	reg.MustRegister(gpus)
 	pool, err := triton.NewPool(cfg.pool, cfg.model, reg)
 	if err != nil {
 		return fmt.Errorf("triton pool: %w", err)

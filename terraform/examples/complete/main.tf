@@ -64,16 +64,17 @@ resource "aws_security_group" "workers" {
 module "fleet" {
   source = "../../modules/fleet"
 
-  name                        = local.asg_name
-  subnet_ids                  = var.private_subnet_ids
-  security_group_ids          = [aws_security_group.workers.id]
-  instance_profile_name       = module.iam.instance_profile_name
-  max_size                    = var.max_instances
-  queue_names                 = values(module.queues.queue_names)
-  backlog_per_instance_target = var.backlog_per_instance_target
-  bulk_queue_url              = module.queues.queue_urls["bulk"]
-  spot                        = var.spot
-  warm_pool                   = var.warm_pool
+  name                   = local.asg_name
+  subnet_ids             = var.private_subnet_ids
+  security_group_ids     = [aws_security_group.workers.id]
+  instance_profile_name  = module.iam.instance_profile_name
+  instance_types         = var.instance_types
+  max_size               = var.max_gpus
+  queue_names            = values(module.queues.queue_names)
+  backlog_per_gpu_target = var.backlog_per_gpu_target
+  bulk_queue_url         = module.queues.queue_urls["bulk"]
+  spot                   = var.spot
+  warm_pool              = var.warm_pool
 
   worker_environment = {
     FLEETSCRIBE_QUEUE_URL          = module.queues.queue_urls["live"]
@@ -92,14 +93,14 @@ module "fleet" {
   scheduled_scaling = var.bulk_window.enabled ? {
     "${var.name}-bulk-window-start" = {
       recurrence = var.bulk_window.start_cron
-      min_size   = var.bulk_window.min_instances
-      max_size   = var.max_instances
+      min_size   = var.bulk_window.min_gpus
+      max_size   = var.max_gpus
       time_zone  = var.bulk_window.time_zone
     }
     "${var.name}-bulk-window-end" = {
       recurrence = var.bulk_window.end_cron
       min_size   = 0 # the fleet's own floor
-      max_size   = var.max_instances
+      max_size   = var.max_gpus
       time_zone  = var.bulk_window.time_zone
     }
   } : {}

@@ -40,15 +40,21 @@ variable "upload_suffixes" {
   default     = [".wav"]
 }
 
-variable "max_instances" {
+variable "instance_types" {
+  type        = list(string)
+  description = "g6e sizes for the fleet (1, 4 or 8 GPUs each); see the fleet module."
+  default     = ["g6e.xlarge", "g6e.2xlarge"]
+}
+
+variable "max_gpus" {
   type        = number
-  description = "Largest fleet size."
+  description = "Largest fleet size, in GPUs."
   default     = 8
 }
 
-variable "backlog_per_instance_target" {
+variable "backlog_per_gpu_target" {
   type        = number
-  description = "Messages per in-service instance to hold: SLA seconds x jobs/s per instance from the GPU benchmark."
+  description = "Messages per in-service GPU to hold: SLA seconds x jobs/s per GPU from the GPU benchmark."
   default     = 600
 }
 
@@ -83,11 +89,11 @@ variable "ecr_repository_arns" {
 
 variable "bulk_window" {
   type = object({
-    enabled       = bool
-    start_cron    = optional(string, "0 22 * * *")
-    end_cron      = optional(string, "0 6 * * *")
-    min_instances = optional(number, 2)
-    time_zone     = optional(string, "UTC")
+    enabled    = bool
+    start_cron = optional(string, "0 22 * * *")
+    end_cron   = optional(string, "0 6 * * *")
+    min_gpus   = optional(number, 2)
+    time_zone  = optional(string, "UTC")
   })
   description = "Raise the fleet's floor overnight for bulk reprocessing."
   default     = { enabled = false }

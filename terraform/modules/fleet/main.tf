@@ -1,4 +1,13 @@
 locals {
+  # GPUs per g6e size. Capacity is counted in GPUs: with spot the group is
+  # a mixed instances group weighted by GPUs, so AWS counts GPUs itself;
+  # otherwise it runs one size and sizes are converted to instances.
+  gpus_per_instance = {
+    "g6e.xlarge"   = 1, "g6e.2xlarge" = 1, "g6e.4xlarge" = 1, "g6e.8xlarge" = 1, "g6e.16xlarge" = 1,
+    "g6e.12xlarge" = 4, "g6e.24xlarge" = 4, "g6e.48xlarge" = 8,
+  }
+  capacity_unit = var.spot.enabled ? 1 : local.gpus_per_instance[var.instance_types[0]]
+
   lifecycle_hook = "${var.name}-drain"
   launch_hook    = "${var.name}-launch"
   compose_yaml   = var.compose_yaml != null ? var.compose_yaml : file("${path.module}/../../../docker-compose.yml")
@@ -13,6 +22,7 @@ locals {
     lifecycle_hook = local.lifecycle_hook
     launch_hook    = local.launch_hook
     asg_name       = var.name
+    per_gpu        = var.partitions_per_gpu
     drain_seconds  = var.drain_timeout_seconds
     # The worker needs a little past its drain timeout to hand unfinished
     # jobs back to the queue before compose kills it.
@@ -77,8 +87,8 @@ resource "aws_launch_template" "this" {
 
 resource "aws_autoscaling_group" "this" {
   name                      = var.name
-  min_size                  = var.min_size
-  max_size                  = var.max_size
+  min_size                  = ceil(var.min_size / local.capacity_unit)
+  max_size                  = ceil(var.max_size / local.capacity_unit)
   vpc_zone_identifier       = var.subnet_ids
   health_check_type         = "EC2"
   health_check_grace_period = var.instance_warmup_seconds
@@ -86,7 +96,7 @@ resource "aws_autoscaling_group" "this" {
   capacity_rebalance        = var.spot.enabled
   # Target tracking owns desired capacity.
   metrics_granularity = "1Minute"
-  enabled_metrics     = ["GroupInServiceInstances", "GroupDesiredCapacity", "GroupPendingInstances", "GroupTerminatingInstances"]
+  enabled_metrics     = ["GroupInServiceInstances", "GroupInServiceCapacity", "GroupDesiredCapacity", "GroupPendingInstances", "GroupTerminatingInstances"]
 
   dynamic "launch_template" {
     for_each = var.spot.enabled ? [] : [1]
@@ -112,7 +122,8 @@ resource "aws_autoscaling_group" "this" {
         dynamic "override" {
           for_each = var.instance_types
           content {
-            instance_type = override.value
+            instance_type     = override.value
+            weighted_capacity = tostring(local.gpus_per_instance[override.value])
           }
         }
       }
@@ -156,7 +167,7 @@ resource "aws_autoscaling_group" "this" {
     }
     precondition {
       condition     = var.max_size >= var.min_size && var.max_size >= var.scale_from_zero_capacity
-      error_message = "max_size must be at least min_size and scale_from_zero_capacity."
+      error_message = "max_size must be at least min_size and scale_from_zero_capacity (all in GPUs)."
     }
   }
 }

@@ -19,8 +19,8 @@ output "lifecycle_hook_name" {
 }
 
 output "backlog_policy_arn" {
-  description = "ARN of the backlog-per-instance target tracking policy."
-  value       = aws_autoscaling_policy.backlog_per_instance.arn
+  description = "ARN of the backlog-per-GPU target tracking policy."
+  value       = aws_autoscaling_policy.backlog_per_gpu.arn
 }
 
 output "scale_from_zero_adjustment_type" {
@@ -54,4 +54,28 @@ output "warm_pool_state" {
 output "schedule_names" {
   description = "Scheduled actions on the group."
   value       = keys(aws_autoscaling_schedule.this)
+}
+
+output "instance_weights" {
+  description = "Capacity units (GPUs) of each instance type in the mixed instances group; empty without spot."
+  value = { for o in flatten([
+    for mip in aws_autoscaling_group.this.mixed_instances_policy : [
+      for lt in mip.launch_template : lt.override
+    ]
+  ]) : o.instance_type => o.weighted_capacity }
+}
+
+output "group_size" {
+  description = "The group's min and max size as AWS counts them: GPUs with spot (weighted), instances without."
+  value       = { min = aws_autoscaling_group.this.min_size, max = aws_autoscaling_group.this.max_size }
+}
+
+output "in_service_metric" {
+  description = "Auto Scaling metric the backlog is divided by."
+  value       = var.spot.enabled ? "GroupInServiceCapacity" : "GroupInServiceInstances"
+}
+
+output "backlog_expression" {
+  description = "Metric math the target tracking policy holds at backlog_per_gpu_target."
+  value       = local.per_gpu_expr
 }

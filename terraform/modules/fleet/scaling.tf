@@ -1,6 +1,9 @@
-# Backlog per instance = (visible + in-flight messages of every queue)
-#                        / in-service instances
-# Target tracking holds it at backlog_per_instance_target. It cannot act on
+# Backlog per GPU = (visible + in-flight messages of every queue)
+#                   / in-service GPUs
+# In-service GPUs are the group's in-service capacity where the group is
+# weighted by GPUs (spot, mixed sizes), else in-service instances times the
+# one size's GPUs, so a fleet of 1-, 4- and 8-GPU instances scales on the
+# work per GPU. Target tracking holds it at backlog_per_gpu_target. It cannot act on
 # an empty group (the division has no value at zero instances), so a step
 # policy starts the first instances when messages wait and the group's
 # desired capacity is zero. That policy only ever adds capacity: a late or
@@ -10,15 +13,16 @@
 locals {
   queue_ids    = { for i, q in var.queue_names : q => i }
   backlog_expr = join(" + ", flatten([for q, i in local.queue_ids : ["visible${i}", "inflight${i}"]]))
+  per_gpu_expr = "(${local.backlog_expr}) / (in_service * ${local.capacity_unit})"
 }
 
-resource "aws_autoscaling_policy" "backlog_per_instance" {
-  name                   = "${var.name}-backlog-per-instance"
+resource "aws_autoscaling_policy" "backlog_per_gpu" {
+  name                   = "${var.name}-backlog-per-gpu"
   autoscaling_group_name = aws_autoscaling_group.this.name
   policy_type            = "TargetTrackingScaling"
 
   target_tracking_configuration {
-    target_value = var.backlog_per_instance_target
+    target_value = var.backlog_per_gpu_target
 
     customized_metric_specification {
       dynamic "metrics" {
@@ -60,13 +64,13 @@ resource "aws_autoscaling_policy" "backlog_per_instance" {
       }
 
       metrics {
-        id          = "instances"
+        id          = "in_service"
         return_data = false
         metric_stat {
           stat = "Average"
           metric {
             namespace   = "AWS/AutoScaling"
-            metric_name = "GroupInServiceInstances"
+            metric_name = var.spot.enabled ? "GroupInServiceCapacity" : "GroupInServiceInstances"
             dimensions {
               name  = "AutoScalingGroupName"
               value = aws_autoscaling_group.this.name
@@ -76,9 +80,9 @@ resource "aws_autoscaling_policy" "backlog_per_instance" {
       }
 
       metrics {
-        id          = "backlog_per_instance"
-        label       = "Queue messages per in-service instance"
-        expression  = "(${local.backlog_expr}) / instances"
+        id          = "backlog_per_gpu"
+        label       = "Queue messages per in-service GPU"
+        expression  = local.per_gpu_expr
         return_data = true
       }
     }
@@ -96,7 +100,7 @@ resource "aws_autoscaling_policy" "scale_from_zero" {
 
   step_adjustment {
     metric_interval_lower_bound = 0
-    scaling_adjustment          = var.scale_from_zero_capacity
+    scaling_adjustment          = ceil(var.scale_from_zero_capacity / local.capacity_unit)
   }
 }
 
@@ -153,7 +157,7 @@ resource "aws_autoscaling_schedule" "this" {
   autoscaling_group_name = aws_autoscaling_group.this.name
   recurrence             = each.value.recurrence
   time_zone              = each.value.time_zone
-  min_size               = each.value.min_size
-  max_size               = each.value.max_size
-  desired_capacity       = each.value.desired_capacity == null ? -1 : each.value.desired_capacity
+  min_size               = ceil(each.value.min_size / local.capacity_unit)
+  max_size               = ceil(each.value.max_size / local.capacity_unit)
+  desired_capacity       = each.value.desired_capacity == null ? -1 : ceil(each.value.desired_capacity / local.capacity_unit)
 }

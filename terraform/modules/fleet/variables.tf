@@ -11,12 +11,23 @@ variable "ami_ssm_parameter" {
 
 variable "instance_types" {
   type        = list(string)
-  description = "Single-GPU g6e sizes (one L40S each); the stack runs four MPS partitions on GPU 0. The first is the launch template's; all are used with spot."
+  description = "g6e sizes (L40S GPUs: 1 for xlarge to 16xlarge, 4 for 12xlarge and 24xlarge, 8 for 48xlarge); each instance runs partitions_per_gpu MPS partitions on every GPU it has. Without spot the group runs the first; with spot it mixes all of them, weighted by GPUs."
   default     = ["g6e.xlarge", "g6e.2xlarge"]
 
   validation {
-    condition     = length(var.instance_types) > 0 && alltrue([for t in var.instance_types : contains(["g6e.xlarge", "g6e.2xlarge", "g6e.4xlarge", "g6e.8xlarge", "g6e.16xlarge"], t)])
-    error_message = "instance_types must be single-GPU g6e sizes: g6e.xlarge, g6e.2xlarge, g6e.4xlarge, g6e.8xlarge or g6e.16xlarge."
+    condition     = length(var.instance_types) > 0 && alltrue([for t in var.instance_types : contains(["g6e.xlarge", "g6e.2xlarge", "g6e.4xlarge", "g6e.8xlarge", "g6e.16xlarge", "g6e.12xlarge", "g6e.24xlarge", "g6e.48xlarge"], t)])
+    error_message = "instance_types must be g6e sizes: g6e.xlarge, g6e.2xlarge, g6e.4xlarge, g6e.8xlarge, g6e.16xlarge (1 GPU), g6e.12xlarge, g6e.24xlarge (4 GPUs) or g6e.48xlarge (8 GPUs)."
+  }
+}
+
+variable "partitions_per_gpu" {
+  type        = number
+  description = "MPS partitions (Triton servers) per GPU, each capped at 100 / partitions_per_gpu per cent of the SMs."
+  default     = 4
+
+  validation {
+    condition     = var.partitions_per_gpu >= 1 && var.partitions_per_gpu <= 48
+    error_message = "partitions_per_gpu must be 1 to 48 (the MPS client limit per GPU)."
   }
 }
 
@@ -54,7 +65,7 @@ variable "ebs_kms_key_arn" {
 
 variable "min_size" {
   type        = number
-  description = "Fewest instances. 0 lets the fleet scale to nothing when the queues are empty."
+  description = "Fewest GPUs (capacity is counted in GPUs, so sizes with 1, 4 and 8 GPUs mix). 0 lets the fleet scale to nothing when the queues are empty."
   default     = 0
 
   validation {
@@ -65,7 +76,7 @@ variable "min_size" {
 
 variable "max_size" {
   type        = number
-  description = "Most instances."
+  description = "Most GPUs (an 8-GPU instance counts 8)."
 }
 
 variable "queue_names" {
@@ -81,14 +92,14 @@ variable "queue_names" {
   }
 }
 
-variable "backlog_per_instance_target" {
+variable "backlog_per_gpu_target" {
   type        = number
-  description = "Messages per in-service instance to hold. Choose SLA seconds x jobs per second one instance completes (see the README)."
+  description = "Messages per in-service GPU to hold. Choose SLA seconds x jobs per second one GPU completes (see the README)."
 }
 
 variable "scale_from_zero_capacity" {
   type        = number
-  description = "Instances to add when messages wait and the group's desired capacity is zero (added, never set: scaling from zero cannot lower capacity)."
+  description = "GPUs to add when messages wait and the group's desired capacity is zero (added, never set: scaling from zero cannot lower capacity); rounded up to whole instances."
   default     = 1
 }
 
@@ -162,7 +173,7 @@ variable "scheduled_scaling" {
     desired_capacity = optional(number)
     time_zone        = optional(string, "UTC")
   }))
-  description = "Scheduled capacity changes, e.g. a larger floor for the overnight bulk window and a return to zero in the morning; keyed by action name."
+  description = "Scheduled capacity changes in GPUs, e.g. a larger floor for the overnight bulk window and a return to zero in the morning; keyed by action name."
   default     = {}
 }
 

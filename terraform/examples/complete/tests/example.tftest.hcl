@@ -117,6 +117,55 @@ run "spot" {
   }
 }
 
+# Multi-GPU sizes: with spot the group mixes 1-, 4- and 8-GPU instances,
+# each weighted by its GPUs, and scales on backlog per in-service GPU.
+run "mixed_gpu_sizes" {
+  command = apply
+
+  variables {
+    spot           = { enabled = true }
+    instance_types = ["g6e.12xlarge", "g6e.48xlarge", "g6e.xlarge"]
+    max_gpus       = 32
+  }
+
+  assert {
+    condition     = module.fleet.instance_weights == { "g6e.12xlarge" = "4", "g6e.48xlarge" = "8", "g6e.xlarge" = "1" }
+    error_message = "instances are not weighted by their GPUs"
+  }
+  assert {
+    condition     = module.fleet.group_size.max == 32 && module.fleet.in_service_metric == "GroupInServiceCapacity"
+    error_message = "a weighted group counts GPUs: max_size and the in-service metric are in GPUs"
+  }
+  assert {
+    condition     = endswith(module.fleet.backlog_expression, "/ (in_service * 1)")
+    error_message = "backlog is not divided by in-service GPUs"
+  }
+}
+
+# Without spot the group runs one size: GPUs are converted to instances,
+# and the backlog is divided by instances x GPUs per instance.
+run "eight_gpu_instances" {
+  command = apply
+
+  variables {
+    instance_types = ["g6e.48xlarge"]
+    max_gpus       = 20
+  }
+
+  assert {
+    condition     = module.fleet.group_size.max == 3 && module.fleet.in_service_metric == "GroupInServiceInstances"
+    error_message = "20 GPUs of 8-GPU instances is 3 instances"
+  }
+  assert {
+    condition     = endswith(module.fleet.backlog_expression, "/ (in_service * 8)")
+    error_message = "backlog per GPU of 8-GPU instances"
+  }
+  assert {
+    condition     = strcontains(module.fleet.user_data, "mps up -gpus auto -per-gpu 4")
+    error_message = "the instance does not render its partitions from the GPUs present"
+  }
+}
+
 run "warm_pool" {
   command = apply
 
@@ -156,7 +205,7 @@ run "bulk_window" {
   command = apply
 
   variables {
-    bulk_window = { enabled = true, min_instances = 3 }
+    bulk_window = { enabled = true, min_gpus = 3 }
   }
 
   assert {
