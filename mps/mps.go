@@ -137,4 +137,3 @@ func Addrs(host string, ps []Partition) []string {
 	}
 	return out
 }
-
