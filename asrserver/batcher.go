@@ -75,6 +75,11 @@ type BatchStats struct {
 	Batches int
 	Rows    int
 	Sizes   map[int]int // executions by batch size
+	// Requests that completed, their summed time in the queue (arrival to
+	// the start of their batch) and in execution (their batch's run), as
+	// Triton's statistics extension counts them.
+	Requests, Failed   uint64
+	QueueNs, ComputeNs uint64
 }
 
 // MeanBatchSize returns rows per execution.
@@ -291,6 +296,7 @@ func (b *batcher) form() (batch []*pending, wait time.Duration, wake <-chan stru
 		return nil, max(wait, time.Millisecond), b.wake
 	}
 	for j := len(picked) - 1; j >= 0; j-- {
+		b.stats.QueueNs += uint64(now.Sub(b.queue[picked[j]].enqueued))
 		batch = append(batch, b.queue[picked[j]])
 		b.queue = slices.Delete(b.queue, picked[j], picked[j]+1)
 	}
@@ -306,7 +312,17 @@ func (b *batcher) execute(ctx context.Context, batch []*pending) {
 	for _, p := range batch {
 		rows = append(rows, p.rows...)
 	}
+	start := b.now()
 	results, err := b.exec(ctx, rows)
+	took := uint64(b.now().Sub(start))
+	b.mu.Lock()
+	if err != nil {
+		b.stats.Failed += uint64(len(batch))
+	} else {
+		b.stats.Requests += uint64(len(batch))
+	}
+	b.stats.ComputeNs += took * uint64(len(batch))
+	b.mu.Unlock()
 	off := 0
 	for _, p := range batch {
 		if err != nil {
@@ -321,7 +337,8 @@ func (b *batcher) execute(ctx context.Context, batch []*pending) {
 func (b *batcher) snapshot() BatchStats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := BatchStats{Batches: b.stats.Batches, Rows: b.stats.Rows, Sizes: map[int]int{}}
+	s := b.stats
+	s.Sizes = map[int]int{}
 	for k, v := range b.stats.Sizes {
 		s.Sizes[k] = v
 	}

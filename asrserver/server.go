@@ -390,6 +390,30 @@ func (s *Server) Queued() int {
 	return len(b.queue)
 }
 
+// ModelStatistics implements Triton's statistics extension for the served
+// model: requests, executions, and the time requests spent queued and
+// computing. Only the batcher's requests are counted.
+func (s *Server) ModelStatistics(_ context.Context, r *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
+	name := r.GetName()
+	if name == "" {
+		name = s.io.Model
+	}
+	if err := s.checkModel(name, r.GetVersion()); err != nil {
+		return nil, err
+	}
+	st := s.BatchStats()
+	dur := func(n, ns uint64) *pb.StatisticDuration { return &pb.StatisticDuration{Count: n, Ns: ns} }
+	done := st.Requests + st.Failed
+	return &pb.ModelStatisticsResponse{ModelStats: []*pb.ModelStatistics{{
+		Name: name, Version: "1",
+		InferenceCount: uint64(st.Rows), ExecutionCount: uint64(st.Batches),
+		InferenceStats: &pb.InferStatistics{
+			Success: dur(st.Requests, 0), Fail: dur(st.Failed, 0),
+			Queue: dur(done, st.QueueNs), ComputeInfer: dur(done, st.ComputeNs),
+		},
+	}}}, nil
+}
+
 // BatchStats returns how many batches the server executed and their sizes.
 func (s *Server) BatchStats() BatchStats {
 	if b := s.running(); b != nil {

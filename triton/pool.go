@@ -91,6 +91,7 @@ type Pool struct {
 	mHealthy  *prometheus.GaugeVec
 	mEjects   *prometheus.CounterVec
 	mLatency  *prometheus.HistogramVec
+	stats     *serverStats
 }
 
 // NewPool dials every partition. Metrics are registered on reg.
@@ -127,6 +128,7 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 			Help:    "Latency of successful inference attempts.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 		}, []string{"partition"}),
+		stats: newServerStats(f),
 	}
 	for _, addr := range cfg.Addrs {
 		c, err := Dial(addr, io)
@@ -444,10 +446,19 @@ func (p *Pool) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			p.CheckHealth(ctx)
+			p.CollectStats(ctx)
 		case <-fast.C:
 			p.checkEjected(ctx)
 		}
 	}
+}
+
+// CollectStats reads each partition's Triton statistics into the queue and
+// compute counters (Run does it at every health check).
+func (p *Pool) CollectStats(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.HealthInterval)
+	defer cancel()
+	p.stats.collect(cctx, p.parts)
 }
 
 // checkEjected probes only the ejected partitions and readmits those that

@@ -24,21 +24,24 @@ type Config struct {
 	WaitTime          time.Duration // SQS long-poll wait, at most 20 s
 	VisibilityTimeout time.Duration // visibility set by each heartbeat
 	HeartbeatInterval time.Duration // 0: a third of VisibilityTimeout
-	JobTimeout        time.Duration
-	DrainTimeout      time.Duration // after shutdown starts, how long jobs in hand may finish
-	MaxReceives       int           // the queue's redrive maxReceiveCount
-	RetryBackoff      time.Duration // visibility after the first retryable failure; doubles
-	MaxObjectBytes    int64
-	MaxAudioSeconds   float64       // longer recordings get a too_large record
-	MemoryBudget      int64         // bytes that jobs in hand may hold together (estimated); 0: automatic
-	InputBuckets      []string      // allowed "bucket" or "bucket/prefix"; empty: any bucket
-	OutputPrefixes    []string      // prefixes a job's output_prefix must lie under; empty: OutputPrefix only
-	Models            []string      // models a job may ask for besides the worker's own
-	ClaimSettle       time.Duration // wait between writing an in-progress claim and reading it back; 0: no claims
-	ChunkSeconds      float64       // longest chunk sent to the model
-	ChunkParallelism  int           // chunks of one job in flight at once
-	Timestamps        bool          // ask the model for word timestamps
-	ExitWhenIdle      time.Duration
+	// QueueStatsInterval is how often queue and DLQ depths are sampled
+	// into metrics (0: never).
+	QueueStatsInterval time.Duration
+	JobTimeout         time.Duration
+	DrainTimeout       time.Duration // after shutdown starts, how long jobs in hand may finish
+	MaxReceives        int           // the queue's redrive maxReceiveCount
+	RetryBackoff       time.Duration // visibility after the first retryable failure; doubles
+	MaxObjectBytes     int64
+	MaxAudioSeconds    float64       // longer recordings get a too_large record
+	MemoryBudget       int64         // bytes that jobs in hand may hold together (estimated); 0: automatic
+	InputBuckets       []string      // allowed "bucket" or "bucket/prefix"; empty: any bucket
+	OutputPrefixes     []string      // prefixes a job's output_prefix must lie under; empty: OutputPrefix only
+	Models             []string      // models a job may ask for besides the worker's own
+	ClaimSettle        time.Duration // wait between writing an in-progress claim and reading it back; 0: no claims
+	ChunkSeconds       float64       // longest chunk sent to the model
+	ChunkParallelism   int           // chunks of one job in flight at once
+	Timestamps         bool          // ask the model for word timestamps
+	ExitWhenIdle       time.Duration
 }
 
 // RegisterFlags registers the worker flags with their defaults.
@@ -65,6 +68,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.WaitTime, "wait-time", 20*time.Second, "SQS long-poll wait (max 20s)")
 	fs.DurationVar(&c.VisibilityTimeout, "visibility-timeout", 2*time.Minute, "visibility each heartbeat gives a message in hand")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", 0, "how often visibility is extended (0: a third of -visibility-timeout)")
+	fs.DurationVar(&c.QueueStatsInterval, "queue-stats-interval", 30*time.Second, "how often the depth of each queue and its DLQ is sampled into the fleetscribe_queue_messages and fleetscribe_dlq_messages gauges (0: never)")
 	fs.DurationVar(&c.JobTimeout, "job-timeout", 30*time.Minute, "longest time one job may take")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 5*time.Minute, "on SIGTERM, how long jobs in hand may finish before they are released to the queue")
 	fs.IntVar(&c.MaxReceives, "max-receives", 5, "the queue's redrive maxReceiveCount: at this receive a retryable failure writes an error record")

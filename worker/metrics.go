@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -31,11 +33,23 @@ type metrics struct {
 	claims         *prometheus.CounterVec
 	deleteBatches  prometheus.Counter
 	slotsInUse     *prometheus.GaugeVec
+	queueMessages  *prometheus.GaugeVec
+	dlqMessages    *prometheus.GaugeVec
+	stages         map[string]prometheus.Observer
 }
+
+// Pipeline stages timed in fleetscribe_stage_seconds.
+const (
+	StageFetch    = "fetch"    // S3 reads of the input
+	StageDecode   = "decode"   // container and codec to samples
+	StageResample = "resample" // to the model's rate
+	StageInfer    = "infer"    // every chunk through the partitions, wall time
+	StageUpload   = "upload"   // transcript and formats written
+)
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
-	return &metrics{
+	m := &metrics{
 		received: f.NewCounter(prometheus.CounterOpts{
 			Name: "fleetscribe_messages_received_total", Help: "Queue messages received.",
 		}),
@@ -76,5 +90,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		heartbeats: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetscribe_heartbeats_total", Help: "Visibility extensions by outcome (ok, failed).",
 		}, []string{"outcome"}),
+		queueMessages: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleetscribe_queue_messages", Help: "Messages in each queue the worker drains, by state (visible, inflight, delayed), as SQS last reported them.",
+		}, []string{"queue", "state"}),
+		dlqMessages: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fleetscribe_dlq_messages", Help: "Messages in the dead-letter queue of each queue the worker drains.",
+		}, []string{"queue"}),
+		stages: map[string]prometheus.Observer{},
 	}
+	stages := f.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "fleetscribe_stage_seconds", Help: "Time one job spent in each pipeline stage (fetch, decode, resample, infer, upload).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
+	}, []string{"stage"})
+	for _, s := range []string{StageFetch, StageDecode, StageResample, StageInfer, StageUpload} {
+		m.stages[s] = stages.WithLabelValues(s)
+	}
+	return m
+}
+
+// since observes the time from start in a stage's histogram.
+func (m *metrics) since(stage string, start time.Time) {
+	m.stages[stage].Observe(time.Since(start).Seconds())
 }

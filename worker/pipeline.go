@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -119,9 +120,11 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 	}
 	t.Input, t.Model, t.Attempt = *in, model, attempt
 	t.CreatedAt = w.now().UTC()
+	start := time.Now()
 	if err := w.writeOutputs(ctx, keys, job.Formats, t); err != nil {
 		return "", keys, err
 	}
+	w.m.since(StageUpload, start)
 	if provisional || staleRecord {
 		// The provisional record of this attempt, or the record of an
 		// earlier delivery that ran out of retries (a message redriven
@@ -138,10 +141,13 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 // transcribeObject downloads, decodes, resamples and transcribes the
 // input.
 func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, model string) (Transcript, error) {
+	start := time.Now()
 	data, err := w.fetch(ctx, job, in)
 	if err != nil {
 		return Transcript{}, err
 	}
+	w.m.since(StageFetch, start)
+	start = time.Now()
 	clip, err := audio.Decode(data)
 	if err != nil {
 		return Transcript{}, audioError(err)
@@ -149,12 +155,17 @@ func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, mo
 	if len(clip.Samples) == 0 {
 		return Transcript{}, Permanentf(ClassEmptyAudio, "recording has a valid header but no samples")
 	}
+	w.m.since(StageDecode, start)
+	start = time.Now()
 	rate := clip.Rate
 	samples := audio.Resample(clip.Samples, clip.Rate, ModelRate)
+	w.m.since(StageResample, start)
+	start = time.Now()
 	t, err := w.transcribe(ctx, samples, model)
 	if err != nil {
 		return Transcript{}, err
 	}
+	w.m.since(StageInfer, start)
 	t.SampleRate = rate
 	return t, nil
 }

@@ -83,6 +83,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	del := newDeleter(w.sqs, 50*time.Millisecond, w.m)
 	delCtx, stopDel := context.WithCancel(workCtx)
 	helpers.Go(func() { del.run(delCtx) })
+	helpers.Go(func() { w.watchBacklog(delCtx) })
 	defer func() { stopDel(); stopHB(); helpers.Wait() }()
 
 	gate := newSlotGate(w.cfg.Concurrency, len(w.queues), w.cfg.minShareSlots(), w.m)
