@@ -5,10 +5,14 @@ import "bytes"
 // Decode sniffs the container format and decodes it to mono. WAV (PCM and
 // float) is decoded here; other recognised formats are reported as
 // unsupported by name, unknown bytes as corrupt.
-func Decode(b []byte) (Clip, error) {
+func Decode(b []byte) (Clip, error) { return DecodeInto(b, nil) }
+
+// DecodeInto is Decode writing the samples into buf when its capacity
+// suffices (a buffer reused across recordings), else into a new slice.
+func DecodeInto(b []byte, buf []float32) (Clip, error) {
 	switch {
 	case len(b) >= 12 && string(b[0:4]) == "RIFF" && string(b[8:12]) == "WAVE":
-		return DecodeWAV(b)
+		return decodeWAV(b, buf)
 	case len(b) == 0:
 		return Clip{}, corrupt("unknown", "empty object")
 	}

@@ -12,10 +12,11 @@ const zeroCrossings = 16
 const maxPhases = 1024
 
 // Resample converts x from rate from to rate to with a polyphase windowed
-// sinc low-pass filter (cut-off at the lower Nyquist frequency).
+// sinc low-pass filter (cut-off at the lower Nyquist frequency). At equal
+// rates it returns x itself, not a copy.
 func Resample(x []float32, from, to int) []float32 {
 	if from == to || len(x) == 0 {
-		return append([]float32(nil), x...)
+		return x
 	}
 	g := gcd(from, to)
 	up, down := to/g, from/g // output n sits at input n*down/up

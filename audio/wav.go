@@ -69,7 +69,9 @@ type wavFormat struct {
 // and mixes its channels down to mono. A data chunk whose declared size
 // runs past the end of the file (a stream that was never finalised) is read
 // up to the last whole frame.
-func DecodeWAV(b []byte) (Clip, error) {
+func DecodeWAV(b []byte) (Clip, error) { return decodeWAV(b, nil) }
+
+func decodeWAV(b []byte, buf []float32) (Clip, error) {
 	const name = "wav"
 	if len(b) < 12 {
 		return Clip{}, corrupt(name, "%d bytes is too short for a RIFF header", len(b))
@@ -118,7 +120,15 @@ func DecodeWAV(b []byte) (Clip, error) {
 		return Clip{}, corrupt(name, "no data chunk")
 	}
 	frames := len(data) / fmtc.blockAlign
-	samples := make([]float32, frames)
+	samples := buf[:0]
+	if cap(samples) < frames {
+		samples = make([]float32, frames)
+	}
+	samples = samples[:frames]
+	if fmtc.tag == wavPCM && fmtc.bits == 16 && fmtc.blockAlign == 2*fmtc.channels {
+		decodePCM16(samples, data[:frames*fmtc.blockAlign], fmtc.channels)
+		return Clip{Rate: fmtc.rate, Samples: samples}, nil
+	}
 	read := sampleReader(*fmtc)
 	inv := 1 / float32(fmtc.channels)
 	for i := 0; i < frames; i++ {
@@ -131,6 +141,38 @@ func DecodeWAV(b []byte) (Clip, error) {
 		samples[i] = sum * inv
 	}
 	return Clip{Rate: fmtc.rate, Samples: samples}, nil
+}
+
+// decodePCM16 is the common case (16-bit PCM, what phones and browsers
+// mostly write) without a call per sample: mono and stereo have loops of
+// their own.
+func decodePCM16(out []float32, data []byte, channels int) {
+	const scale = 1.0 / 32768
+	s16 := func(i int) float32 { return float32(int16(uint16(data[i]) | uint16(data[i+1])<<8)) }
+	switch channels {
+	case 1:
+		for i := range out {
+			j := 2 * i
+			_ = data[j+1]
+			out[i] = s16(j) * scale
+		}
+	case 2:
+		for i := range out {
+			j := 4 * i
+			_ = data[j+3]
+			out[i] = (s16(j) + s16(j+2)) * (scale / 2)
+		}
+	default:
+		inv := scale / float32(channels)
+		for i := range out {
+			j := 2 * channels * i
+			var sum float32
+			for c := range channels {
+				sum += s16(j + 2*c)
+			}
+			out[i] = sum * inv
+		}
+	}
 }
 
 // riffUnfinalised reports a RIFF size field left at 0 or 0xFFFFFFFF, as

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // Datatypes used by the speech model's tensors (KServe v2 names).
@@ -24,6 +25,13 @@ func EncodeFP32(samples []float32) []byte {
 	encodeFP32Into(out, samples)
 	return out
 }
+
+// nativeLittleEndian: float32 in memory is the KServe wire layout (little
+// endian) on this machine, as on x86-64 and arm64.
+var nativeLittleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
 
 func encodeFP32Into(out []byte, samples []float32) {
 	for i, s := range samples {

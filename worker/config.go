@@ -38,10 +38,14 @@ type Config struct {
 	OutputPrefixes     []string      // prefixes a job's output_prefix must lie under; empty: OutputPrefix only
 	Models             []string      // models a job may ask for besides the worker's own
 	ClaimSettle        time.Duration // wait between writing an in-progress claim and reading it back; 0: no claims
-	ChunkSeconds       float64       // longest chunk sent to the model
-	ChunkParallelism   int           // chunks of one job in flight at once
-	Timestamps         bool          // ask the model for word timestamps
-	ExitWhenIdle       time.Duration
+	// ClaimMinAudio is the shortest recording that gets a claim: a claim
+	// costs a PUT and a GET, about what computing a few minutes of audio
+	// costs, so it is worth paying only where a duplicate would waste more.
+	ClaimMinAudio    time.Duration
+	ChunkSeconds     float64 // longest chunk sent to the model
+	ChunkParallelism int     // chunks of one job in flight at once
+	Timestamps       bool    // ask the model for word timestamps
+	ExitWhenIdle     time.Duration
 }
 
 // RegisterFlags registers the worker flags with their defaults.
@@ -83,6 +87,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.ChunkSeconds, "chunk-seconds", 30, "longest audio chunk sent to the model; cuts fall at quiet points")
 	fs.IntVar(&c.ChunkParallelism, "chunk-parallelism", 8, "chunks of one job in flight at once")
 	fs.BoolVar(&c.Timestamps, "timestamps", true, "ask the model for word timestamps")
+	fs.DurationVar(&c.ClaimMinAudio, "claim-min-audio", 5*time.Minute, "claim only recordings at least this long: a claim costs an S3 PUT and GET per job, more than computing a short recording twice in the rare overlap it guards against (0: claim every job)")
 	fs.DurationVar(&c.ExitWhenIdle, "exit-when-idle", 0, "exit 0 once no message has arrived and no job has run for this long (0: run forever)")
 }
 
@@ -111,8 +116,8 @@ func (c *Config) Validate() error {
 		return errors.New("max receives must be at least 1")
 	case c.MaxObjectBytes < 1 || c.MaxAudioSeconds <= 0 || c.MemoryBudget < 0:
 		return errors.New("max object bytes and max audio seconds must be positive, memory budget not negative")
-	case c.ClaimSettle < 0:
-		return errors.New("claim settle must not be negative")
+	case c.ClaimSettle < 0 || c.ClaimMinAudio < 0:
+		return errors.New("claim settle and claim min audio must not be negative")
 	case c.ChunkSeconds < 1 || c.ChunkParallelism < 1:
 		return errors.New("chunk seconds and chunk parallelism must be at least 1")
 	}

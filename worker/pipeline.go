@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,34 +43,37 @@ func isPreconditionFailed(err error) bool {
 	return errors.As(err, &ae) && (ae.ErrorCode() == "PreconditionFailed" || ae.ErrorCode() == "412")
 }
 
-// probeBytes is how much of an object is read to learn its format and
-// length before it is admitted.
-const probeBytes = 64 << 10
+// firstRead is how much of an input the first GET reads: the whole of a
+// typical short recording, so one request fetches it, and the header of a
+// long one, to learn its format and length before it is admitted.
+const firstRead = 1 << 20
 
 // process runs the pipeline for one job. It fills in the input's ETag,
 // version and size from S3, and returns the output keys once known.
+//
+// S3 requests of a short recording: one GET (the object, with its ETag
+// and version), one HEAD (is the transcript there already), one PUT (the
+// transcript) and one DELETE (an error record of an earlier delivery, if
+// any: free, where a HEAD to look first is not).
 func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, job Job, in *InputRef, prefix, model string, attempt int) (string, OutputKeys, error) {
-	head, err := w.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
+	start := time.Now()
+	obj, err := w.open(ctx, job)
 	if err != nil {
-		if IsNotFound(err) {
-			return "", OutputKeys{}, Permanentf(ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
-		}
-		return "", OutputKeys{}, fmt.Errorf("head input: %w", err)
+		return "", OutputKeys{}, err
 	}
-	if job.ETag != "" && job.VersionID == "" && strings.Trim(job.ETag, `"`) != strings.Trim(aws.ToString(head.ETag), `"`) {
+	defer func() { putBytes(obj.head) }()
+	if job.ETag != "" && job.VersionID == "" && strings.Trim(job.ETag, `"`) != obj.etag {
 		// Overwritten since the event: the new upload has its own event.
 		log.Info().Msg("input changed since the job was queued; skipping")
 		return OutcomeSuperseded, OutputKeys{}, nil
 	}
-	in.ETag = strings.Trim(aws.ToString(head.ETag), `"`)
-	in.VersionID = aws.ToString(head.VersionId)
-	in.Size = aws.ToInt64(head.ContentLength)
+	in.ETag, in.VersionID, in.Size = obj.etag, obj.version, obj.size
 	keys := KeysFor(prefix, *in, model)
 
-	done, staleRecord, err := w.alreadyDone(ctx, keys)
+	done, err := w.alreadyDone(ctx, keys)
 	if err != nil || done {
 		if done {
-			log.Info().Msg("job already has a transcript or final error record; nothing to do")
+			log.Info().Msg("job already has a transcript; nothing to do")
 			return OutcomeDuplicate, keys, nil
 		}
 		return "", keys, err
@@ -77,7 +81,7 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 	if in.Size > w.cfg.MaxObjectBytes {
 		return "", keys, Permanentf(ClassTooLarge, "object is %d bytes, limit is %d", in.Size, w.cfg.MaxObjectBytes)
 	}
-	info, err := w.probe(ctx, job, in)
+	info, err := probe(obj.head, in.Size)
 	if err != nil {
 		return "", keys, err
 	}
@@ -85,9 +89,11 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 		return "", keys, Permanentf(ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.MaxAudioSeconds)
 	}
 
-	won, releaseClaim, err := w.claimJob(ctx, log, keys, msgID)
-	if err != nil {
-		return "", keys, err
+	won, releaseClaim := true, func() {}
+	if info.Duration() >= w.cfg.ClaimMinAudio.Seconds() { // shorter: not worth a claim's requests
+		if won, releaseClaim, err = w.claimJob(ctx, log, keys, msgID); err != nil {
+			return "", keys, err
+		}
 	}
 	if !won {
 		log.Info().Msg("another message for this input is in progress; dropping this one")
@@ -114,24 +120,23 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 		}
 	}
 
-	t, err := w.transcribeObject(ctx, job, in, model)
+	t, err := w.transcribeObject(ctx, job, in, obj.head, model, start)
 	if err != nil {
 		return "", keys, err
 	}
 	t.Input, t.Model, t.Attempt = *in, model, attempt
 	t.CreatedAt = w.now().UTC()
-	start := time.Now()
+	start = time.Now()
 	if err := w.writeOutputs(ctx, keys, job.Formats, t); err != nil {
 		return "", keys, err
 	}
 	w.m.since(StageUpload, start)
-	if provisional || staleRecord {
-		// The provisional record of this attempt, or the record of an
-		// earlier delivery that ran out of retries (a message redriven
-		// from the DLQ): the transcript supersedes it.
-		if _, err := w.s3.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(keys.Error)}); err != nil {
-			log.Warn().Err(err).Msg("delete non-final error record failed; the transcript supersedes it")
-		}
+	// The provisional record of this attempt, or the record of an earlier
+	// delivery that ran out of retries (a message redriven from the DLQ),
+	// or a final one of an earlier failure: the transcript supersedes it.
+	// Deleting without looking first: a DELETE is free, a HEAD is not.
+	if _, err := w.s3.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(keys.Error)}); err != nil {
+		log.Warn().Err(err).Msg("delete error record failed; the transcript supersedes it")
 	}
 	w.m.audioSeconds.Add(t.DurationSec)
 	log.Info().Str("transcript_key", keys.JSON).Float64("audio_s", t.DurationSec).Int("chunks", t.Chunks).Msg("transcript written")
@@ -140,18 +145,22 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 
 // transcribeObject downloads, decodes, resamples and transcribes the
 // input.
-func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, model string) (Transcript, error) {
-	start := time.Now()
-	data, err := w.fetch(ctx, job, in)
+func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, head []byte, model string, start time.Time) (Transcript, error) {
+	data, err := w.fetch(ctx, job, in, head)
 	if err != nil {
 		return Transcript{}, err
 	}
 	w.m.since(StageFetch, start)
 	start = time.Now()
-	clip, err := audio.Decode(data)
+	clip, err := audio.DecodeInto(data, getFloats(len(data)/2))
+	if len(data) > len(head) {
+		putBytes(data) // the head is the caller's
+	}
 	if err != nil {
 		return Transcript{}, audioError(err)
 	}
+	// Every chunk request has returned once transcribe does.
+	defer putFloats(clip.Samples)
 	if len(clip.Samples) == 0 {
 		return Transcript{}, Permanentf(ClassEmptyAudio, "recording has a valid header but no samples")
 	}
@@ -189,25 +198,18 @@ func optional(s string) *string {
 // is final (no later attempt will replace it).
 const metaFinal = "fleetscribe-final"
 
-// alreadyDone reports a job whose transcript exists or whose final error
-// record does (done), and whether a non-final error record is there: the
-// record of an earlier delivery that exhausted its retries, which a
-// transcript must replace.
-func (w *Worker) alreadyDone(ctx context.Context, keys OutputKeys) (done, staleRecord bool, err error) {
-	if _, err := w.head(ctx, keys.JSON); err == nil {
-		return true, false, nil
-	} else if !IsNotFound(err) {
-		return false, false, fmt.Errorf("check for existing transcript: %w", err)
-	}
-	out, err := w.head(ctx, keys.Error)
+// alreadyDone reports a job whose transcript exists. An error record is
+// not looked for (one paid HEAD per job): a job that failed for good is
+// computed again when a new message asks for it, and fails the same way.
+func (w *Worker) alreadyDone(ctx context.Context, keys OutputKeys) (bool, error) {
+	_, err := w.head(ctx, keys.JSON)
 	switch {
 	case err == nil:
-		final := out.Metadata[metaFinal] == "true"
-		return final, !final, nil
+		return true, nil
 	case IsNotFound(err):
-		return false, false, nil
+		return false, nil
 	default:
-		return false, false, fmt.Errorf("check for existing error record: %w", err)
+		return false, fmt.Errorf("check for existing transcript: %w", err)
 	}
 }
 
@@ -237,45 +239,95 @@ func (w *Worker) getInput(ctx context.Context, job Job, in *InputRef, rng string
 	}
 }
 
-// probe reads the head of the object to learn its format and length
-// before the whole object is fetched and admitted.
-func (w *Worker) probe(ctx context.Context, job Job, in *InputRef) (audio.Info, error) {
-	if in.Size == 0 {
-		return audio.Info{}, audioError(errors.New("empty object"))
-	}
-	n := min(in.Size, probeBytes)
-	obj, err := w.getInput(ctx, job, in, fmt.Sprintf("bytes=0-%d", n-1))
-	if err != nil {
-		return audio.Info{}, err
+// opened is what the first read of an input learned.
+type opened struct {
+	etag, version string
+	size          int64
+	head          []byte // the first min(size, firstRead) bytes
+}
+
+// open reads the first firstRead bytes of the input and its ETag, version
+// and size, in one GET.
+func (w *Worker) open(ctx context.Context, job Job) (opened, error) {
+	obj, err := w.s3.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID),
+		Range: aws.String(fmt.Sprintf("bytes=0-%d", firstRead-1)),
+	})
+	switch {
+	case err == nil:
+	case IsNotFound(err):
+		return opened{}, Permanentf(ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
+	case isInvalidRange(err):
+		// An empty object has no first byte: its metadata from a HEAD.
+		h, err := w.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
+		if err != nil {
+			if IsNotFound(err) {
+				return opened{}, Permanentf(ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
+			}
+			return opened{}, fmt.Errorf("head input: %w", err)
+		}
+		return opened{etag: strings.Trim(aws.ToString(h.ETag), `"`), version: aws.ToString(h.VersionId), size: aws.ToInt64(h.ContentLength)}, nil
+	default:
+		return opened{}, fmt.Errorf("get input: %w", err)
 	}
 	defer func() { _ = obj.Body.Close() }()
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(obj.Body, buf); err != nil {
-		return audio.Info{}, fmt.Errorf("read input header: %w", err)
+	o := opened{etag: strings.Trim(aws.ToString(obj.ETag), `"`), version: aws.ToString(obj.VersionId), size: aws.ToInt64(obj.ContentLength)}
+	if cr := aws.ToString(obj.ContentRange); cr != "" {
+		_, total, ok := strings.Cut(cr, "/")
+		n, err := strconv.ParseInt(total, 10, 64)
+		if !ok || err != nil {
+			return opened{}, fmt.Errorf("get input: unexpected Content-Range %q", cr)
+		}
+		o.size = n
 	}
-	info, err := audio.Probe(buf, in.Size)
+	// A server that ignored the range sends everything: read only the head.
+	o.head = getBytes(int(min(o.size, firstRead)))
+	if _, err := io.ReadFull(obj.Body, o.head); err != nil {
+		putBytes(o.head)
+		return opened{}, fmt.Errorf("read input: %w", err)
+	}
+	return o, nil
+}
+
+func isInvalidRange(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && (ae.ErrorCode() == "InvalidRange" || ae.ErrorCode() == "416")
+}
+
+// probe learns the format and length of the input from its head.
+func probe(head []byte, size int64) (audio.Info, error) {
+	if size == 0 {
+		return audio.Info{}, audioError(errors.New("empty object"))
+	}
+	info, err := audio.Probe(head, size)
 	switch {
 	case err == nil:
 		return info, nil
 	case errors.Is(err, audio.ErrHeaderBeyondPrefix):
 		// An odd file with its header far in: assume the worst case the
 		// decoder accepts (8-bit mono at 1 kHz) so admission stays safe.
-		return audio.Info{Format: "wav", Rate: 1000, Channels: 1, Frames: in.Size}, nil
+		return audio.Info{Format: "wav", Rate: 1000, Channels: 1, Frames: size}, nil
 	default:
 		return audio.Info{}, audioError(err)
 	}
 }
 
-// fetch downloads exactly the object version that was checked into a
-// buffer of its size.
-func (w *Worker) fetch(ctx context.Context, job Job, in *InputRef) ([]byte, error) {
-	obj, err := w.getInput(ctx, job, in, "")
+// fetch returns the whole input: the head already read (when that is all
+// of it) or a new buffer with the head and, read now, the rest of exactly
+// the object version that was checked.
+func (w *Worker) fetch(ctx context.Context, job Job, in *InputRef, head []byte) ([]byte, error) {
+	if int64(len(head)) >= in.Size {
+		return head[:in.Size], nil
+	}
+	obj, err := w.getInput(ctx, job, in, fmt.Sprintf("bytes=%d-", len(head)))
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = obj.Body.Close() }()
-	buf := make([]byte, in.Size)
-	if _, err := io.ReadFull(obj.Body, buf); err != nil {
+	buf := getBytes(int(in.Size))
+	copy(buf, head)
+	if _, err := io.ReadFull(obj.Body, buf[len(head):]); err != nil {
+		putBytes(buf)
 		return nil, fmt.Errorf("read input: %w", err)
 	}
 	return buf, nil
@@ -288,34 +340,44 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, model string
 	results := make([]triton.Result, len(chunks))
 	job := jobFrom(ctx)
 	job.prog.total.Store(int64(len(chunks)))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(w.cfg.ChunkParallelism)
-	for i, c := range chunks {
-		if len(c.Samples) == 0 {
-			continue
-		}
-		g.Go(func() (err error) {
-			// errgroup does not recover: a panic here would end the process
-			// with every job in hand.
-			defer func() {
-				if r := recover(); r != nil {
-					err = recoverError(r)
-				}
-			}()
-			r, err := w.tr.Transcribe(gctx, triton.Request{Samples: c.Samples, Timestamps: w.cfg.Timestamps, Model: model, Priority: job.priority})
-			if err != nil {
-				if errors.Is(err, triton.ErrRejected) {
-					return Permanent(ClassRejected, fmt.Errorf("chunk %d: %w", i, err))
-				}
-				return fmt.Errorf("transcribe chunk %d: %w", i, err)
+	one := func(ctx context.Context, i int, c audio.Chunk) (err error) {
+		// errgroup does not recover: a panic here would end the process
+		// with every job in hand.
+		defer func() {
+			if r := recover(); r != nil {
+				err = recoverError(r)
 			}
-			results[i] = r
-			job.prog.done.Add(1)
-			return nil
-		})
+		}()
+		r, err := w.tr.Transcribe(ctx, triton.Request{Samples: c.Samples, Timestamps: w.cfg.Timestamps, Model: model, Priority: job.priority})
+		if err != nil {
+			if errors.Is(err, triton.ErrRejected) {
+				return Permanent(ClassRejected, fmt.Errorf("chunk %d: %w", i, err))
+			}
+			return fmt.Errorf("transcribe chunk %d: %w", i, err)
+		}
+		results[i] = r
+		job.prog.done.Add(1)
+		return nil
 	}
-	if err := g.Wait(); err != nil {
-		return Transcript{}, err
+	if len(chunks) == 1 {
+		// A short recording: no goroutine for its one chunk.
+		if len(chunks[0].Samples) > 0 {
+			if err := one(ctx, 0, chunks[0]); err != nil {
+				return Transcript{}, err
+			}
+		}
+	} else {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(w.cfg.ChunkParallelism)
+		for i, c := range chunks {
+			if len(c.Samples) == 0 {
+				continue
+			}
+			g.Go(func() error { return one(gctx, i, c) })
+		}
+		if err := g.Wait(); err != nil {
+			return Transcript{}, err
+		}
 	}
 	t := Transcript{Schema: TranscriptSchema, Chunks: len(chunks), DurationSec: float64(len(samples)) / ModelRate}
 	var texts []string

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -44,6 +45,8 @@ type config struct {
 	margin      time.Duration
 	rebalance   bool
 	gpus        int
+	cpuProfile  string
+	memProfile  string
 }
 
 func (c *config) registerFlags(fs *flag.FlagSet) {
@@ -58,6 +61,8 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.margin, "interruption-margin", 15*time.Second, "on a spot interruption notice, jobs must be finished or released this long before the instance goes")
 	fs.BoolVar(&c.rebalance, "drain-on-rebalance", true, "treat an EC2 rebalance recommendation like a termination: stop receiving and drain")
 	fs.IntVar(&c.gpus, "gpus", 1, "GPUs the partitions run on (the MPS plan's override sets it), exported as fleetscribe_gpus for throughput per GPU")
+	fs.StringVar(&c.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof)")
+	fs.StringVar(&c.memProfile, "mem-profile", "", "write a Go allocation profile to this file at exit (for go tool pprof)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 }
 
@@ -100,6 +105,30 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if m := cfg.model.MaxChunk(); m > 0 && int(cfg.worker.ChunkSeconds*worker.ModelRate) > m {
 		return fmt.Errorf("config: -chunk-seconds %g is longer than the largest bucket (%gs): chunks must fit a bucket", cfg.worker.ChunkSeconds, float64(m)/worker.ModelRate)
 	}
+	if cfg.gpus < 1 {
+		return errors.New("config: -gpus must be at least 1")
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	if cfg.memProfile != "" {
+		defer func() {
+			if f, err := os.Create(cfg.memProfile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				_ = f.Close()
+			}
+		}()
+	}
+	// Every job in hand may have a request or two to S3 in flight, and
+	// each call past the idle pool would open a new connection.
+	cfg.aws.IdleConnsPerHost = 2*cfg.worker.Concurrency + 16
 	level, err := zerolog.ParseLevel(cfg.logLevel)
 	if err != nil {
 		return fmt.Errorf("config: log level: %w", err)

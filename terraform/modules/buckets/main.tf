@@ -133,5 +133,18 @@ resource "aws_s3_bucket_lifecycle_configuration" "this" {
     }
   }
 
+  # A job that succeeds deletes its error record's key whether or not a
+  # record is there (a DELETE is free; checking first is a paid HEAD per
+  # job), which leaves a delete marker in a versioned bucket. Markers with
+  # nothing behind them are removed here.
+  rule {
+    id     = "remove-expired-delete-markers"
+    status = "Enabled"
+    filter {}
+    expiration {
+      expired_object_delete_marker = true
+    }
+  }
+
   depends_on = [aws_s3_bucket_versioning.this]
 }
