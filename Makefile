@@ -38,7 +38,7 @@ test: deps tflint ## vet, format check, terraform checks and all tests with -rac
 	$(GO) vet -tags $(TAGS) ./...
 	$(MAKE) --no-print-directory tf-lint
 	$(MAKE) --no-print-directory tf-validate
-	$(GO) test -race -count=1 -tags $(TAGS) ./...
+	FLEETSCRIBE_REQUIRE_PROMTOOL=1 $(GO) test -race -count=1 -tags $(TAGS) ./...
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s deploy/triton/tests
 	$(GO) test -count=1 -tags $(TAGS),chaos -run TestChaosShort -v ./chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
 
@@ -74,6 +74,10 @@ bench-buckets: deps ## choose bucket lengths: padding vs batch formation on a re
 .PHONY: bench-enqueue
 bench-enqueue: deps ## enqueue 100,000 keys (a quarter already transcribed) from the local emulator's S3 into its SQS, next to a naive serial loop
 	$(GO) run ./bench/enqueue
+
+.PHONY: bench-worker
+bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into four zero-latency fake partitions: jobs/s, worker CPU per job, peak RSS, requests and connections per job, request cost
+	$(GO) run ./bench/worker -worker-bin $(BIN)/worker
 
 .PHONY: chaos
 chaos: build ## 1000 jobs through two real workers while workers are killed, partitions crash and S3/SQS fail; table and RESULT line

@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-# Commands, by the Debian package that provides them (a command that is
+# Commands, by the Debian package that provides them (promtool, from
+# prometheus, checks the alert rules and dashboard queries; a command that is
 # already on PATH, however it was installed, is left alone).
-for pair in ffmpeg:ffmpeg pkg-config:pkg-config gcc:gcc node:nodejs npm:npm protoc:protobuf-compiler pocketsphinx_continuous:pocketsphinx; do
+for pair in ffmpeg:ffmpeg pkg-config:pkg-config gcc:gcc node:nodejs npm:npm protoc:protobuf-compiler pocketsphinx_continuous:pocketsphinx promtool:prometheus; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
 # Libraries and data.

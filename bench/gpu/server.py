@@ -321,7 +321,14 @@ def main():
     server.add_generic_rpc_handlers((handler(Service(args, batcher)),))
     server.add_insecure_port("127.0.0.1:%d" % args.port)
     server.start()
-    print(json.dumps({"msg": "serving", "port": args.port, "params": stand_in.parameters(m), "ragged": args.ragged}), flush=True)
+    # What this process was given: its GPU and, under MPS, the SMs its
+    # thread percentage leaves it (the cap applies in whole TPCs).
+    gpu = {}
+    if args.device != "cpu":
+        gpu = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+               "thread_percentage": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", ""),
+               "sms": torch.cuda.get_device_properties(0).multi_processor_count}
+    print(json.dumps({"msg": "serving", "port": args.port, "params": stand_in.parameters(m), "ragged": args.ragged, **gpu}), flush=True)
 
     def write_stats():
         while True:

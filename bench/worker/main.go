@@ -22,7 +22,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"net/http"
@@ -392,4 +391,3 @@ func report(o options, elapsed, cpu time.Duration, hwm int64, written int, count
 	return nil
 }
 
-var _ = io.Discard

@@ -311,3 +311,37 @@ func TestMPSCommandErrors(t *testing.T) {
 		}
 	}
 }
+
+// The monitoring profile runs Prometheus with the alert rules and Grafana
+// with the dashboard provisioned, from files that exist.
+func TestComposeMonitoringProfile(t *testing.T) {
+	if _, err := loadCompose(t).GetService("prometheus"); err == nil {
+		t.Error("Prometheus should only run with the monitoring profile")
+	}
+	p := loadCompose(t, "monitoring")
+	root, _ := filepath.Abs("../..")
+	for name, targets := range map[string][]string{
+		"prometheus": {"/etc/prometheus/prometheus.yml", "/etc/prometheus/alerts.yml"},
+		"grafana":    {"/etc/grafana/provisioning", "/var/lib/grafana/dashboards"},
+	} {
+		s, err := p.GetService(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, target := range targets {
+			found := false
+			for _, v := range s.Volumes {
+				if v.Target != target {
+					continue
+				}
+				found = true
+				if _, err := os.Stat(v.Source); err != nil || !strings.HasPrefix(v.Source, root) {
+					t.Errorf("%s mounts %s from %s: %v", name, target, v.Source, err)
+				}
+			}
+			if !found {
+				t.Errorf("%s does not mount %s", name, target)
+			}
+		}
+	}
+}

@@ -136,10 +136,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	log := zerolog.New(stderr).Level(level).With().Timestamp().Str("component", "worker").Logger()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	gpus := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetscribe_gpus", Help: "GPUs this worker's partitions run on."})
-	gpus.Set(float64(cfg.gpus))
-	reg.MustRegister(gpus)
+	registerProcessMetrics(reg, cfg)
 	pool, err := triton.NewPool(cfg.pool, cfg.model, reg)
 	if err != nil {
 		return fmt.Errorf("triton pool: %w", err)
@@ -189,6 +186,15 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		parts = append(parts, *p)
 	}
 	return runGroup(ctx, log, w.Run, parts...)
+}
+
+// registerProcessMetrics registers what the process exports besides the
+// worker's and the pool's own metrics.
+func registerProcessMetrics(reg prometheus.Registerer, cfg config) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	gpus := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetscribe_gpus", Help: "GPUs this worker's partitions run on."})
+	gpus.Set(float64(cfg.gpus))
+	reg.MustRegister(gpus)
 }
 
 // part is a long-running piece of the process besides the worker.
