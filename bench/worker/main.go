@@ -390,4 +390,3 @@ func report(o options, elapsed, cpu time.Duration, hwm int64, written int, count
 	}
 	return nil
 }
-
