@@ -1,4 +1,6 @@
-# Worker and enqueue images: static binaries on a minimal base.
+# Worker and enqueue images: static binaries, and ffmpeg, which the worker
+# runs for the formats it has no Go decoder for (Ogg/Opus, M4A/AAC, WebM,
+# AMR...); WAV, FLAC and MP3 are decoded in Go.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -6,7 +8,10 @@ RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/worker ./cmd/enqueue
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ffmpeg ca-certificates \
+  && rm -rf /var/lib/apt/lists/* && useradd --system --uid 65532 --no-create-home nonroot
 COPY --from=build /out/worker /out/enqueue /usr/local/bin/
+USER 65532
 EXPOSE 9100
 ENTRYPOINT ["/usr/local/bin/worker"]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 )
 
@@ -98,8 +99,8 @@ func TestDecodeErrors(t *testing.T) {
 		"absurd rate":    {wav(wavPCM, 1, 10, 16, nil, false), ErrCorrupt},
 		"12-bit":         {wav(wavPCM, 1, 16000, 12, nil, false), ErrUnsupported},
 		"adpcm":          {wav(0x11, 1, 16000, 4, nil, false), ErrUnsupported},
-		"flac":           {[]byte("fLaC\x00\x00\x00\x22"), ErrUnsupported},
-		"mp3":            {[]byte("ID3\x03\x00\x00\x00\x00"), ErrUnsupported},
+		"truncated flac": {[]byte("fLaC\x00\x00\x00\x22"), ErrCorrupt},
+		"truncated mp3":  {[]byte("ID3\x03\x00\x00\x00\x00"), ErrCorrupt},
 	}
 	for name, c := range cases {
 		_, err := Decode(c.file)
@@ -114,8 +115,14 @@ func FuzzDecode(f *testing.F) {
 	f.Add(wav(wavPCM, 1, 16000, 16, []byte{1, 2, 3, 4}, false))
 	f.Add(wav(wavFloat, 2, 44100, 32, make([]byte, 16), true))
 	f.Add([]byte("RIFF\x00\x00\x00\x00WAVEdata\x00\x00\x00\x00"))
+	for _, name := range []string{"testdata/seed.flac", "testdata/seed.mp3"} {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b)
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		clip, err := Decode(b)
+		// The Go decoders only (no ffmpeg subprocess per input).
+		clip, err := DecodeContext(t.Context(), b, nil, nil)
 		if err != nil {
 			var fe *FormatError
 			if !errors.As(err, &fe) {
@@ -123,8 +130,11 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if clip.Rate < 1000 || len(clip.Samples) > len(b) {
+		if clip.Rate < minRate || clip.Rate > maxRate || len(clip.Samples) > maxDecodedFrames {
 			t.Fatalf("implausible clip: rate %d, %d samples from %d bytes", clip.Rate, len(clip.Samples), len(b))
+		}
+		if sniff(b) == "" && len(clip.Samples) > len(b) { // WAV: at least a byte a sample
+			t.Fatalf("%d samples from %d bytes of WAV", len(clip.Samples), len(b))
 		}
 	})
 }
@@ -245,8 +255,11 @@ func TestProbe(t *testing.T) {
 	if _, err := Probe(f[:20], int64(len(f))); !errors.Is(err, ErrHeaderBeyondPrefix) {
 		t.Errorf("short prefix: %v", err)
 	}
-	if _, err := Probe([]byte("fLaC\x00\x00\x00\x22"), 100); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("flac: %v", err)
+	if _, err := Probe([]byte("fLaC\x00\x00\x00\x22"), 100); !errors.Is(err, ErrHeaderBeyondPrefix) {
+		t.Errorf("flac, header beyond the prefix: %v", err)
+	}
+	if _, err := Probe([]byte("fLaC\x00\x00\x00\x22"), 8); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("flac, truncated object: %v", err)
 	}
 	if _, err := Probe([]byte("garbage bytes here"), 100); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("garbage: %v", err)
@@ -264,12 +277,20 @@ func TestProbe(t *testing.T) {
 func FuzzProbe(f *testing.F) {
 	f.Add(wav(wavPCM, 1, 16000, 16, []byte{1, 2, 3, 4}, false))
 	f.Add([]byte("RIFF\x00\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00\x40\x1f\x00\x00\x80\x3e\x00\x00\x02\x00\x10\x00data\x00\x00\x00\x00\x01\x02\x03\x04"))
+	for _, name := range []string{"testdata/seed.flac", "testdata/seed.mp3"} {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b)
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		info, err := Probe(b, int64(len(b)))
 		if err != nil {
 			return
 		}
-		clip, err := Decode(b)
+		if info.Estimated || info.Format == "mp3" {
+			return // a length from the size or the bit rate, not a bound
+		}
+		clip, err := DecodeContext(t.Context(), b, nil, nil)
 		if err == nil && int64(len(clip.Samples)) > info.Frames {
 			t.Fatalf("Probe says %d frames, Decode returned %d", info.Frames, len(clip.Samples))
 		}

@@ -1,25 +1,50 @@
 package audio
 
-import "bytes"
+import (
+	"bytes"
+	"context"
+)
 
-// Decode sniffs the container format and decodes it to mono. WAV (PCM and
-// float) is decoded here; other recognised formats are reported as
-// unsupported by name, unknown bytes as corrupt.
+// Decode sniffs the container format and decodes it to mono (see
+// DecodeContext), with ffmpeg from PATH for formats without a Go decoder.
 func Decode(b []byte) (Clip, error) { return DecodeInto(b, nil) }
 
 // DecodeInto is Decode writing the samples into buf when its capacity
 // suffices (a buffer reused across recordings), else into a new slice.
 func DecodeInto(b []byte, buf []float32) (Clip, error) {
+	return DecodeContext(context.Background(), b, buf, DefaultFFmpeg)
+}
+
+// DecodeContext decodes by content, not name: WAV (PCM, float, G.711),
+// FLAC and MP3 in pure Go, everything else ffmpeg knows through ff (nil:
+// refused as unsupported), cancelled with ctx.
+func DecodeContext(ctx context.Context, b []byte, buf []float32, ff *FFmpeg) (Clip, error) {
 	switch {
 	case len(b) >= 12 && string(b[0:4]) == "RIFF" && string(b[8:12]) == "WAVE":
 		return decodeWAV(b, buf)
 	case len(b) == 0:
 		return Clip{}, corrupt("unknown", "empty object")
 	}
-	if name := sniff(b); name != "" {
-		return Clip{}, unsupported(name, "this build decodes WAV only")
+	switch name := sniff(b); name {
+	case "flac", "mp3":
+		decode := decodeFLAC
+		if name == "mp3" {
+			decode = decodeMP3
+		}
+		c, err := decode(b, buf)
+		if err != nil && ff != nil && ff.Bin != "" {
+			// What the Go decoder does not read (MPEG-2.5, the 8 kHz MP3 of
+			// telephony, and damage it gives up on), ffmpeg may.
+			if fc, ferr := ff.Decode(ctx, b, name); ferr == nil {
+				return fc, nil
+			}
+		}
+		return c, err
+	case "":
+		return Clip{}, corrupt("unknown", "unrecognised audio container")
+	default:
+		return ff.Decode(ctx, b, name)
 	}
-	return Clip{}, corrupt("unknown", "unrecognised audio container")
 }
 
 // Magic numbers of containers recognised by name.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -88,8 +89,10 @@ func readFile(t *testing.T, path string) []byte {
 	return b
 }
 
-// Containers the decoder does not read are named in the error, not called
-// corrupt, and formats that share a first byte are told apart.
+// Containers are named in the error (here, headers with nothing behind
+// them: corrupt, whether read in Go or by ffmpeg), and formats that share
+// a first byte are told apart. Without ffmpeg, those only it reads are
+// unsupported, by name.
 func TestContainersAreNamed(t *testing.T) {
 	riff := func(magic, form string) []byte {
 		return append([]byte(magic+"\x00\x00\x00\x00"+form), make([]byte, 32)...)
@@ -109,8 +112,12 @@ func TestContainersAreNamed(t *testing.T) {
 	for want, b := range cases {
 		_, err := Decode(b)
 		var fe *FormatError
-		if !errors.As(err, &fe) || fe.Format != want || !errors.Is(err, ErrUnsupported) {
+		if !errors.As(err, &fe) || fe.Format != want || !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v", want, err)
+		}
+		_, err = DecodeContext(t.Context(), b, nil, nil)
+		if want != "mp3" && (!errors.As(err, &fe) || fe.Format != want || !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "ffmpeg")) {
+			t.Errorf("%s without ffmpeg: %v", want, err)
 		}
 	}
 }

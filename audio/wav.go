@@ -194,6 +194,11 @@ type Info struct {
 	Rate     int
 	Channels int
 	Frames   int64 // sample frames, from the data size (or the object size for an unfinalised stream)
+	// Estimated: Frames is a guess from the object's size (a compressed
+	// container ffmpeg reads, whose length is not in its first bytes), an
+	// overestimate for most recordings; a duration limit applies after
+	// decoding instead.
+	Estimated bool
 }
 
 // Duration returns the recording's length in seconds.
@@ -217,10 +222,18 @@ func Probe(head []byte, size int64) (Info, error) {
 		return Info{}, corrupt("unknown", "empty object")
 	}
 	if !(len(head) >= 12 && string(head[0:4]) == "RIFF" && string(head[8:12]) == "WAVE") {
-		if name := sniff(head); name != "" {
-			return Info{}, unsupported(name, "this build decodes WAV only")
+		switch name := sniff(head); name {
+		case "flac":
+			return probeFLAC(head, size)
+		case "mp3":
+			return probeMP3(head, size)
+		case "":
+			return Info{}, corrupt("unknown", "unrecognised audio container")
+		default:
+			// Read by ffmpeg at 16 kHz mono; as long as the object would
+			// be at 32 kbit/s, more than speech is usually encoded at.
+			return Info{Format: name, Rate: ffmpegRate, Channels: 1, Frames: size * 8 / 32000 * ffmpegRate, Estimated: true}, nil
 		}
-		return Info{}, corrupt("unknown", "unrecognised audio container")
 	}
 	unfinalised := riffUnfinalised(head)
 	var f *wavFormat

@@ -59,6 +59,16 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 	start := time.Now()
 	obj, err := w.open(ctx, job)
 	if err != nil {
+		var perm *PermanentError
+		if !errors.As(err, &perm) && ctx.Err() == nil {
+			// The read failed but the object may be there: learn its ETag
+			// from a HEAD (only on this path), so that a last attempt can
+			// still leave its error record where the transcript would go.
+			if h, herr := w.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)}); herr == nil {
+				in.ETag, in.VersionID, in.Size = strings.Trim(aws.ToString(h.ETag), `"`), aws.ToString(h.VersionId), aws.ToInt64(h.ContentLength)
+				return "", KeysFor(prefix, *in, model), err
+			}
+		}
 		return "", OutputKeys{}, err
 	}
 	defer func() { putBytes(obj.head) }()
@@ -85,7 +95,9 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 	if err != nil {
 		return "", keys, err
 	}
-	if d := info.Duration(); d > w.cfg.MaxAudioSeconds {
+	if d := info.Duration(); d > w.cfg.MaxAudioSeconds && !info.Estimated {
+		// (An estimated length, from the size of a compressed recording
+		// ffmpeg reads, is checked after decoding instead.)
 		return "", keys, Permanentf(ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.MaxAudioSeconds)
 	}
 
@@ -152,7 +164,7 @@ func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, he
 	}
 	w.m.since(StageFetch, start)
 	start = time.Now()
-	clip, err := audio.DecodeInto(data, getFloats(len(data)/2))
+	clip, err := audio.DecodeContext(ctx, data, getFloats(len(data)/2), w.ffmpeg)
 	if len(data) > len(head) {
 		putBytes(data) // the head is the caller's
 	}
@@ -163,6 +175,9 @@ func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, he
 	defer putFloats(clip.Samples)
 	if len(clip.Samples) == 0 {
 		return Transcript{}, Permanentf(ClassEmptyAudio, "recording has a valid header but no samples")
+	}
+	if d := float64(len(clip.Samples)) / float64(clip.Rate); d > w.cfg.MaxAudioSeconds {
+		return Transcript{}, Permanentf(ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.MaxAudioSeconds)
 	}
 	w.m.since(StageDecode, start)
 	start = time.Now()
@@ -180,11 +195,17 @@ func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, he
 }
 
 func audioError(err error) error {
-	class := ClassCorruptAudio
-	if errors.Is(err, audio.ErrUnsupported) {
-		class = ClassUnsupported
+	var fe *audio.FormatError
+	switch {
+	case errors.Is(err, audio.ErrTooLong):
+		return Permanent(ClassTooLarge, err)
+	case errors.Is(err, audio.ErrUnsupported):
+		return Permanent(ClassUnsupported, err)
+	case errors.As(err, &fe):
+		return Permanent(ClassCorruptAudio, err)
 	}
-	return Permanent(class, err)
+	// ffmpeg could not run, or was cancelled: not the recording's fault.
+	return err
 }
 
 func optional(s string) *string {
@@ -297,7 +318,7 @@ func isInvalidRange(err error) bool {
 // probe learns the format and length of the input from its head.
 func probe(head []byte, size int64) (audio.Info, error) {
 	if size == 0 {
-		return audio.Info{}, audioError(errors.New("empty object"))
+		return audio.Info{}, Permanentf(ClassCorruptAudio, "empty object")
 	}
 	info, err := audio.Probe(head, size)
 	switch {

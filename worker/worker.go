@@ -1,6 +1,9 @@
 package worker
 
 import (
+	"os/exec"
+
+	"github.com/fleetscribe/fleetscribe/audio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,6 +56,7 @@ type Worker struct {
 	gate   *memoryGate
 	queues []*queue
 	now    func() time.Time
+	ffmpeg *audio.FFmpeg // nil: formats without a Go decoder are unsupported
 
 	interrupt chan Interruption // fleet signals: stop receiving, finish by a deadline
 	running   atomic.Bool       // between the queue checks and the end of the drain
@@ -73,6 +77,13 @@ func New(cfg Config, model string, sqsc SQSAPI, s3c S3API, tr Transcriber, log z
 	m := newMetrics(reg)
 	w := &Worker{cfg: cfg, model: model, sqs: sqsc, s3: s3c, tr: tr, log: log, m: m, gate: newMemoryGate(cfg.MemoryBudget, m), now: time.Now,
 		interrupt: make(chan Interruption, 1)}
+	if cfg.FFmpeg != "" {
+		if bin, err := exec.LookPath(cfg.FFmpeg); err == nil {
+			w.ffmpeg = &audio.FFmpeg{Bin: bin, Timeout: cfg.JobTimeout, MaxSeconds: cfg.MaxAudioSeconds}
+		} else {
+			log.Warn().Str("ffmpeg", cfg.FFmpeg).Msg("ffmpeg not found: Ogg, Opus, M4A/AAC, WebM, AMR and other formats without a Go decoder will get unsupported_audio records")
+		}
+	}
 	for i, u := range append([]string{cfg.QueueURL}, cfg.LowerQueueURLs...) {
 		q := &queue{url: u, rank: i}
 		switch {

@@ -100,17 +100,20 @@ func run(ctx context.Context) error {
 	step(fmt.Sprintf("synthesising and uploading %d sentences (flite voice %q)", len(sentences), *voice))
 	keys := make([]string, len(sentences))
 	for i, text := range sentences {
-		wav := filepath.Join(work, fmt.Sprintf("clip-%02d.wav", i+1))
-		ff := exec.CommandContext(ctx, "ffmpeg", "-nostdin", "-loglevel", "error", "-y",
-			"-f", "lavfi", "-i", fmt.Sprintf("flite=text='%s':voice=%s", text, *voice), "-ac", "1", wav)
+		// Uploads as phones and browsers make them: WAV, MP3 (44.1 kHz
+		// stereo, decoded in Go) and M4A/AAC (through ffmpeg), in turn.
+		format := uploadFormats[i%len(uploadFormats)]
+		file := filepath.Join(work, fmt.Sprintf("clip-%02d.%s", i+1, format.ext))
+		ff := exec.CommandContext(ctx, "ffmpeg", append(append([]string{"-nostdin", "-loglevel", "error", "-y",
+			"-f", "lavfi", "-i", fmt.Sprintf("flite=text='%s':voice=%s", text, *voice)}, format.args...), file)...)
 		if out, err := ff.CombinedOutput(); err != nil {
 			return fmt.Errorf("ffmpeg: %w: %s", err, out)
 		}
-		f, err := os.Open(wav)
+		f, err := os.Open(file)
 		if err != nil {
 			return err
 		}
-		keys[i] = fmt.Sprintf("incoming/clip-%02d.wav", i+1)
+		keys[i] = fmt.Sprintf("incoming/clip-%02d.%s", i+1, format.ext)
 		_, err = s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(keys[i]), Body: f})
 		_ = f.Close() // read-only
 		if err != nil {
@@ -121,7 +124,7 @@ func run(ctx context.Context) error {
 	step("enqueueing with `enqueue -prefix incoming/`")
 	common := []string{"-aws-endpoint", emu.Endpoint, "-queue-url", q.URL}
 	enq := exec.CommandContext(ctx, filepath.Join(*binDir, "enqueue"), append(common,
-		"-bucket", bucket, "-prefix", "incoming/", "-suffix", ".wav", "-job-formats", "txt,srt,vtt")...)
+		"-bucket", bucket, "-prefix", "incoming/", "-job-formats", "txt,srt,vtt")...)
 	enq.Stdout, enq.Stderr = os.Stdout, os.Stderr
 	if err := enq.Run(); err != nil {
 		return fmt.Errorf("enqueue: %w", err)
@@ -178,6 +181,16 @@ func run(ctx context.Context) error {
 	}
 	fmt.Printf("RESULT clips=%d wer=%.2f words_timed=%d words_misplaced=%d\n", len(keys), overall, timed, misplaced)
 	return verr
+}
+
+// uploadFormats are the encodings the demo's uploads take in turn.
+var uploadFormats = []struct {
+	ext  string
+	args []string
+}{
+	{"wav", []string{"-ac", "1"}},
+	{"mp3", []string{"-ar", "44100", "-ac", "2", "-c:a", "libmp3lame", "-b:a", "96k"}},
+	{"m4a", []string{"-ar", "44100", "-ac", "1", "-c:a", "aac", "-b:a", "64k"}},
 }
 
 func step(s string) { fmt.Printf("==> %s\n", s) }

@@ -1,0 +1,162 @@
+package audio
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// encode makes a recording with ffmpeg: flite speech, at rate and
+// channels, in the format ffmpeg's arguments select, and the same speech
+// as 16-bit WAV at that rate, mixed to mono, as the reference.
+func encode(t *testing.T, rate, channels int, ext string, args ...string) (encoded, reference []byte) {
+	t.Helper()
+	if _, err := exec.LookPath("ffmpeg"); err != nil {
+		t.Skip("ffmpeg not installed (make deps installs it)")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src.wav")
+	run := func(a ...string) {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), "ffmpeg", append([]string{"-nostdin", "-loglevel", "error", "-y"}, a...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("ffmpeg %v: %v\n%s", a, err, out)
+		}
+	}
+	run("-f", "lavfi", "-i", "flite=text='the patient reports mild chest pain since tuesday morning':voice=slt",
+		"-ar", itoa(rate), "-ac", itoa(channels), "-c:a", "pcm_s16le", src)
+	out := filepath.Join(dir, "out."+ext)
+	run(append(append([]string{"-i", src}, args...), out)...)
+	ref := filepath.Join(dir, "ref.wav")
+	run("-i", src, "-ac", "1", "-c:a", "pcm_s16le", ref)
+	e, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.ReadFile(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, r
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func rms(x []float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return math.Sqrt(s / float64(max(len(x), 1)))
+}
+
+// Every common upload format decodes to the same speech: FLAC exactly,
+// lossy formats to the same length and level; each is recognised by its
+// content, and Probe gives its length before download.
+func TestFormatsDecodeToTheSameSpeech(t *testing.T) {
+	cases := []struct {
+		name, ext      string
+		rate, channels int
+		args           []string
+		exact          bool
+		probeTolerance float64 // seconds; <0: an estimate (ffmpeg formats)
+	}{
+		{"flac 44.1 kHz stereo", "flac", 44100, 2, []string{"-c:a", "flac"}, true, 0.001},
+		{"flac 16 kHz mono", "flac", 16000, 1, []string{"-c:a", "flac"}, true, 0.001},
+		{"mp3 44.1 kHz stereo CBR", "mp3", 44100, 2, []string{"-c:a", "libmp3lame", "-b:a", "128k"}, false, 0.15},
+		{"mp3 16 kHz mono VBR", "mp3", 16000, 1, []string{"-c:a", "libmp3lame", "-q:a", "4"}, false, 0.15},
+		{"m4a (aac)", "m4a", 44100, 2, []string{"-c:a", "aac", "-b:a", "96k"}, false, -1},
+		{"ogg (opus)", "ogg", 48000, 1, []string{"-c:a", "libopus", "-b:a", "24k"}, false, -1},
+		{"webm (opus)", "webm", 48000, 2, []string{"-c:a", "libopus", "-b:a", "32k"}, false, -1},
+		{"ogg (vorbis)", "oga", 22050, 1, []string{"-c:a", "libvorbis", "-f", "ogg"}, false, -1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			enc, ref := encode(t, c.rate, c.channels, c.ext, c.args...)
+			want, err := Decode(ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Decode(enc)
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			wantSecs := float64(len(want.Samples)) / float64(want.Rate)
+			gotSecs := float64(len(got.Samples)) / float64(got.Rate)
+			if math.Abs(gotSecs-wantSecs) > 0.12 {
+				t.Errorf("decoded %.3f s, the source is %.3f s", gotSecs, wantSecs)
+			}
+			if c.exact {
+				if got.Rate != want.Rate || len(got.Samples) != len(want.Samples) {
+					t.Fatalf("rate %d, %d samples; want %d, %d", got.Rate, len(got.Samples), want.Rate, len(want.Samples))
+				}
+				for i := range got.Samples {
+					// Mixing down in float can differ from ffmpeg's integer
+					// mix by a rounding step.
+					if math.Abs(float64(got.Samples[i]-want.Samples[i])) > 2.0/32768 {
+						t.Fatalf("sample %d: %v, want %v", i, got.Samples[i], want.Samples[i])
+					}
+				}
+			} else if r, w := rms(got.Samples), rms(want.Samples); math.Abs(r/w-1) > 0.25 {
+				t.Errorf("level %.4f, the source's %.4f", r, w)
+			}
+			info, err := Probe(enc[:min(len(enc), 1<<20)], int64(len(enc)))
+			if err != nil {
+				t.Fatalf("probe: %v", err)
+			}
+			if c.probeTolerance >= 0 {
+				if info.Estimated || math.Abs(info.Duration()-wantSecs) > c.probeTolerance {
+					t.Errorf("probe says %.3f s (estimated %v), the source is %.3f s", info.Duration(), info.Estimated, wantSecs)
+				}
+			} else if !info.Estimated || info.Duration() < wantSecs/4 {
+				t.Errorf("probe of a format ffmpeg reads: %+v (%.1f s), want a marked estimate not far below %.1f s", info, info.Duration(), wantSecs)
+			}
+		})
+	}
+}
+
+// ffmpeg is bounded: past MaxSeconds it is stopped and the recording
+// refused with ErrTooLong, past Timeout it is killed, and on every path
+// the process is reaped; a file with no audio stream is corrupt, by name.
+func TestFFmpegBoundsAndErrors(t *testing.T) {
+	enc, _ := encode(t, 16000, 1, "ogg", "-c:a", "libopus")
+	ff := &FFmpeg{Bin: DefaultFFmpeg.Bin, Timeout: time.Minute, MaxSeconds: 1}
+	if _, err := ff.Decode(t.Context(), enc, "ogg"); !errors.Is(err, ErrTooLong) {
+		t.Errorf("past MaxSeconds: %v", err)
+	}
+	ff = &FFmpeg{Bin: DefaultFFmpeg.Bin, Timeout: time.Nanosecond, MaxSeconds: 3600}
+	if _, err := ff.Decode(t.Context(), enc, "ogg"); err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("past Timeout: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := DefaultFFmpeg.Decode(ctx, enc, "ogg"); err == nil {
+		t.Error("cancelled: want an error")
+	}
+	// A video-only WebM: a valid container with no audio stream.
+	dir := t.TempDir()
+	video := filepath.Join(dir, "video.webm")
+	if out, err := exec.CommandContext(t.Context(), "ffmpeg", "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "color=c=black:s=64x64:d=1",
+		"-c:v", "libvpx-vp9", video).CombinedOutput(); err != nil {
+		t.Skipf("no VP9 encoder: %v %s", err, out)
+	}
+	b, _ := os.ReadFile(video)
+	_, err := Decode(b)
+	var fe *FormatError
+	if !errors.As(err, &fe) || !errors.Is(err, ErrCorrupt) || fe.Format != "webm" {
+		t.Errorf("no audio stream: %v", err)
+	}
+	// Nothing is left running: no ffmpeg child of this process.
+	time.Sleep(100 * time.Millisecond)
+	out, _ := exec.Command("pgrep", "-P", itoa(os.Getpid()), "ffmpeg").Output()
+	if len(bytes.TrimSpace(out)) > 0 {
+		t.Errorf("ffmpeg processes left: %s", out)
+	}
+}

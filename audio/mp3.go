@@ -1,0 +1,116 @@
+package audio
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+
+	"github.com/hajimehoshi/go-mp3"
+)
+
+// decodeMP3 decodes MPEG-1/2 Layer III (pure Go). The decoder gives 16-bit
+// stereo (mono is duplicated); the two are mixed down.
+func decodeMP3(b []byte, buf []float32) (c Clip, err error) {
+	const name = "mp3"
+	defer func() {
+		if r := recover(); r != nil {
+			c, err = Clip{}, corrupt(name, "decoder failed: %v", r)
+		}
+	}()
+	d, err := mp3.NewDecoder(bytes.NewReader(b))
+	if err != nil {
+		return Clip{}, corrupt(name, "%v", err)
+	}
+	if err := checkRate(name, d.SampleRate()); err != nil {
+		return Clip{}, err
+	}
+	samples := buf[:0]
+	pcm := make([]byte, 64<<10)
+	carry := 0 // bytes of an incomplete frame kept at the start of pcm
+	for {
+		n, err := d.Read(pcm[carry:])
+		n += carry
+		whole := n - n%4
+		if len(samples)+whole/4 > maxDecodedFrames {
+			return Clip{}, corrupt(name, "more than %d samples", maxDecodedFrames)
+		}
+		for i := 0; i < whole; i += 4 {
+			l := int16(binary.LittleEndian.Uint16(pcm[i:]))
+			r := int16(binary.LittleEndian.Uint16(pcm[i+2:]))
+			samples = append(samples, (float32(l)+float32(r))*(1.0/65536))
+		}
+		carry = copy(pcm, pcm[whole:n])
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if len(samples) > 0 && errors.Is(err, io.ErrUnexpectedEOF) {
+				break // truncated: keep what decoded
+			}
+			return Clip{}, corrupt(name, "%v", err)
+		}
+	}
+	if len(samples) == 0 {
+		return Clip{}, corrupt(name, "no audio frames")
+	}
+	return Clip{Rate: d.SampleRate(), Samples: samples}, nil
+}
+
+// MPEG audio frame header tables (Layer III).
+var (
+	mp3Bitrates = [2][16]int{ // kbit/s: MPEG-1, MPEG-2/2.5
+		{0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 0},
+		{0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160, 0},
+	}
+	mp3Rates = [3][3]int{{44100, 48000, 32000}, {22050, 24000, 16000}, {11025, 12000, 8000}} // MPEG-1, 2, 2.5
+)
+
+// probeMP3 estimates an MP3's length from its first frame: the frame
+// count of a Xing/Info header where there is one (VBR), else the bit rate
+// and the size.
+func probeMP3(head []byte, size int64) (Info, error) {
+	const name = "mp3"
+	off := 0
+	if len(head) >= 10 && string(head[:3]) == "ID3" {
+		// ID3v2: a 10-byte header with a syncsafe size.
+		tag := int(head[6]&0x7F)<<21 | int(head[7]&0x7F)<<14 | int(head[8]&0x7F)<<7 | int(head[9]&0x7F)
+		off = 10 + tag
+		if head[5]&0x10 != 0 {
+			off += 10 // footer
+		}
+	}
+	for ; off+4 <= len(head); off++ {
+		if head[off] != 0xFF || head[off+1]&0xE0 != 0xE0 {
+			continue
+		}
+		h := binary.BigEndian.Uint32(head[off:])
+		version := h >> 19 & 3 // 3: MPEG-1, 2: MPEG-2, 0: MPEG-2.5
+		layer := h >> 17 & 3   // 1: Layer III
+		bi, ri := h>>12&0xF, h>>10&3
+		if version == 1 || layer != 1 || bi == 0 || bi == 15 || ri == 3 {
+			continue // not a Layer III frame header
+		}
+		v := map[uint32]int{3: 0, 2: 1, 0: 2}[version]
+		rate := mp3Rates[v][ri]
+		kbps := mp3Bitrates[min(v, 1)][bi]
+		mono := h>>6&3 == 3
+		perFrame := int64(1152)
+		if v > 0 {
+			perFrame = 576
+		}
+		// The Xing/Info header sits after the side information.
+		side := map[[2]bool]int{{true, true}: 17, {true, false}: 32, {false, true}: 9, {false, false}: 17}[[2]bool{v == 0, mono}]
+		x := off + 4 + side
+		if x+12 <= len(head) && (string(head[x:x+4]) == "Xing" || string(head[x:x+4]) == "Info") && head[x+7]&1 != 0 {
+			frames := int64(binary.BigEndian.Uint32(head[x+8:]))
+			return Info{Format: name, Rate: rate, Channels: 2, Frames: frames * perFrame}, nil
+		}
+		seconds := float64(size-int64(off)) * 8 / float64(kbps*1000)
+		return Info{Format: name, Rate: rate, Channels: 2, Frames: int64(seconds * float64(rate))}, nil
+	}
+	if int64(len(head)) < size {
+		return Info{}, ErrHeaderBeyondPrefix
+	}
+	return Info{}, corrupt(name, "no MPEG audio frame header")
+}
