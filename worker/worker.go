@@ -3,11 +3,11 @@ package worker
 import (
 	"os/exec"
 
-	"github.com/fleetscribe/fleetscribe/audio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fleetscribe/fleetscribe/audio"
 	"sync/atomic"
 	"time"
 
