@@ -1,13 +1,11 @@
 package worker
 
 import (
-	"os/exec"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fleetscribe/fleetscribe/audio"
+	"os/exec"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
