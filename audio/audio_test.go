@@ -320,3 +320,36 @@ func TestPCM16FastPathMatchesGeneralReader(t *testing.T) {
 		}
 	}
 }
+
+// The resampler to the model's 16 kHz, measured at the frequencies that
+// matter: flat within 0.5 dB up to 7 kHz, and tones above the output
+// Nyquist frequency (8 kHz) rejected, not folded back (a 9 kHz tone at
+// least 60 dB down where it would alias, at 7 kHz).
+func TestResampleQuality(t *testing.T) {
+	db := func(a float64) float64 { return 20 * math.Log10(math.Max(a, 1e-12)/0.5) }
+	for _, from := range []int{22050, 32000, 44100, 48000} {
+		for _, f := range []float64{1000, 3000, 5000, 6000, 7000} {
+			y := Resample(sine(from, f, 1), from, 16000)
+			if g := db(amplitudeAt(y[len(y)/4:3*len(y)/4], 16000, f)); math.Abs(g) > 0.5 {
+				t.Errorf("%d Hz in: %.0f Hz comes out at %.2f dB, want within 0.5 dB", from, f, g)
+			}
+		}
+		limits := map[float64]float64{9000: -60, 9500: -60, 10000: -60, 12000: -60}
+		if from > 22050 {
+			limits[8500] = -15 // inside the transition band: partly rejected
+		}
+		for f, limit := range limits {
+			if f >= float64(from)/2 {
+				continue
+			}
+			y := Resample(sine(from, f, 1), from, 16000)
+			alias := 16000 - f
+			if alias < 0 {
+				continue
+			}
+			if a := db(amplitudeAt(y[len(y)/4:3*len(y)/4], 16000, alias)); a > limit {
+				t.Errorf("%d Hz in: a %.0f Hz tone aliases to %.0f Hz at %.1f dB, want at most %.0f dB", from, f, alias, a, limit)
+			}
+		}
+	}
+}

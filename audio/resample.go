@@ -3,16 +3,23 @@ package audio
 import "math"
 
 // zeroCrossings is the windowed-sinc half-width, in zero crossings of the
-// (possibly widened) low-pass kernel: 16 gives over 80 dB of stop-band
-// rejection with the Blackman window.
+// (possibly widened) low-pass kernel. With the Kaiser window below, 16
+// puts the transition band within ±1 kHz of the output Nyquist frequency
+// when 44.1 or 48 kHz is taken to 16 kHz: flat within 0.2 dB to 7 kHz,
+// over 60 dB down from 9 kHz (TestResampleQuality).
 const zeroCrossings = 16
+
+// kaiserBeta trades the window's side lobes (about -66 dB at 6.3) against
+// the width of the transition band.
+const kaiserBeta = 6.3
 
 // maxPhases bounds the kernel table for awkward rate ratios; phases are
 // then quantised, an error far below 16-bit noise.
 const maxPhases = 1024
 
-// Resample converts x from rate from to rate to with a polyphase windowed
-// sinc low-pass filter (cut-off at the lower Nyquist frequency). At equal
+// Resample converts x from rate from to rate to with a polyphase
+// Kaiser-windowed sinc low-pass filter (cut-off at the lower Nyquist
+// frequency). At equal
 // rates it returns x itself, not a copy.
 func Resample(x []float32, from, to int) []float32 {
 	if from == to || len(x) == 0 {
@@ -34,7 +41,7 @@ func Resample(x []float32, from, to int) []float32 {
 		row := table[p*taps : (p+1)*taps]
 		for k := 0; k < taps; k++ {
 			d := float64(k-half+1) - frac // distance of tap from the output instant
-			v := scale * sinc(scale*d) * blackman(d, float64(half))
+			v := scale * sinc(scale*d) * kaiser(d, float64(half))
 			row[k] = float32(v)
 			sum += v
 		}
@@ -79,12 +86,27 @@ func sinc(x float64) float64 {
 }
 
 // blackman is the Blackman window over [-half, half].
-func blackman(d, half float64) float64 {
+// kaiser is the Kaiser window of half-width half at distance d.
+func kaiser(d, half float64) float64 {
 	if d <= -half || d >= half {
 		return 0
 	}
-	t := (d + half) / (2 * half)
-	return 0.42 - 0.5*math.Cos(2*math.Pi*t) + 0.08*math.Cos(4*math.Pi*t)
+	r := d / half
+	return besselI0(kaiserBeta*math.Sqrt(1-r*r)) / besselI0(kaiserBeta)
+}
+
+// besselI0 is the modified Bessel function of the first kind, order 0, by
+// its power series (it converges fast for the arguments used here).
+func besselI0(x float64) float64 {
+	sum, term := 1.0, 1.0
+	for k := 1; k < 50; k++ {
+		term *= (x / (2 * float64(k))) * (x / (2 * float64(k)))
+		sum += term
+		if term < sum*1e-17 {
+			break
+		}
+	}
+	return sum
 }
 
 func gcd(a, b int) int {
