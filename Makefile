@@ -75,6 +75,11 @@ bench-buckets: deps ## choose bucket lengths: padding vs batch formation on a re
 bench-enqueue: deps ## enqueue 100,000 keys (a quarter already transcribed) from the local emulator's S3 into its SQS, next to a naive serial loop
 	$(GO) run ./bench/enqueue
 
+.PHONY: bench-audio
+bench-audio: deps ## decode + resample 10-minute WAV, FLAC and MP3 to 16 kHz mono beside ffmpeg doing the same: audio-seconds per CPU-second, resampler quality, peak RSS of 2-hour recordings
+	$(GO) build -o $(BIN)/bench-audio ./bench/audio
+	$(BIN)/bench-audio
+
 .PHONY: bench-worker
 bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into four zero-latency fake partitions: jobs/s, worker CPU per job, peak RSS, requests and connections per job, request cost
 	$(GO) run ./bench/worker -worker-bin $(BIN)/worker

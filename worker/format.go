@@ -1,62 +1,193 @@
 package worker
 
 import (
+	"cmp"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
-// Segmentation limits for subtitles.
+// Subtitle conventions the segments follow (those of broadcasters' and
+// streaming services' style guides): a cue is at most cueMaxSeconds long
+// and fits cueMaxLines lines of at most cueLineChars characters; cues end
+// at pauses and sentence ends; cues never overlap and are in order.
 const (
-	segMaxGap   = 0.8 // seconds of silence that end a segment
-	segMaxLen   = 7.0 // seconds
-	segMaxChars = 84  // two subtitle lines
+	cueMaxSeconds = 7.0
+	cueLineChars  = 42
+	cueMaxLines   = 2
+	cuePause      = 0.8 // a pause this long ends a cue
+	cueSentence   = 1.5 // a cue this long ends at a sentence end
+	cueMinSeconds = 0.8 // a shorter cue is held this long when the next allows
 )
 
-// BuildSegments groups words into subtitle-sized segments: a new segment
-// starts after a pause, or when the current one is too long to read.
+// BuildSegments groups words into subtitle cues: a new cue starts after a
+// pause, after a sentence end once the cue has been up long enough to
+// read, and when the next word would make the cue too long to read or to
+// fit its lines.
 func BuildSegments(words []triton.Word) []Segment {
 	var (
 		out []Segment
 		cur *Segment
 	)
 	for _, w := range words {
-		if cur != nil && (w.Start-cur.End > segMaxGap || w.End-cur.Start > segMaxLen || len(cur.Text)+1+len(w.Word) > segMaxChars) {
+		word := strings.TrimSpace(w.Word)
+		if word == "" {
+			continue
+		}
+		if cur != nil && (w.Start-cur.End > cuePause || w.End-cur.Start > cueMaxSeconds ||
+			!fitsCue(cur.Text+" "+word) || endsSentence(cur.Text) && cur.End-cur.Start >= cueSentence) {
 			out = append(out, *cur)
 			cur = nil
 		}
 		if cur == nil {
-			cur = &Segment{Start: w.Start, End: w.End, Text: w.Word}
+			cur = &Segment{Start: w.Start, End: w.End, Text: word}
 			continue
 		}
-		cur.End = w.End
-		cur.Text += " " + w.Word
+		cur.End = max(cur.End, w.End)
+		cur.Text += " " + word
 	}
 	if cur != nil {
 		out = append(out, *cur)
 	}
-	return out
+	return tidyCues(out)
+}
+
+// SplitSegments cuts segments without word times (a model that gives only
+// text: one segment per chunk, up to a chunk's length) into cues by the
+// same rules, giving each cue a share of its segment's time in proportion
+// to its characters.
+func SplitSegments(segs []Segment) []Segment {
+	var out []Segment
+	for _, s := range segs {
+		words := strings.Fields(s.Text)
+		if len(words) == 0 {
+			continue
+		}
+		total := len(strings.Join(words, " "))
+		perChar := (s.End - s.Start) / float64(max(total, 1))
+		var cue []string
+		pos := 0 // characters before the cue
+		flush := func() {
+			text := strings.Join(cue, " ")
+			start := s.Start + float64(pos)*perChar
+			end := min(start+float64(len(text))*perChar, start+cueMaxSeconds)
+			out = append(out, Segment{Start: start, End: end, Text: text})
+			pos += len(text) + 1
+			cue = nil
+		}
+		for _, w := range words {
+			if len(cue) > 0 {
+				text := strings.Join(cue, " ")
+				dur := float64(len(text)+1+len(w)) * perChar
+				if !fitsCue(text+" "+w) || dur > cueMaxSeconds || endsSentence(text) && float64(len(text))*perChar >= cueSentence {
+					flush()
+				}
+			}
+			cue = append(cue, w)
+		}
+		flush()
+	}
+	return tidyCues(out)
+}
+
+// tidyCues puts cues in order, ends each before the next starts, and holds
+// a very short one up to cueMinSeconds where there is room.
+func tidyCues(cues []Segment) []Segment {
+	slices.SortStableFunc(cues, func(a, b Segment) int { return cmp.Compare(a.Start, b.Start) })
+	for i := range cues {
+		c := &cues[i]
+		next := math.Inf(1)
+		if i+1 < len(cues) {
+			next = cues[i+1].Start
+		}
+		if c.End-c.Start < cueMinSeconds {
+			c.End = min(c.Start+cueMinSeconds, next)
+		}
+		c.End = min(c.End, next)
+		if c.End <= c.Start {
+			c.End = c.Start + 0.001
+		}
+	}
+	return cues
+}
+
+func endsSentence(text string) bool {
+	return strings.HasSuffix(text, ".") || strings.HasSuffix(text, "?") || strings.HasSuffix(text, "!")
+}
+
+// fitsCue reports whether text fits a cue's lines.
+func fitsCue(text string) bool { return len(wrapCue(text)) <= cueMaxLines }
+
+// wrapCue breaks a cue's text into lines of at most cueLineChars
+// characters, as evenly as it can (a bottom-heavy pair when uneven); a
+// single word longer than a line stands alone.
+func wrapCue(text string) []string {
+	if utf8.RuneCountInString(text) <= cueLineChars {
+		return []string{text}
+	}
+	words := strings.Fields(text)
+	// Two lines: the break that makes the longer line shortest.
+	best, bestLen := -1, math.MaxInt
+	for i := 1; i < len(words); i++ {
+		a := utf8.RuneCountInString(strings.Join(words[:i], " "))
+		b := utf8.RuneCountInString(strings.Join(words[i:], " "))
+		if a <= cueLineChars && b <= cueLineChars && max(a, b) < bestLen {
+			best, bestLen = i, max(a, b)
+		}
+	}
+	if best > 0 {
+		return []string{strings.Join(words[:best], " "), strings.Join(words[best:], " ")}
+	}
+	// More than two lines' worth: fill greedily (the caller keeps cues to
+	// two lines; this is for a single overlong word or an overlong cue).
+	var lines []string
+	line := ""
+	for _, w := range words {
+		switch {
+		case line == "":
+			line = w
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(w) <= cueLineChars:
+			line += " " + w
+		default:
+			lines = append(lines, line)
+			line = w
+		}
+	}
+	return append(lines, line)
 }
 
 // RenderTXT returns the plain text transcript.
 func RenderTXT(t Transcript) []byte { return []byte(t.Text + "\n") }
 
-// RenderSRT returns SubRip subtitles for the transcript's segments.
+// noSpeech is the one cue of a recording without speech: players refuse
+// an SRT file without cues.
+const noSpeech = "[no speech]"
+
+// RenderSRT returns SubRip subtitles for the transcript's segments, each
+// cue wrapped to its lines.
 func RenderSRT(t Transcript) []byte {
 	var b strings.Builder
-	for i, s := range t.Segments {
-		fmt.Fprintf(&b, "%d\n%s --> %s\n%s\n\n", i+1, subTime(s.Start, ","), subTime(s.End, ","), s.Text)
+	segs := t.Segments
+	if len(segs) == 0 {
+		segs = []Segment{{Start: 0, End: max(min(t.DurationSec, cueMaxSeconds), cueMinSeconds), Text: noSpeech}}
+	}
+	for i, s := range segs {
+		fmt.Fprintf(&b, "%d\n%s --> %s\n%s\n\n", i+1, subTime(s.Start, ","), subTime(s.End, ","), strings.Join(wrapCue(s.Text), "\n"))
 	}
 	return []byte(b.String())
 }
 
-// RenderVTT returns WebVTT subtitles for the transcript's segments.
+// RenderVTT returns WebVTT subtitles for the transcript's segments, each
+// cue wrapped to its lines (a file without cues is valid WebVTT).
 func RenderVTT(t Transcript) []byte {
 	var b strings.Builder
 	b.WriteString("WEBVTT\n\n")
 	for _, s := range t.Segments {
-		fmt.Fprintf(&b, "%s --> %s\n%s\n\n", subTime(s.Start, "."), subTime(s.End, "."), s.Text)
+		fmt.Fprintf(&b, "%s --> %s\n%s\n\n", subTime(s.Start, "."), subTime(s.End, "."), strings.Join(wrapCue(s.Text), "\n"))
 	}
 	return []byte(b.String())
 }

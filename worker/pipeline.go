@@ -421,6 +421,8 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, model string
 	t.Text = strings.Join(texts, " ")
 	if len(t.Words) > 0 {
 		t.Segments = BuildSegments(t.Words)
+	} else {
+		t.Segments = SplitSegments(t.Segments)
 	}
 	if t.Segments == nil {
 		t.Segments = []Segment{}

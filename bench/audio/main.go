@@ -1,0 +1,252 @@
+// Command audio measures decoding and resampling to the model's input (16
+// kHz mono float32) side by side with ffmpeg doing the same
+// (`ffmpeg -i X -ar 16000 -ac 1 -f f32le`), on the same files in the same
+// run: 10-minute recordings as WAV (44.1 kHz stereo), FLAC and MP3. Each
+// decoder runs in a child process of its own; CPU time (user+sys) comes
+// from wait4, peak RSS from the child's own VmHWM. It also measures the
+// resampler (44.1 kHz to 16 kHz: a 1 kHz tone's SNR, a 9 kHz tone's
+// alias) and the peak RSS of a 2-hour WAV and MP3. Last line:
+//
+//	RESULT wav_ratio=X flac_ratio=X mp3_ratio=X min_audio_s_per_cpu_s=X resample_snr_db=X alias_9k_db=X peak_rss_mib_2h=X
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fleetscribe/fleetscribe/audio"
+)
+
+func main() {
+	if len(os.Args) > 2 && os.Args[1] == "decode" {
+		if err := decodeChild(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	minutes := flag.Float64("minutes", 10, "length of the side-by-side recordings")
+	long := flag.Float64("long-hours", 2, "length of the recordings whose peak RSS is measured (0: skip)")
+	dir := flag.String("dir", "", "folder for the generated recordings (default: a temporary one)")
+	flag.Parse()
+	if err := run(*minutes, *long, *dir); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-audio:", err)
+		os.Exit(1)
+	}
+}
+
+// decodeChild decodes and resamples one file as the worker does, then
+// prints its sample count and its own peak RSS.
+func decodeChild(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	clip, err := audio.DecodeContext(context.Background(), b, nil, audio.DefaultFFmpeg)
+	if err != nil {
+		return err
+	}
+	b = nil
+	out := audio.Resample(clip.Samples, clip.Rate, 16000)
+	hwm, err := vmHWM()
+	if err != nil {
+		return err
+	}
+	fmt.Println(len(out), hwm)
+	return nil
+}
+
+func vmHWM() (int64, error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmHWM")
+}
+
+type measured struct {
+	cpu     time.Duration
+	hwm     int64
+	samples int
+}
+
+// child runs a command and returns its CPU time (user+sys, from wait4)
+// and what it printed.
+func child(name string, args ...string) (time.Duration, string, error) {
+	cmd := exec.Command(name, args...)
+	var out strings.Builder
+	cmd.Stdout = &out
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return 0, "", fmt.Errorf("%s %v: %w: %s", name, args, err, stderr.String())
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cpu, out.String(), nil
+}
+
+func ours(path string) (measured, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return measured{}, err
+	}
+	cpu, out, err := child(self, "decode", path)
+	if err != nil {
+		return measured{}, err
+	}
+	var m measured
+	m.cpu = cpu
+	if _, err := fmt.Sscan(out, &m.samples, &m.hwm); err != nil {
+		return measured{}, fmt.Errorf("child said %q: %w", out, err)
+	}
+	return m, nil
+}
+
+func ffmpegDecode(path string) (time.Duration, error) {
+	cpu, _, err := child("ffmpeg", "-nostdin", "-loglevel", "error", "-threads", "1", "-i", path, "-ar", "16000", "-ac", "1", "-f", "f32le", "-y", "/dev/null")
+	return cpu, err
+}
+
+func ffmpegMake(args ...string) error {
+	cmd := exec.Command("ffmpeg", append([]string{"-nostdin", "-loglevel", "error", "-y"}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("ffmpeg %v: %w: %s", args, err, out)
+	}
+	return nil
+}
+
+func run(minutes, longHours float64, dir string) error {
+	if dir == "" {
+		d, err := os.MkdirTemp("", "bench-audio-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	secs := minutes * 60
+	// Speech-like stereo source: a tone swept through the voice band in
+	// bursts with pauses, a little noise, the channels not identical.
+	src := filepath.Join(dir, "src.wav")
+	fmt.Printf("generating %.0f-minute recordings...\n", minutes)
+	if err := ffmpegMake("-f", "lavfi", "-i", fmt.Sprintf("aevalsrc='0.3*sin(2*PI*(300+200*sin(2*PI*0.3*t))*t)*gt(sin(2*PI*0.4*t),-0.3)+0.01*random(0)|0.25*sin(2*PI*(310+180*sin(2*PI*0.3*t))*t)*gt(sin(2*PI*0.4*t),-0.3)+0.01*random(1)':s=44100:d=%g", secs),
+		"-c:a", "pcm_s16le", src); err != nil {
+		return err
+	}
+	files := []struct{ name, path string }{{"wav", src}, {"flac", filepath.Join(dir, "src.flac")}, {"mp3", filepath.Join(dir, "src.mp3")}}
+	if err := ffmpegMake("-i", src, "-c:a", "flac", files[1].path); err != nil {
+		return err
+	}
+	if err := ffmpegMake("-i", src, "-c:a", "libmp3lame", "-b:a", "128k", files[2].path); err != nil {
+		return err
+	}
+	fmt.Printf("\n%-6s %14s %14s %8s %12s\n", "format", "ours aud-s/cpu-s", "ffmpeg", "ratio", "ours peak RSS")
+	ratios := map[string]float64{}
+	minRate := math.Inf(1)
+	for _, f := range files {
+		m, err := ours(f.path)
+		if err != nil {
+			return err
+		}
+		fc, err := ffmpegDecode(f.path)
+		if err != nil {
+			return err
+		}
+		o, ff := secs/m.cpu.Seconds(), secs/fc.Seconds()
+		ratios[f.name] = o / ff
+		minRate = math.Min(minRate, o)
+		fmt.Printf("%-6s %14.0f %14.0f %8.2f %9.0f MiB\n", f.name, o, ff, o/ff, float64(m.hwm)/(1<<20))
+	}
+
+	snr, alias := resampleQuality()
+	fmt.Printf("\nresampler 44.1 kHz -> 16 kHz: 1 kHz tone SNR %.1f dB; a 9 kHz tone aliases at %.1f dB\n", snr, alias)
+
+	peak := 0.0
+	if longHours > 0 {
+		fmt.Printf("\npeak RSS of a %.0f-hour recording (decoded whole, not streamed):\n", longHours)
+		long := filepath.Join(dir, "long.wav")
+		if err := ffmpegMake("-stream_loop", "-1", "-i", src, "-t", fmt.Sprint(longHours*3600), "-c:a", "pcm_s16le", long); err != nil {
+			return err
+		}
+		longMP3 := filepath.Join(dir, "long.mp3")
+		if err := ffmpegMake("-i", long, "-c:a", "libmp3lame", "-b:a", "64k", longMP3); err != nil {
+			return err
+		}
+		for _, p := range []string{long, longMP3} {
+			m, err := ours(p)
+			if err != nil {
+				return err
+			}
+			st, _ := os.Stat(p)
+			fmt.Printf("  %s (%.0f MB): %.0f MiB\n", filepath.Ext(p), float64(st.Size())/1e6, float64(m.hwm)/(1<<20))
+			peak = math.Max(peak, float64(m.hwm)/(1<<20))
+		}
+	}
+	fmt.Printf("RESULT wav_ratio=%.2f flac_ratio=%.2f mp3_ratio=%.2f min_audio_s_per_cpu_s=%.0f resample_snr_db=%.1f alias_9k_db=%.1f peak_rss_mib_2h=%.0f\n",
+		ratios["wav"], ratios["flac"], ratios["mp3"], minRate, snr, alias, peak)
+	return nil
+}
+
+// resampleQuality takes a 1 kHz tone and a 9 kHz tone at 44.1 kHz through
+// the resampler: the first one's SNR (the tone against everything else
+// that comes out), the second one's alias at 7 kHz, in dB below the tone.
+func resampleQuality() (snr, alias float64) {
+	tone := func(f float64) []float32 {
+		x := make([]float32, 44100*2)
+		for i := range x {
+			x[i] = float32(0.5 * math.Sin(2*math.Pi*f*float64(i)/44100))
+		}
+		return x
+	}
+	y := audio.Resample(tone(1000), 44100, 16000)
+	y = y[len(y)/4 : 3*len(y)/4]
+	// Least-squares fit of a 1 kHz sine; the residual is the noise.
+	var ss, sc, cc, ys, yc float64
+	for i, v := range y {
+		ph := 2 * math.Pi * 1000 * float64(i) / 16000
+		s, c := math.Sin(ph), math.Cos(ph)
+		ss, sc, cc = ss+s*s, sc+s*c, cc+c*c
+		ys, yc = ys+float64(v)*s, yc+float64(v)*c
+	}
+	det := ss*cc - sc*sc
+	a, b := (ys*cc-yc*sc)/det, (yc*ss-ys*sc)/det
+	var sig, noise float64
+	for i, v := range y {
+		ph := 2 * math.Pi * 1000 * float64(i) / 16000
+		fit := a*math.Sin(ph) + b*math.Cos(ph)
+		sig += fit * fit
+		noise += (float64(v) - fit) * (float64(v) - fit)
+	}
+	snr = 10 * math.Log10(sig/noise)
+	z := audio.Resample(tone(9000), 44100, 16000)
+	z = z[len(z)/4 : 3*len(z)/4]
+	var re, im float64
+	for i, v := range z {
+		ph := 2 * math.Pi * 7000 * float64(i) / 16000
+		re += float64(v) * math.Cos(ph)
+		im += float64(v) * math.Sin(ph)
+	}
+	amp := 2 * math.Hypot(re, im) / float64(len(z))
+	alias = 20 * math.Log10(amp/0.5)
+	return snr, alias
+}
