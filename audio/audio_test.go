@@ -302,20 +302,26 @@ func FuzzProbe(f *testing.F) {
 func TestPCM16FastPathMatchesGeneralReader(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, ch := range []int{1, 2, 3, 6} {
-		data := make([]byte, 2*ch*1001)
-		for i := range data {
-			data[i] = byte(rng.UintN(256))
-		}
-		got := make([]float32, 1001)
-		decodePCM16(got, data, ch)
-		read := sampleReader(wavFormat{tag: wavPCM, bits: 16, channels: ch, blockAlign: 2 * ch})
-		for i := range got {
-			var sum float32
-			for c := range ch {
-				sum += read(data[2*ch*i+2*c:])
+		for _, inverted := range []bool{false, true} {
+			data := make([]byte, 2*ch*1001)
+			for i := range data {
+				data[i] = byte(rng.UintN(256))
 			}
-			if want := sum / float32(ch); math.Abs(float64(got[i]-want)) > 1e-6 {
-				t.Fatalf("%d channels, frame %d: %v, want %v", ch, i, got[i], want)
+			if inverted && ch == 2 { // right = -left: the mean cancels
+				for i := 0; i < len(data); i += 4 {
+					v := -int16(uint16(data[i]) | uint16(data[i+1])<<8)
+					data[i+2], data[i+3] = byte(v), byte(uint16(v)>>8)
+				}
+			}
+			got := make([]float32, 1001)
+			decodePCM16(got, data, ch)
+			read := sampleReader(wavFormat{tag: wavPCM, bits: 16, channels: ch, blockAlign: 2 * ch})
+			want := make([]float32, 1001)
+			mixFrames(want, ch, func(i, c int) float32 { return read(data[2*ch*i+2*c:]) })
+			for i := range got {
+				if math.Abs(float64(got[i]-want[i])) > 1e-6 {
+					t.Fatalf("%d channels (inverted %v), frame %d: %v, want %v", ch, inverted, i, got[i], want[i])
+				}
 			}
 		}
 	}
@@ -351,5 +357,95 @@ func TestResampleQuality(t *testing.T) {
 				t.Errorf("%d Hz in: a %.0f Hz tone aliases to %.0f Hz at %.1f dB, want at most %.0f dB", from, f, alias, a, limit)
 			}
 		}
+	}
+}
+
+// Speech survives the down-mix: a stereo recording with one channel
+// inverted does not cancel to silence, and 5.1 with the voice in the
+// centre arrives at -3 dB, not at a sixth.
+func TestDownMixKeepsSpeech(t *testing.T) {
+	voice := sine(16000, 300, 1)
+	level := func(x []float32) float64 { return rms(x) / rms(voice) }
+	interleave := func(ch int, f func(i, c int) float32) []byte {
+		data := make([]byte, 0, 2*ch*len(voice))
+		for i := range voice {
+			for c := range ch {
+				v := int16(math.Round(float64(f(i, c)) * 32767))
+				data = append(data, byte(v), byte(uint16(v)>>8))
+			}
+		}
+		return data
+	}
+	inverted := wav(wavPCM, 2, 16000, 16, interleave(2, func(i, c int) float32 {
+		if c == 1 {
+			return -voice[i]
+		}
+		return voice[i]
+	}), false)
+	c, err := Decode(inverted)
+	if err != nil || level(c.Samples) < 0.95 {
+		t.Errorf("stereo, one channel inverted: level %.3f, %v (averaging gives 0)", level(c.Samples), err)
+	}
+	centre := wav(wavPCM, 6, 16000, 16, interleave(6, func(i, c int) float32 {
+		if c == 2 {
+			return voice[i]
+		}
+		return 0
+	}), false)
+	c, err = Decode(centre)
+	if err != nil || math.Abs(level(c.Samples)-0.707) > 0.01 {
+		t.Errorf("5.1, voice in the centre: level %.3f, %v, want 0.707 (averaging gives 0.167)", level(c.Samples), err)
+	}
+	// 24-bit goes through the general reader: the same rules.
+	c, err = Decode(wav(wavPCM, 2, 16000, 24, func() []byte {
+		var b []byte
+		for i := range voice {
+			v := int32(math.Round(float64(voice[i]) * 8388607))
+			for _, s := range []int32{v, -v} {
+				b = append(b, byte(s), byte(s>>8), byte(s>>16))
+			}
+		}
+		return b
+	}(), false))
+	if err != nil || level(c.Samples) < 0.95 {
+		t.Errorf("24-bit stereo, one channel inverted: level %.3f, %v", level(c.Samples), err)
+	}
+}
+
+// Normalize brings quiet and loud speech to -20 dBFS without clipping,
+// leaves silence alone and does not lift noise past +60 dB.
+func TestNormalize(t *testing.T) {
+	for _, db := range []float64{-50, -40, -20, -6} {
+		x := sine(16000, 300, 1)
+		g := float32(math.Pow(10, db/20))
+		for i := range x {
+			x[i] *= g
+			if (i/4000)%2 == 1 {
+				x[i] = 0 // pauses
+			}
+		}
+		Normalize(x)
+		var speech []float32
+		peak := 0.0
+		for i, v := range x {
+			if (i/4000)%2 == 0 {
+				speech = append(speech, v)
+			}
+			peak = math.Max(peak, math.Abs(float64(v)))
+		}
+		if r := 20 * math.Log10(rms(speech)); math.Abs(r+20) > 1 || peak > normPeak+1e-6 {
+			t.Errorf("%g dB in: speech at %.1f dBFS (peak %.3f), want -20", db, r, peak)
+		}
+	}
+	silence := make([]float32, 16000)
+	if g := Normalize(silence); g != 1 {
+		t.Errorf("silence: gain %v", g)
+	}
+	faint := make([]float32, 16000)
+	for i := range faint {
+		faint[i] = 1e-6 * float32(i%7-3)
+	}
+	if g := Normalize(faint); g > normMaxGain {
+		t.Errorf("faint noise: gain %v, over the limit", g)
 	}
 }

@@ -58,16 +58,15 @@ func decodeFLAC(b []byte, buf []float32) (c Clip, err error) {
 			// Never more than STREAMINFO declares: admission trusted it.
 			n = int(info.NSamples) - len(samples)
 		}
-		inv := scale / float32(len(f.Subframes))
-		for i := range n {
-			var sum int64
-			for _, sf := range f.Subframes {
-				if i < len(sf.Samples) {
-					sum += int64(sf.Samples[i])
-				}
+		for _, sf := range f.Subframes {
+			if len(sf.Samples) < n {
+				return Clip{}, corrupt(name, "subframes of different lengths")
 			}
-			samples = append(samples, float32(sum)*inv)
 		}
+		at := len(samples)
+		samples = append(samples, make([]float32, n)...)
+		sub := f.Subframes
+		mixFrames(samples[at:], len(sub), func(i, c int) float32 { return float32(sub[c].Samples[i]) * scale })
 	}
 	return Clip{Rate: int(info.SampleRate), Samples: samples}, nil
 }

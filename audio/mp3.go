@@ -35,11 +35,11 @@ func decodeMP3(b []byte, buf []float32) (c Clip, err error) {
 		if len(samples)+whole/4 > maxDecodedFrames {
 			return Clip{}, corrupt(name, "more than %d samples", maxDecodedFrames)
 		}
-		for i := 0; i < whole; i += 4 {
-			l := int16(binary.LittleEndian.Uint16(pcm[i:]))
-			r := int16(binary.LittleEndian.Uint16(pcm[i+2:]))
-			samples = append(samples, (float32(l)+float32(r))*(1.0/65536))
-		}
+		at := len(samples)
+		samples = append(samples, make([]float32, whole/4)...)
+		mixFrames(samples[at:], 2, func(i, c int) float32 {
+			return float32(int16(binary.LittleEndian.Uint16(pcm[4*i+2*c:]))) * (1.0 / 32768)
+		})
 		carry = copy(pcm, pcm[whole:n])
 		if errors.Is(err, io.EOF) {
 			break

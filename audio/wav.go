@@ -130,16 +130,8 @@ func decodeWAV(b []byte, buf []float32) (Clip, error) {
 		return Clip{Rate: fmtc.rate, Samples: samples}, nil
 	}
 	read := sampleReader(*fmtc)
-	inv := 1 / float32(fmtc.channels)
-	for i := 0; i < frames; i++ {
-		frame := data[i*fmtc.blockAlign:]
-		var sum float32
-		width := fmtc.bits / 8
-		for c := 0; c < fmtc.channels; c++ {
-			sum += read(frame[c*width:])
-		}
-		samples[i] = sum * inv
-	}
+	width := fmtc.bits / 8
+	mixFrames(samples, fmtc.channels, func(i, c int) float32 { return read(data[i*fmtc.blockAlign+c*width:]) })
 	return Clip{Rate: fmtc.rate, Samples: samples}, nil
 }
 
@@ -157,11 +149,20 @@ func decodePCM16(out []float32, data []byte, channels int) {
 			out[i] = s16(j) * scale
 		}
 	case 2:
+		var eL, eR, eM float64
 		for i := range out {
 			j := 4 * i
 			_ = data[j+3]
-			out[i] = (s16(j) + s16(j+2)) * (scale / 2)
+			l, r := s16(j), s16(j+2)
+			m := (l + r) * (scale / 2)
+			out[i] = m
+			eL += float64(l) * float64(l)
+			eR += float64(r) * float64(r)
+			eM += float64(m) * float64(m) * (1 / (scale * scale))
 		}
+		keepLouder(out, eL, eR, eM, func(i int) (float32, float32) { return s16(4*i) * scale, s16(4*i+2) * scale })
+	case 6:
+		mixFrames(out, 6, func(i, c int) float32 { return s16(12*i+2*c) * scale })
 	default:
 		inv := scale / float32(channels)
 		for i := range out {

@@ -45,7 +45,9 @@ type Config struct {
 	// FFmpeg is the ffmpeg binary for formats without a Go decoder (Ogg,
 	// Opus, MP4/M4A, WebM, AMR...); empty: such recordings are refused as
 	// unsupported.
-	FFmpeg           string
+	FFmpeg string
+	// Normalize brings each chunk's speech to -20 dBFS before it is sent.
+	Normalize        bool
 	ChunkSeconds     float64 // longest chunk sent to the model
 	ChunkParallelism int     // chunks of one job in flight at once
 	Timestamps       bool    // ask the model for word timestamps
@@ -93,6 +95,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Timestamps, "timestamps", true, "ask the model for word timestamps")
 	fs.DurationVar(&c.ClaimMinAudio, "claim-min-audio", 5*time.Minute, "claim only recordings at least this long: a claim costs an S3 PUT and GET per job, more than computing a short recording twice in the rare overlap it guards against (0: claim every job)")
 	fs.StringVar(&c.FFmpeg, "ffmpeg", "ffmpeg", "ffmpeg binary (name on PATH or path) that decodes formats without a Go decoder: Ogg/Opus, M4A/AAC, WebM, AMR, CAF, WMA, AIFF, RF64 (WAV, FLAC and MP3 are decoded in Go); empty or not found: those get an unsupported_audio record naming the format")
+	fs.BoolVar(&c.Normalize, "normalize", true, "scale each chunk so its speech (the louder half of its 30 ms frames) is at -20 dBFS, at most +60 dB and never clipping: quiet phone recordings reach the model at a normal level")
 	fs.DurationVar(&c.ExitWhenIdle, "exit-when-idle", 0, "exit 0 once no message has arrived and no job has run for this long (0: run forever)")
 }
 

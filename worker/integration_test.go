@@ -92,7 +92,7 @@ func (e *env) config() worker.Config {
 		JobTimeout: time.Minute, DrainTimeout: 30 * time.Second, MaxReceives: 3,
 		RetryBackoff: time.Second, MaxObjectBytes: 1 << 24, MaxAudioSeconds: 3600, MemoryBudget: 1 << 30,
 		ClaimSettle: 20 * time.Millisecond, ChunkSeconds: 30, ChunkParallelism: 4,
-		Timestamps: true, ExitWhenIdle: 2 * time.Second, FFmpeg: "ffmpeg",
+		Timestamps: true, ExitWhenIdle: 2 * time.Second, FFmpeg: "ffmpeg", Normalize: true,
 	}
 }
 

@@ -369,6 +369,9 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, model string
 				err = recoverError(r)
 			}
 		}()
+		if w.cfg.Normalize {
+			audio.Normalize(c.Samples)
+		}
 		r, err := w.tr.Transcribe(ctx, triton.Request{Samples: c.Samples, Timestamps: w.cfg.Timestamps, Model: model, Priority: job.priority})
 		if err != nil {
 			if errors.Is(err, triton.ErrRejected) {

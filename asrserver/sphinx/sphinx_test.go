@@ -282,3 +282,61 @@ func recognizer(t *testing.T, decoders int) *sphinx.Recognizer {
 	t.Cleanup(rec.Close)
 	return rec
 }
+
+// A recording 40 dB below normal (a phone far from the speaker): raw, the
+// recogniser hears little; after the worker's per-chunk level
+// normalisation, it is recognised as at a normal level.
+func TestQuietSpeechAfterNormalize(t *testing.T) {
+	sentences := []string{
+		"please schedule a follow up appointment in two weeks",
+		"the heart rate is normal and the lungs are clear",
+	}
+	rec := recognizer(t, 1)
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- asrserver.New(triton.DefaultModelIO(), rec, "pocketsphinx").Serve(ctx, lis) }()
+	defer func() { cancel(); <-done }()
+	c, err := triton.Dial(lis.Addr().String(), triton.DefaultModelIO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var rawEdits, normEdits, words int
+	for _, s := range sentences {
+		b, err := os.ReadFile(synth(t, 0, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clip, err := audio.DecodeWAV(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		quiet := make([]float32, len(clip.Samples))
+		for i, v := range clip.Samples {
+			quiet[i] = v * 0.01 // -40 dB
+		}
+		raw, err := c.Infer(context.Background(), triton.Request{Samples: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		norm := append([]float32(nil), quiet...)
+		gain := audio.Normalize(norm)
+		got, err := c.Infer(context.Background(), triton.Request{Samples: norm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, n := wer.Errors(s, raw.Text)
+		rawEdits, words = rawEdits+e, words+n
+		e, _ = wer.Errors(s, got.Text)
+		normEdits += e
+		t.Logf("gain %.0f dB; raw %q; normalised %q", 20*math.Log10(gain), raw.Text, got.Text)
+	}
+	t.Logf("WER at -40 dB: %.2f raw, %.2f normalised", float64(rawEdits)/float64(words), float64(normEdits)/float64(words))
+	if rate := float64(normEdits) / float64(words); rate > 0.15 {
+		t.Errorf("WER %.2f after normalisation, want at most 0.15", rate)
+	}
+}
