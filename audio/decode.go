@@ -3,6 +3,7 @@ package audio
 import (
 	"bytes"
 	"context"
+	"errors"
 )
 
 // Decode sniffs the container format and decodes it to mono (see
@@ -15,9 +16,10 @@ func DecodeInto(b []byte, buf []float32) (Clip, error) {
 	return DecodeContext(context.Background(), b, buf, DefaultFFmpeg)
 }
 
-// DecodeContext decodes by content, not name: WAV (PCM, float, G.711),
-// FLAC and MP3 in pure Go, everything else ffmpeg knows through ff (nil:
-// refused as unsupported), cancelled with ctx.
+// DecodeContext decodes by content, not name: WAV (PCM, float, G.711) in
+// Go; FLAC and MP3 through ff where there is one, else in pure Go;
+// everything else ffmpeg knows through ff (nil: refused as unsupported),
+// cancelled with ctx.
 func DecodeContext(ctx context.Context, b []byte, buf []float32, ff *FFmpeg) (Clip, error) {
 	switch {
 	case len(b) >= 12 && string(b[0:4]) == "RIFF" && string(b[8:12]) == "WAVE":
@@ -27,19 +29,21 @@ func DecodeContext(ctx context.Context, b []byte, buf []float32, ff *FFmpeg) (Cl
 	}
 	switch name := sniff(b); name {
 	case "flac", "mp3":
-		decode := decodeFLAC
-		if name == "mp3" {
-			decode = decodeMP3
-		}
-		c, err := decode(b, buf)
-		if err != nil && ff != nil && ff.Bin != "" {
-			// What the Go decoder does not read (MPEG-2.5, the 8 kHz MP3 of
-			// telephony, and damage it gives up on), ffmpeg may.
-			if fc, ferr := ff.Decode(ctx, b, name); ferr == nil {
-				return fc, nil
+		// ffmpeg first where there is one: measured (make bench-audio), it
+		// decodes MP3 about eight times and FLAC about three times faster
+		// than the pure Go decoders, which serve where ffmpeg is missing or
+		// fails.
+		if ff != nil && ff.Bin != "" {
+			if c, err := ff.Decode(ctx, b, name); err == nil {
+				return c, nil
+			} else if errors.Is(err, ErrTooLong) || ctx.Err() != nil {
+				return Clip{}, err
 			}
 		}
-		return c, err
+		if name == "mp3" {
+			return decodeMP3(b, buf)
+		}
+		return decodeFLAC(b, buf)
 	case "":
 		return Clip{}, corrupt("unknown", "unrecognised audio container")
 	default:

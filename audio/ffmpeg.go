@@ -13,13 +13,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
 // FFmpeg decodes the formats with no pure Go decoder here (Ogg/Opus,
-// MP4/M4A/AAC, WebM/Matroska, AMR, CAF, WMA, AIFF...) through an ffmpeg
-// subprocess that writes 16 kHz float32, mixed down here.
+// MP4/M4A/AAC, WebM/Matroska, AMR, CAF, WMA, AIFF...), and MP3 and FLAC
+// faster than the Go decoders, through an ffmpeg subprocess that writes
+// 16 kHz float32 (resampled by SoX's resampler where ffmpeg has it), mixed
+// down here.
 type FFmpeg struct {
 	// Bin is the ffmpeg binary ("" or not found: such formats are refused
 	// as unsupported, naming the format and the missing ffmpeg).
@@ -30,6 +33,9 @@ type FFmpeg struct {
 	// the recording refused (a decompression bomb, or a recording past the
 	// caller's limit).
 	MaxSeconds float64
+
+	soxrOnce sync.Once
+	soxr     bool
 }
 
 // DefaultFFmpeg uses ffmpeg from PATH, if there is one.
@@ -43,8 +49,8 @@ func lookFFmpeg() string {
 	return p
 }
 
-// ffmpegRate is what ffmpeg is asked to write: the model's rate, so no
-// resampling follows.
+// ffmpegRate is the rate ffmpeg is asked for where ffprobe cannot tell
+// the recording's own.
 const ffmpegRate = 16000
 
 // ErrTooLong is wrapped by the error of a decode stopped at MaxSeconds.
@@ -78,12 +84,21 @@ func (f *FFmpeg) Decode(ctx context.Context, b []byte, format string) (Clip, err
 	// WAV, FLAC and MP3 are (ffmpeg's own rematrix moves mono and stereo
 	// by 3 dB); more channels get ffmpeg's standard down-mix to stereo
 	// first, which keeps the centre channel, where speech is, at -3 dB.
-	channels := f.channels(ctx, tmp.Name())
+	channels, _ := f.streamInfo(ctx, tmp.Name())
 	if channels < 1 || channels > 2 {
 		channels = 2
 	}
-	cmd := exec.CommandContext(ctx, f.Bin, "-nostdin", "-hide_banner", "-loglevel", "error",
-		"-i", tmp.Name(), "-vn", "-sn", "-dn", "-ac", fmt.Sprint(channels), "-ar", fmt.Sprint(ffmpegRate), "-f", "f32le", "pipe:1")
+	// 16 kHz out, through the SoX resampler where this ffmpeg has it
+	// (flat to 7 kHz, aliases far below what Resample leaves, and fast),
+	// else ffmpeg's own.
+	rate := ffmpegRate
+	args := []string{"-nostdin", "-hide_banner", "-loglevel", "error",
+		"-i", tmp.Name(), "-vn", "-sn", "-dn", "-ac", fmt.Sprint(channels)}
+	if f.hasSoxr() {
+		args = append(args, "-af", fmt.Sprintf("aresample=%d:resampler=soxr", rate))
+	}
+	args = append(args, "-ar", fmt.Sprint(rate), "-f", "f32le", "pipe:1")
+	cmd := exec.CommandContext(ctx, f.Bin, args...)
 	// Its own process group, killed whole on timeout or cancel, and never
 	// left behind: Wait reaps it on every path.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -99,7 +114,7 @@ func (f *FFmpeg) Decode(ctx context.Context, b []byte, format string) (Clip, err
 	if err := cmd.Start(); err != nil {
 		return Clip{}, fmt.Errorf("start ffmpeg: %w", err)
 	}
-	maxSamples := int(math.Min(f.MaxSeconds, float64(maxDecodedFrames)/ffmpegRate) * ffmpegRate)
+	maxSamples := int(math.Min(f.MaxSeconds*float64(rate), float64(maxDecodedFrames)))
 	samples, readErr := readF32(out, channels, maxSamples)
 	if readErr != nil {
 		_ = cmd.Cancel()
@@ -122,7 +137,7 @@ func (f *FFmpeg) Decode(ctx context.Context, b []byte, format string) (Clip, err
 	case len(samples) == 0:
 		return Clip{}, corrupt(format, "no audio stream, or no samples in it")
 	}
-	return Clip{Rate: ffmpegRate, Samples: samples}, nil
+	return Clip{Rate: rate, Samples: samples}, nil
 }
 
 func firstNonEmpty(a, b string) string {
@@ -132,23 +147,44 @@ func firstNonEmpty(a, b string) string {
 	return b
 }
 
-// channels asks ffprobe how many channels the first audio stream has (0:
-// unknown).
-func (f *FFmpeg) channels(ctx context.Context, path string) int {
+// hasSoxr reports, once, whether ffmpeg's resampler can use libsoxr.
+func (f *FFmpeg) hasSoxr() bool {
+	f.soxrOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := exec.CommandContext(ctx, f.Bin, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "sine=d=0.01",
+			"-af", "aresample=16000:resampler=soxr", "-f", "null", "-").Run()
+		f.soxr = err == nil
+	})
+	return f.soxr
+}
+
+// streamInfo asks ffprobe for the channels and sample rate of the first
+// audio stream (0: unknown).
+func (f *FFmpeg) streamInfo(ctx context.Context, path string) (channels, rate int) {
 	probe := filepath.Join(filepath.Dir(f.Bin), "ffprobe")
 	if _, err := os.Stat(probe); err != nil {
 		if probe, err = exec.LookPath("ffprobe"); err != nil {
-			return 0
+			return 0, 0
 		}
 	}
-	cmd := exec.CommandContext(ctx, probe, "-v", "error", "-select_streams", "a:0", "-show_entries", "stream=channels", "-of", "csv=p=0", path)
+	cmd := exec.CommandContext(ctx, probe, "-v", "error", "-select_streams", "a:0", "-show_entries", "stream=channels,sample_rate", "-of", "default=noprint_wrappers=1", path)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.Output()
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	return n
+	for line := range strings.Lines(string(out)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
+		n, _ := strconv.Atoi(v)
+		switch k {
+		case "channels":
+			channels = n
+		case "sample_rate":
+			rate = n
+		}
+	}
+	return channels, rate
 }
 
 // readF32 reads little-endian float32 frames of channels (1 or 2) until

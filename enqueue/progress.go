@@ -17,7 +17,10 @@ type BarProgress struct {
 
 // NewBarProgress returns a bar that draws on w (a terminal).
 func NewBarProgress(w io.Writer) *BarProgress {
-	return &BarProgress{bar: progressbar.NewOptions64(-1,
+	// A known length from the start (the items listed so far, updated as
+	// listing goes on): with an unknown one the library runs a spinner
+	// goroutine that reads the bar's state without its lock.
+	return &BarProgress{bar: progressbar.NewOptions64(1,
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetDescription("listing"),
 		progressbar.OptionShowCount(),
@@ -26,16 +29,15 @@ func NewBarProgress(w io.Writer) *BarProgress {
 		progressbar.OptionSetPredictTime(true),
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionSetWidth(30),
-		progressbar.OptionSpinnerType(14),
 	)}
 }
 
 // Update implements Progress.
 func (b *BarProgress) Update(c *Counters, _ time.Duration) {
+	if total := max(c.Listed.Load(), 1); b.bar.GetMax64() != total {
+		b.bar.ChangeMax64(total)
+	}
 	if c.ListingDone.Load() {
-		if b.bar.GetMax64() != c.Listed.Load() {
-			b.bar.ChangeMax64(max(c.Listed.Load(), 1))
-		}
 		b.bar.Describe("sending")
 	}
 	_ = b.bar.Set64(c.Finished())
