@@ -80,6 +80,10 @@ bench-audio: deps ## decode + resample 10-minute WAV, FLAC and MP3 to 16 kHz mon
 	$(GO) build -o $(BIN)/bench-audio ./bench/audio
 	$(BIN)/bench-audio
 
+.PHONY: bench-longform
+bench-longform: deps ## one 60-minute recording through the worker with one partition and with four (a GPU partition's latency model): time from message to transcript, speedup
+	$(GO) run ./bench/longform
+
 .PHONY: bench-worker
 bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into four zero-latency fake partitions: jobs/s, worker CPU per job, peak RSS, requests and connections per job, request cost
 	$(GO) run ./bench/worker -worker-bin $(BIN)/worker
