@@ -1,6 +1,7 @@
 package audio
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -448,4 +449,33 @@ func TestNormalize(t *testing.T) {
 	if g := Normalize(faint); g > normMaxGain {
 		t.Errorf("faint noise: gain %v, over the limit", g)
 	}
+}
+
+// The chunker on any signal and bounds: chunks cover the input exactly,
+// in order, none longer than Max, none empty unless the input is.
+func FuzzSplit(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 4, 0, 0, 0, 0, 9, 9}, 4, 2)
+	f.Add(make([]byte, 1000), 100, 10)
+	f.Add(bytes.Repeat([]byte{0x7f, 0}, 5000), 1000, 30)
+	f.Fuzz(func(t *testing.T, raw []byte, maxLen, frame int) {
+		x := make([]float32, len(raw))
+		for i, b := range raw {
+			x[i] = float32(int8(b)) / 128
+		}
+		maxLen = max(1, maxLen%20000)
+		chunks := Split(x, SplitConfig{Max: maxLen, Frame: frame % 2000})
+		off := 0
+		for i, c := range chunks {
+			if c.Offset != off {
+				t.Fatalf("chunk %d at %d, want %d", i, c.Offset, off)
+			}
+			if len(c.Samples) > maxLen || len(c.Samples) == 0 && len(x) > 0 {
+				t.Fatalf("chunk %d of %d samples (max %d)", i, len(c.Samples), maxLen)
+			}
+			off += len(c.Samples)
+		}
+		if off != len(x) {
+			t.Fatalf("chunks cover %d of %d samples", off, len(x))
+		}
+	})
 }

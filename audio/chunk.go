@@ -31,7 +31,9 @@ func Split(x []float32, cfg SplitConfig) []Chunk {
 			out = append(out, Chunk{Offset: start, Samples: x[start:]})
 			break
 		}
-		cut := quietestCut(x, start+cfg.Max/2, start+cfg.Max, frame)
+		// Always forward, never past Max (found by FuzzSplit: tiny bounds
+		// once looped forever).
+		cut := min(max(quietestCut(x, start+cfg.Max/2, start+cfg.Max, frame), start+1), start+cfg.Max)
 		out = append(out, Chunk{Offset: start, Samples: x[start:cut]})
 		start = cut
 	}
@@ -42,7 +44,7 @@ func Split(x []float32, cfg SplitConfig) []Chunk {
 // within [lo, hi).
 func quietestCut(x []float32, lo, hi, frame int) int {
 	best, bestE := hi, math.Inf(1)
-	for f := lo; f+frame <= hi; f += frame / 2 {
+	for f := lo; f+frame <= hi; f += max(1, frame/2) {
 		var e float64
 		for _, s := range x[f : f+frame] {
 			e += float64(s) * float64(s)
