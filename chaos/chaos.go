@@ -387,7 +387,11 @@ func prepareClips(ctx context.Context, dir, addr string) ([][]byte, []string, er
 			if err != nil {
 				return nil, nil, err
 			}
-			samples := audio.Resample(clip.Samples, clip.Rate, worker.ModelRate)
+			samples := append([]float32(nil), audio.Resample(clip.Samples, clip.Rate, worker.ModelRate)...)
+			// Each clip is one chunk, which the workers level (-normalize,
+			// on by default) before sending: the reference text is of the
+			// same samples.
+			audio.Normalize(samples)
 			var res triton.Result
 			for try := 0; ; try++ {
 				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
