@@ -451,8 +451,9 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
-// The chunker on any signal and bounds: chunks cover the input exactly,
-// in order, none longer than Max, none empty unless the input is.
+// The chunker on any signal and bounds: chunks cover the input, in
+// order, each starting where the previous ended less its overlap, none
+// longer than Max, none empty unless the input is.
 func FuzzSplit(f *testing.F) {
 	f.Add([]byte{1, 2, 3, 4, 0, 0, 0, 0, 9, 9}, 4, 2)
 	f.Add(make([]byte, 1000), 100, 10)
@@ -463,16 +464,16 @@ func FuzzSplit(f *testing.F) {
 			x[i] = float32(int8(b)) / 128
 		}
 		maxLen = max(1, maxLen%20000)
-		chunks := Split(x, SplitConfig{Max: maxLen, Frame: frame % 2000})
+		chunks := Split(x, SplitConfig{Max: maxLen, Frame: frame % 2000, Overlap: frame % 500})
 		off := 0
 		for i, c := range chunks {
-			if c.Offset != off {
-				t.Fatalf("chunk %d at %d, want %d", i, c.Offset, off)
+			if c.Offset != off-c.Overlap || c.Overlap < 0 || i == 0 && c.Overlap != 0 {
+				t.Fatalf("chunk %d at %d with overlap %d, the previous ended at %d", i, c.Offset, c.Overlap, off)
 			}
 			if len(c.Samples) > maxLen || len(c.Samples) == 0 && len(x) > 0 {
 				t.Fatalf("chunk %d of %d samples (max %d)", i, len(c.Samples), maxLen)
 			}
-			off += len(c.Samples)
+			off = c.Offset + len(c.Samples)
 		}
 		if off != len(x) {
 			t.Fatalf("chunks cover %d of %d samples", off, len(x))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -56,7 +57,9 @@ const jobOverheadBytes = 4 << 20
 func (w *Worker) estimateMemory(size int64, info audio.Info) int64 {
 	decoded := 4 * info.Frames
 	resampled := 4 * (info.Frames*ModelRate/int64(max(info.Rate, 1)) + 1)
-	chunks := int64(w.cfg.ChunkParallelism) * int64(w.cfg.ChunkSeconds*ModelRate) * 4 * 2
+	// Chunks in flight: no more than the recording has.
+	inFlight := min(int64(w.cfg.ChunkParallelism), int64(math.Ceil(info.Duration()/w.cfg.ChunkSeconds))+1)
+	chunks := inFlight * int64(w.cfg.ChunkSeconds*ModelRate) * 4 * 2
 	return size + decoded + resampled + chunks + jobOverheadBytes
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -357,7 +358,13 @@ func (w *Worker) fetch(ctx context.Context, job Job, in *InputRef, head []byte) 
 // transcribe splits samples at quiet points, transcribes the chunks in
 // parallel and stitches the results in order with absolute timestamps.
 func (w *Worker) transcribe(ctx context.Context, samples []float32, model string) (Transcript, error) {
-	chunks := audio.Split(samples, audio.SplitConfig{Max: int(w.cfg.ChunkSeconds * ModelRate), Frame: ModelRate * 30 / 1000})
+	// Chunks overlap by a second where no pause was found to cut at, when
+	// word times let the overlap be resolved (stitch keeps each word once).
+	overlap := 0
+	if w.cfg.Timestamps {
+		overlap = ModelRate
+	}
+	chunks := audio.Split(samples, audio.SplitConfig{Max: int(w.cfg.ChunkSeconds * ModelRate), Frame: ModelRate * 30 / 1000, Overlap: overlap})
 	results := make([]triton.Result, len(chunks))
 	job := jobFrom(ctx)
 	job.prog.total.Store(int64(len(chunks)))
@@ -370,6 +377,11 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, model string
 			}
 		}()
 		if w.cfg.Normalize {
+			if c.Overlap > 0 || i+1 < len(chunks) && chunks[i+1].Overlap > 0 {
+				// Overlapping chunks share samples and are sent at once:
+				// each levels its own copy.
+				c.Samples = append([]float32(nil), c.Samples...)
+			}
 			audio.Normalize(c.Samples)
 		}
 		r, err := w.tr.Transcribe(ctx, triton.Request{Samples: c.Samples, Timestamps: w.cfg.Timestamps, Model: model, Priority: job.priority})
@@ -407,18 +419,36 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, model string
 	var texts []string
 	for i, r := range results {
 		off := float64(chunks[i].Offset) / ModelRate
-		if s := strings.TrimSpace(r.Text); s != "" {
-			texts = append(texts, s)
+		// Where chunks overlap, each keeps the words whose middle lies on
+		// its side of the overlap's middle: none doubled, none lost.
+		lo, hi := math.Inf(-1), math.Inf(1)
+		if c := chunks[i]; c.Overlap > 0 {
+			lo = (float64(c.Offset) + float64(c.Overlap)/2) / ModelRate
 		}
+		if i+1 < len(chunks) && chunks[i+1].Overlap > 0 {
+			hi = (float64(chunks[i+1].Offset) + float64(chunks[i+1].Overlap)/2) / ModelRate
+		}
+		var kept []string
 		for _, wd := range r.Words {
 			wd.Start += off
 			wd.End += off
+			if mid := (wd.Start + wd.End) / 2; mid < lo || mid >= hi {
+				continue
+			}
 			t.Words = append(t.Words, wd)
+			kept = append(kept, wd.Word)
 		}
-		if len(r.Words) == 0 && strings.TrimSpace(r.Text) != "" {
+		text := strings.TrimSpace(r.Text)
+		if len(r.Words) > 0 && (lo > math.Inf(-1) || hi < math.Inf(1)) {
+			text = strings.Join(kept, " ") // the chunk's own text would repeat the overlap
+		}
+		if text != "" {
+			texts = append(texts, text)
+		}
+		if len(r.Words) == 0 && text != "" {
 			// No timings from the model: one segment per chunk.
 			end := off + float64(len(chunks[i].Samples))/ModelRate
-			t.Segments = append(t.Segments, Segment{Start: off, End: end, Text: strings.TrimSpace(r.Text)})
+			t.Segments = append(t.Segments, Segment{Start: off, End: end, Text: text})
 		}
 	}
 	t.Text = strings.Join(texts, " ")

@@ -1,0 +1,131 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fleetscribe/fleetscribe/triton"
+)
+
+// scriptModel hears a recording of continuous speech with no pauses: a
+// word every 0.4 s, each 0.3 s long. Each sample holds its own index in
+// the recording, so a chunk tells where it starts; like a real model, it
+// recognises only the words wholly inside the chunk it is sent.
+type scriptModel struct {
+	mu     sync.Mutex
+	chunks int
+}
+
+func (m *scriptModel) Transcribe(_ context.Context, req triton.Request) (triton.Result, error) {
+	m.mu.Lock()
+	m.chunks++
+	m.mu.Unlock()
+	start := float64(req.Samples[0]) / ModelRate
+	end := start + float64(len(req.Samples))/ModelRate
+	var r triton.Result
+	for k := 0; ; k++ {
+		ws, we := 0.4*float64(k), 0.4*float64(k)+0.3
+		if ws >= end {
+			break
+		}
+		if ws >= start && we <= end {
+			r.Words = append(r.Words, triton.Word{Word: fmt.Sprintf("w%d", k), Start: ws - start, End: we - start})
+		}
+	}
+	words := make([]string, len(r.Words))
+	for i, w := range r.Words {
+		words[i] = w.Word
+	}
+	r.Text = strings.Join(words, " ")
+	return r, nil
+}
+
+// A 100 s recording of speech without a pause is cut into 30 s chunks
+// that overlap by a second; the stitched transcript has every word once,
+// in order, at its time. Without the overlap, words cut in two are lost.
+func TestStitchedOverlapKeepsEveryWordOnce(t *testing.T) {
+	const seconds = 100
+	samples := make([]float32, seconds*ModelRate)
+	for i := range samples {
+		samples[i] = float32(i)
+	}
+	var want []string
+	for k := 0; 0.4*float64(k)+0.3 <= seconds; k++ {
+		want = append(want, fmt.Sprintf("w%d", k))
+	}
+	for _, timestamps := range []bool{true, false} {
+		m := &scriptModel{}
+		w := &Worker{cfg: Config{ChunkSeconds: 30, ChunkParallelism: 4, Timestamps: timestamps}, tr: m}
+		tr, err := w.transcribe(context.Background(), samples, "asr")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Fields(tr.Text)
+		if timestamps {
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("with overlap: %d words, want %d, each once in order", len(got), len(want))
+			}
+			for i, wd := range tr.Words {
+				var k int
+				if _, err := fmt.Sscanf(wd.Word, "w%d", &k); err != nil || wd.Start < 0.4*float64(k)-1e-6 || wd.Start > 0.4*float64(k)+1e-6 {
+					t.Errorf("word %d %s at %.3f s", i, wd.Word, wd.Start)
+					break
+				}
+			}
+			if m.chunks < 4 {
+				t.Errorf("%d chunks for %d s", m.chunks, seconds)
+			}
+		} else if len(got) >= len(want) {
+			t.Errorf("without overlap (no word times to stitch by) %d words of %d: no word was cut, so this test shows nothing", len(got), len(want))
+		}
+	}
+}
+
+// levelCheck records the loudest sample of each chunk it is sent.
+type levelCheck struct {
+	mu    sync.Mutex
+	peaks []float32
+}
+
+func (l *levelCheck) Transcribe(_ context.Context, req triton.Request) (triton.Result, error) {
+	var p float32
+	for _, v := range req.Samples {
+		p = max(p, v, -v)
+	}
+	l.mu.Lock()
+	l.peaks = append(l.peaks, p)
+	l.mu.Unlock()
+	return triton.Result{}, nil
+}
+
+// Overlapping chunks are levelled at once (under -race) each on its own
+// copy: every chunk arrives levelled, and the shared samples are not
+// scaled twice or raced on.
+func TestOverlappingChunksLevelledApart(t *testing.T) {
+	samples := make([]float32, 100*ModelRate)
+	for i := range samples {
+		samples[i] = 0.001 * float32(1+i%7) // quiet, and never a pause
+	}
+	orig := append([]float32(nil), samples...)
+	l := &levelCheck{}
+	w := &Worker{cfg: Config{ChunkSeconds: 30, ChunkParallelism: 4, Timestamps: true, Normalize: true}, tr: l}
+	if _, err := w.transcribe(context.Background(), samples, "asr"); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.peaks) < 4 {
+		t.Fatalf("%d chunks", len(l.peaks))
+	}
+	for i, p := range l.peaks {
+		if p < 0.01 {
+			t.Errorf("chunk %d arrived at peak %v: not levelled", i, p)
+		}
+	}
+	for i := range samples {
+		if samples[i] != orig[i] {
+			t.Fatalf("sample %d changed from %v to %v: overlapping chunks levelled in place", i, orig[i], samples[i])
+		}
+	}
+}
