@@ -85,16 +85,35 @@ func Normalize(x []float32) float64 {
 	if len(x) == 0 {
 		return 1
 	}
-	var frames []float64
-	peak := 0.0
+	frames := make([]float64, 0, len(x)/normFrame+1)
+	var m0, m1, m2, m3 uint32 // the largest |sample| as float bits
 	for start := 0; start < len(x); start += normFrame {
-		var e float64
 		seg := x[start:min(start+normFrame, len(x))]
-		for _, v := range seg {
-			e += float64(v) * float64(v)
-			peak = math.Max(peak, math.Abs(float64(v)))
+		// Four accumulators (the sum is the loop's critical path), and
+		// |v| compared as its bits, which order like the values for finite
+		// floats: no branch per sample.
+		var e0, e1, e2, e3 float32
+		i := 0
+		for ; i+4 <= len(seg); i += 4 {
+			v := seg[i : i+4 : i+4]
+			e0 += v[0] * v[0]
+			e1 += v[1] * v[1]
+			e2 += v[2] * v[2]
+			e3 += v[3] * v[3]
+			m0 = max(m0, math.Float32bits(v[0])&^(1<<31))
+			m1 = max(m1, math.Float32bits(v[1])&^(1<<31))
+			m2 = max(m2, math.Float32bits(v[2])&^(1<<31))
+			m3 = max(m3, math.Float32bits(v[3])&^(1<<31))
 		}
-		frames = append(frames, e/float64(len(seg)))
+		for ; i < len(seg); i++ {
+			e0 += seg[i] * seg[i]
+			m0 = max(m0, math.Float32bits(seg[i])&^(1<<31))
+		}
+		frames = append(frames, float64((e0+e1)+(e2+e3))/float64(len(seg)))
+	}
+	peak := float64(math.Float32frombits(max(m0, m1, m2, m3)))
+	if math.IsNaN(peak) || math.IsInf(peak, 0) {
+		return 1
 	}
 	slices.Sort(frames)
 	loud := frames[len(frames)/2:]
