@@ -1,6 +1,7 @@
 # Worker and enqueue images: static binaries, and ffmpeg, which the worker
-# runs for the formats it has no Go decoder for (Ogg/Opus, M4A/AAC, WebM,
-# AMR...); WAV, FLAC and MP3 are decoded in Go.
+# runs for everything but WAV: MP3 and FLAC (faster than the Go decoders,
+# which serve without it) and the formats with no Go decoder (Ogg/Opus,
+# M4A/AAC, WebM, AMR...).
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./

@@ -34,7 +34,7 @@ func DecodeContext(ctx context.Context, b []byte, buf []float32, ff *FFmpeg) (Cl
 		// than the pure Go decoders, which serve where ffmpeg is missing or
 		// fails.
 		if ff != nil && ff.Bin != "" {
-			if c, err := ff.Decode(ctx, b, name); err == nil {
+			if c, err := ff.decodeInto(ctx, b, buf, name); err == nil {
 				return c, nil
 			} else if errors.Is(err, ErrTooLong) || ctx.Err() != nil {
 				return Clip{}, err
@@ -47,7 +47,7 @@ func DecodeContext(ctx context.Context, b []byte, buf []float32, ff *FFmpeg) (Cl
 	case "":
 		return Clip{}, corrupt("unknown", "unrecognised audio container")
 	default:
-		return ff.Decode(ctx, b, name)
+		return ff.decodeInto(ctx, b, buf, name)
 	}
 }
 

@@ -49,8 +49,8 @@ func lookFFmpeg() string {
 	return p
 }
 
-// ffmpegRate is the rate ffmpeg is asked for where ffprobe cannot tell
-// the recording's own.
+// ffmpegRate is the rate ffmpeg is asked to write: the model's, so no
+// resampling follows.
 const ffmpegRate = 16000
 
 // ErrTooLong is wrapped by the error of a decode stopped at MaxSeconds.
@@ -60,6 +60,12 @@ var ErrTooLong = errors.New("recording longer than the limit")
 // their index at the end need a seekable input) and returns its output.
 // format is the sniffed container, for error messages.
 func (f *FFmpeg) Decode(ctx context.Context, b []byte, format string) (Clip, error) {
+	return f.decodeInto(ctx, b, nil, format)
+}
+
+// decodeInto is Decode writing the samples into buf when its capacity
+// suffices.
+func (f *FFmpeg) decodeInto(ctx context.Context, b []byte, buf []float32, format string) (Clip, error) {
 	if f == nil || f.Bin == "" {
 		return Clip{}, unsupported(format, "decoding it needs ffmpeg, which is not installed")
 	}
@@ -84,13 +90,13 @@ func (f *FFmpeg) Decode(ctx context.Context, b []byte, format string) (Clip, err
 	// WAV, FLAC and MP3 are (ffmpeg's own rematrix moves mono and stereo
 	// by 3 dB); more channels get ffmpeg's standard down-mix to stereo
 	// first, which keeps the centre channel, where speech is, at -3 dB.
-	channels, _ := f.streamInfo(ctx, tmp.Name())
+	channels := f.channels(ctx, tmp.Name())
 	if channels < 1 || channels > 2 {
 		channels = 2
 	}
 	// 16 kHz out, through the SoX resampler where this ffmpeg has it
-	// (flat to 7 kHz, aliases far below what Resample leaves, and fast),
-	// else ffmpeg's own.
+	// (flat to 7 kHz, aliases below what Resample leaves, and fast), else
+	// ffmpeg's own.
 	rate := ffmpegRate
 	args := []string{"-nostdin", "-hide_banner", "-loglevel", "error",
 		"-i", tmp.Name(), "-vn", "-sn", "-dn", "-ac", fmt.Sprint(channels)}
@@ -115,7 +121,7 @@ func (f *FFmpeg) Decode(ctx context.Context, b []byte, format string) (Clip, err
 		return Clip{}, fmt.Errorf("start ffmpeg: %w", err)
 	}
 	maxSamples := int(math.Min(f.MaxSeconds*float64(rate), float64(maxDecodedFrames)))
-	samples, readErr := readF32(out, channels, maxSamples)
+	samples, readErr := readF32(out, channels, maxSamples, buf[:0])
 	if readErr != nil {
 		_ = cmd.Cancel()
 	}
@@ -159,38 +165,28 @@ func (f *FFmpeg) hasSoxr() bool {
 	return f.soxr
 }
 
-// streamInfo asks ffprobe for the channels and sample rate of the first
-// audio stream (0: unknown).
-func (f *FFmpeg) streamInfo(ctx context.Context, path string) (channels, rate int) {
+// channels asks ffprobe how many channels the first audio stream has (0:
+// unknown).
+func (f *FFmpeg) channels(ctx context.Context, path string) int {
 	probe := filepath.Join(filepath.Dir(f.Bin), "ffprobe")
 	if _, err := os.Stat(probe); err != nil {
 		if probe, err = exec.LookPath("ffprobe"); err != nil {
-			return 0, 0
+			return 0
 		}
 	}
-	cmd := exec.CommandContext(ctx, probe, "-v", "error", "-select_streams", "a:0", "-show_entries", "stream=channels,sample_rate", "-of", "default=noprint_wrappers=1", path)
+	cmd := exec.CommandContext(ctx, probe, "-v", "error", "-select_streams", "a:0", "-show_entries", "stream=channels", "-of", "csv=p=0", path)
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.Output()
 	if err != nil {
-		return 0, 0
+		return 0
 	}
-	for line := range strings.Lines(string(out)) {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), "=")
-		n, _ := strconv.Atoi(v)
-		switch k {
-		case "channels":
-			channels = n
-		case "sample_rate":
-			rate = n
-		}
-	}
-	return channels, rate
+	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	return n
 }
 
-// readF32 reads little-endian float32 frames of channels (1 or 2) until
-// EOF, at most max, each mixed down to the mean of its channels.
-func readF32(r io.Reader, channels, max int) ([]float32, error) {
-	var out []float32
+// readF32 appends to out little-endian float32 frames of channels (1 or
+// 2) until EOF, at most max, each mixed down to the mean of its channels.
+func readF32(r io.Reader, channels, max int, out []float32) ([]float32, error) {
 	buf := make([]byte, 64<<10)
 	carry := 0
 	frame := 4 * channels

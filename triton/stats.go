@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -64,9 +65,7 @@ type serverStats struct {
 	off  map[*partition]bool // the server has no statistics extension
 }
 
-func newServerStats(f interface {
-	NewCounterVec(prometheus.CounterOpts, []string) *prometheus.CounterVec
-}) *serverStats {
+func newServerStats(f promauto.Factory) *serverStats {
 	c := func(name, help string) *prometheus.CounterVec {
 		return f.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"partition"})
 	}

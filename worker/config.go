@@ -42,9 +42,9 @@ type Config struct {
 	// costs a PUT and a GET, about what computing a few minutes of audio
 	// costs, so it is worth paying only where a duplicate would waste more.
 	ClaimMinAudio time.Duration
-	// FFmpeg is the ffmpeg binary for formats without a Go decoder (Ogg,
-	// Opus, MP4/M4A, WebM, AMR...); empty: such recordings are refused as
-	// unsupported.
+	// FFmpeg is the ffmpeg binary that decodes MP3, FLAC and the formats
+	// without a Go decoder (Ogg, Opus, MP4/M4A, WebM, AMR...); empty: MP3
+	// and FLAC are decoded in Go, the others refused as unsupported.
 	FFmpeg string
 	// Normalize brings each chunk's speech to -20 dBFS before it is sent.
 	Normalize        bool
@@ -94,7 +94,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ChunkParallelism, "chunk-parallelism", 32, "chunks of one job in flight at once: enough for every partition of a GPU to get full batches from one long recording")
 	fs.BoolVar(&c.Timestamps, "timestamps", true, "ask the model for word timestamps")
 	fs.DurationVar(&c.ClaimMinAudio, "claim-min-audio", 5*time.Minute, "claim only recordings at least this long: a claim costs an S3 PUT and GET per job, more than computing a short recording twice in the rare overlap it guards against (0: claim every job)")
-	fs.StringVar(&c.FFmpeg, "ffmpeg", "ffmpeg", "ffmpeg binary (name on PATH or path) that decodes formats without a Go decoder: Ogg/Opus, M4A/AAC, WebM, AMR, CAF, WMA, AIFF, RF64 (WAV, FLAC and MP3 are decoded in Go); empty or not found: those get an unsupported_audio record naming the format")
+	fs.StringVar(&c.FFmpeg, "ffmpeg", "ffmpeg", "ffmpeg binary (name on PATH or path) that decodes everything but WAV: MP3 and FLAC (faster than their Go decoders, which serve without it), and Ogg/Opus, M4A/AAC, WebM, AMR, CAF, WMA, AIFF, RF64; empty or not found: those without a Go decoder get an unsupported_audio record naming the format")
 	fs.BoolVar(&c.Normalize, "normalize", true, "scale each chunk so its speech (the louder half of its 30 ms frames) is at -20 dBFS, at most +60 dB and never clipping: quiet phone recordings reach the model at a normal level")
 	fs.DurationVar(&c.ExitWhenIdle, "exit-when-idle", 0, "exit 0 once no message has arrived and no job has run for this long (0: run forever)")
 }

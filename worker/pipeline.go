@@ -59,14 +59,15 @@ const firstRead = 1 << 20
 func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, job Job, in *InputRef, prefix, model string, attempt int) (string, OutputKeys, error) {
 	start := time.Now()
 	obj, err := w.open(ctx, job)
+	opening := time.Since(start)
 	if err != nil {
 		var perm *PermanentError
 		if !errors.As(err, &perm) && ctx.Err() == nil {
 			// The read failed but the object may be there: learn its ETag
 			// from a HEAD (only on this path), so that a last attempt can
 			// still leave its error record where the transcript would go.
-			if h, herr := w.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)}); herr == nil {
-				in.ETag, in.VersionID, in.Size = strings.Trim(aws.ToString(h.ETag), `"`), aws.ToString(h.VersionId), aws.ToInt64(h.ContentLength)
+			if h, herr := w.headInput(ctx, job); herr == nil {
+				in.ETag, in.VersionID, in.Size = h.etag, h.version, h.size
 				return "", KeysFor(prefix, *in, model), err
 			}
 		}
@@ -133,7 +134,7 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 		}
 	}
 
-	t, err := w.transcribeObject(ctx, job, in, obj.head, model, start)
+	t, err := w.transcribeObject(ctx, job, in, obj.head, model, opening)
 	if err != nil {
 		return "", keys, err
 	}
@@ -158,12 +159,15 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 
 // transcribeObject downloads, decodes, resamples and transcribes the
 // input.
-func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, head []byte, model string, start time.Time) (Transcript, error) {
+// opening is how long the first read of the input took: the fetch stage
+// is that and the read of the rest, not the checks and waits between them.
+func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, head []byte, model string, opening time.Duration) (Transcript, error) {
+	start := time.Now()
 	data, err := w.fetch(ctx, job, in, head)
 	if err != nil {
 		return Transcript{}, err
 	}
-	w.m.since(StageFetch, start)
+	w.m.stages[StageFetch].Observe((opening + time.Since(start)).Seconds())
 	start = time.Now()
 	clip, err := audio.DecodeContext(ctx, data, getFloats(len(data)/2), w.ffmpeg)
 	if len(data) > len(head) {
@@ -281,14 +285,7 @@ func (w *Worker) open(ctx context.Context, job Job) (opened, error) {
 		return opened{}, Permanentf(ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
 	case isInvalidRange(err):
 		// An empty object has no first byte: its metadata from a HEAD.
-		h, err := w.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
-		if err != nil {
-			if IsNotFound(err) {
-				return opened{}, Permanentf(ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
-			}
-			return opened{}, fmt.Errorf("head input: %w", err)
-		}
-		return opened{etag: strings.Trim(aws.ToString(h.ETag), `"`), version: aws.ToString(h.VersionId), size: aws.ToInt64(h.ContentLength)}, nil
+		return w.headInput(ctx, job)
 	default:
 		return opened{}, fmt.Errorf("get input: %w", err)
 	}
@@ -309,6 +306,18 @@ func (w *Worker) open(ctx context.Context, job Job) (opened, error) {
 		return opened{}, fmt.Errorf("read input: %w", err)
 	}
 	return o, nil
+}
+
+// headInput learns the input's ETag, version and size from a HEAD.
+func (w *Worker) headInput(ctx context.Context, job Job) (opened, error) {
+	h, err := w.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
+	switch {
+	case IsNotFound(err):
+		return opened{}, Permanentf(ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
+	case err != nil:
+		return opened{}, fmt.Errorf("head input: %w", err)
+	}
+	return opened{etag: strings.Trim(aws.ToString(h.ETag), `"`), version: aws.ToString(h.VersionId), size: aws.ToInt64(h.ContentLength)}, nil
 }
 
 func isInvalidRange(err error) bool {

@@ -25,6 +25,26 @@ import (
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
 
+// serve runs the KServe v2 server with pocketsphinx behind it (decoders
+// in its pool) until the test ends, and returns a client of it.
+func serve(t *testing.T, decoders int) *triton.Client {
+	t.Helper()
+	rec := recognizer(t, decoders)
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- asrserver.New(triton.DefaultModelIO(), rec, "pocketsphinx").Serve(ctx, lis) }()
+	c, err := triton.Dial(lis.Addr().String(), triton.DefaultModelIO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(); cancel(); <-done })
+	return c
+}
+
 // TestRealSpeechOverGRPC synthesises speech with ffmpeg's flite voice,
 // resamples it the way the worker does, and recognises it through the
 // KServe v2 gRPC server with pocketsphinx behind it.
@@ -37,20 +57,7 @@ func TestRealSpeechOverGRPC(t *testing.T) {
 		"the doctor will call you back this afternoon",
 		"the heart rate is normal and the lungs are clear",
 	}
-	rec := recognizer(t, 2)
-	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- asrserver.New(triton.DefaultModelIO(), rec, "pocketsphinx").Serve(ctx, lis) }()
-	defer func() { cancel(); <-done }()
-	c, err := triton.Dial(lis.Addr().String(), triton.DefaultModelIO())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := serve(t, 2)
 
 	var edits, words int
 	for i, s := range sentences {
@@ -291,20 +298,7 @@ func TestQuietSpeechAfterNormalize(t *testing.T) {
 		"please schedule a follow up appointment in two weeks",
 		"the heart rate is normal and the lungs are clear",
 	}
-	rec := recognizer(t, 1)
-	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- asrserver.New(triton.DefaultModelIO(), rec, "pocketsphinx").Serve(ctx, lis) }()
-	defer func() { cancel(); <-done }()
-	c, err := triton.Dial(lis.Addr().String(), triton.DefaultModelIO())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := serve(t, 1)
 	var rawEdits, normEdits, words int
 	for _, s := range sentences {
 		b, err := os.ReadFile(synth(t, 0, s))

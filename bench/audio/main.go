@@ -11,21 +11,19 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/internal/procstat"
 )
 
 func main() {
@@ -59,28 +57,12 @@ func decodeChild(path string) error {
 	}
 	b = nil
 	out := audio.Resample(clip.Samples, clip.Rate, 16000)
-	hwm, err := vmHWM()
+	hwm, err := procstat.PeakRSS(0)
 	if err != nil {
 		return err
 	}
 	fmt.Println(len(out), hwm)
 	return nil
-}
-
-func vmHWM() (int64, error) {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New("no VmHWM")
 }
 
 type measured struct {

@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -115,7 +116,8 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 	var addrs []string
 	var servers []*asrserver.Server
 	sctx, stop := context.WithCancel(ctx)
-	defer stop()
+	var serving sync.WaitGroup
+	defer func() { stop(); serving.Wait() }()
 	for range n {
 		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 		if err != nil {
@@ -124,7 +126,7 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 		srv := asrserver.New(triton.DefaultModelIO(), model, "gpu-model")
 		srv.Batch = asrserver.BatchConfig{MaxBatchSize: 8, PreferredSizes: []int{8}, MaxQueueDelay: 5 * time.Millisecond, Ragged: true, Instances: 1}
 		servers = append(servers, srv)
-		go func() { _ = srv.Serve(sctx, lis) }()
+		serving.Go(func() { _ = srv.Serve(sctx, lis) })
 		addrs = append(addrs, lis.Addr().String())
 	}
 	pool, err := triton.NewPool(triton.PoolConfig{Addrs: addrs, MaxInflight: 48, RequestTimeout: time.Minute, Attempts: 3,

@@ -16,10 +16,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -46,6 +44,7 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/internal/procstat"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 	"github.com/fleetscribe/fleetscribe/worker"
@@ -158,11 +157,11 @@ func run(o options) error {
 			// Read the worker's own counters before anything else runs.
 			elapsed = time.Since(start)
 			var user time.Duration
-			if user, sys, err = procUserSys(pid); err != nil {
+			if user, sys, err = procstat.CPU(pid); err != nil {
 				return err
 			}
 			cpu = user + sys
-			if hwm, err = procHWM(pid); err != nil {
+			if hwm, err = procstat.PeakRSS(pid); err != nil {
 				return err
 			}
 			break
@@ -244,40 +243,6 @@ func countObjects(ctx context.Context, c *s3.Client, bucket, prefix string) (int
 		}
 	}
 	return n, nil
-}
-
-// procUserSys is the process's user and system time from /proc/PID/stat.
-func procUserSys(pid int) (user, sys time.Duration, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	// Fields after the command name (which may hold spaces) in parentheses.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, 0, err
-	}
-	const hz = 100 // USER_HZ on Linux
-	return time.Duration(utime) * time.Second / hz, time.Duration(stime) * time.Second / hz, nil
-}
-
-// procHWM is the process's peak resident set (VmHWM) in bytes.
-func procHWM(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New("no VmHWM")
 }
 
 // countingProxy forwards to the emulator and counts requests by API call

@@ -1,0 +1,58 @@
+// Package procstat reads a process's resource use from /proc, for the
+// benchmarks: a child's own peak RSS (rusage of a freshly forked child can
+// report its parent's) and its CPU time.
+package procstat
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// path is /proc/PID/name, or /proc/self/name for pid 0.
+func path(pid int, name string) string {
+	if pid == 0 {
+		return "/proc/self/" + name
+	}
+	return fmt.Sprintf("/proc/%d/%s", pid, name)
+}
+
+// PeakRSS is the process's peak resident set (VmHWM) in bytes; pid 0 is
+// this process.
+func PeakRSS(pid int) (int64, error) {
+	f, err := os.Open(path(pid, "status"))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmHWM")
+}
+
+// CPU is the process's user and system time so far; pid 0 is this process.
+func CPU(pid int) (user, sys time.Duration, err error) {
+	b, err := os.ReadFile(path(pid, "stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields after the command name (which may hold spaces) in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, err
+	}
+	const hz = 100 // USER_HZ on Linux
+	return time.Duration(utime) * time.Second / hz, time.Duration(stime) * time.Second / hz, nil
+}
