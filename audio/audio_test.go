@@ -300,7 +300,7 @@ func FuzzProbe(f *testing.F) {
 
 // The 16-bit fast path agrees with the general per-sample reader for
 // every channel count, on random data.
-func TestPCM16FastPathMatchesGeneralReader(t *testing.T) {
+func TestFastPathsMatchTheGeneralReader(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, ch := range []int{1, 2, 3, 6} {
 		for _, inverted := range []bool{false, true} {
@@ -322,6 +322,22 @@ func TestPCM16FastPathMatchesGeneralReader(t *testing.T) {
 			for i := range got {
 				if math.Abs(float64(got[i]-want[i])) > 1e-6 {
 					t.Fatalf("%d channels (inverted %v), frame %d: %v, want %v", ch, inverted, i, got[i], want[i])
+				}
+			}
+			if ch > 2 {
+				continue
+			}
+			// The same samples as 32-bit float (what ffmpeg writes).
+			f32 := make([]byte, 0, 4*ch*1001)
+			for i := 0; i < len(data); i += 2 {
+				v := float32(int16(uint16(data[i])|uint16(data[i+1])<<8)) / 32768
+				f32 = binary.LittleEndian.AppendUint32(f32, math.Float32bits(v))
+			}
+			got = make([]float32, 1001)
+			decodeFrames(got, f32, wavFormat{tag: wavFloat, bits: 32, channels: ch, blockAlign: 4 * ch})
+			for i := range got {
+				if math.Abs(float64(got[i]-want[i])) > 1e-6 {
+					t.Fatalf("float, %d channels (inverted %v), frame %d: %v, want %v", ch, inverted, i, got[i], want[i])
 				}
 			}
 		}
@@ -477,6 +493,17 @@ func FuzzSplit(f *testing.F) {
 		}
 		if off != len(x) {
 			t.Fatalf("chunks cover %d of %d samples", off, len(x))
+		}
+		// Streamed in blocks of 1 to 97 samples, the same chunks.
+		block := max(1, frame%97+1)
+		streamed := splitStream(x, SplitConfig{Max: maxLen, Frame: frame % 2000, Overlap: frame % 500}, func() int { return block })
+		if len(streamed) != len(chunks) {
+			t.Fatalf("streamed %d chunks, Split cut %d", len(streamed), len(chunks))
+		}
+		for i, c := range streamed {
+			if c.Offset != chunks[i].Offset || len(c.Samples) != len(chunks[i].Samples) || c.Overlap != chunks[i].Overlap {
+				t.Fatalf("streamed chunk %d differs from Split's", i)
+			}
 		}
 	})
 }

@@ -33,34 +33,80 @@ const pauseRatio = 0.01
 // cut in two. Where that frame is not a pause (continuous speech), the
 // next chunk starts cfg.Overlap samples before the cut. The chunks cover
 // x, in order; each starts where the previous one ends, less its Overlap.
+// Their samples are x's own. A Splitter cuts a stream the same way.
 func Split(x []float32, cfg SplitConfig) []Chunk {
-	if cfg.Max <= 0 || len(x) <= cfg.Max {
-		return []Chunk{{Offset: 0, Samples: x}}
-	}
-	frame := cfg.Frame
-	if frame <= 0 || frame > cfg.Max/4 {
-		frame = max(1, cfg.Max/64)
-	}
-	overlap := min(max(cfg.Overlap, 0), cfg.Max/4)
+	s := NewSplitter(cfg)
+	s.buf = x
 	var out []Chunk
-	start, shared := 0, 0
-	for start < len(x) {
-		if len(x)-start <= cfg.Max {
-			out = append(out, Chunk{Offset: start, Samples: x[start:], Overlap: shared})
-			break
+	for {
+		c, ok := s.Next(true)
+		if !ok {
+			return out
 		}
-		c, pause := quietestCut(x, start+cfg.Max/2, start+cfg.Max, frame)
-		// Always forward, never past Max (found by FuzzSplit: tiny bounds
-		// once looped forever).
-		cut := min(max(c, start+1), start+cfg.Max)
-		out = append(out, Chunk{Offset: start, Samples: x[start:cut], Overlap: shared})
-		shared = 0
-		if !pause && overlap > 0 && cut-overlap > start {
-			shared = overlap
-		}
-		start = cut - shared
+		out = append(out, c)
 	}
-	return out
+}
+
+// Splitter cuts a stream of samples into the chunks Split would give for
+// the whole, each as soon as the samples after it decide where it ends.
+type Splitter struct {
+	max, frame, overlap int
+	buf                 []float32
+	off                 int  // index of buf[0] in the stream
+	start, shared       int  // the next chunk's first sample and overlap
+	done                bool // the last chunk is out
+}
+
+// NewSplitter cuts chunks as cfg says.
+func NewSplitter(cfg SplitConfig) *Splitter {
+	s := &Splitter{max: cfg.Max}
+	if cfg.Max > 0 {
+		s.frame = cfg.Frame
+		if s.frame <= 0 || s.frame > cfg.Max/4 {
+			s.frame = max(1, cfg.Max/64)
+		}
+		s.overlap = min(max(cfg.Overlap, 0), cfg.Max/4)
+	}
+	return s
+}
+
+// Write appends samples to the stream. The chunks Next returned before are
+// no longer valid.
+func (s *Splitter) Write(x []float32) {
+	if drop := s.start - s.off; drop > 0 {
+		s.buf = s.buf[:copy(s.buf, s.buf[drop:])]
+		s.off = s.start
+	}
+	s.buf = append(s.buf, x...)
+}
+
+// Next returns the next chunk whose end is known, or false if there is
+// none yet; final says that the stream has ended (every chunk is then
+// known). The chunk's samples are the splitter's, valid until Write.
+func (s *Splitter) Next(final bool) (Chunk, bool) {
+	end := s.off + len(s.buf)
+	switch {
+	case s.done:
+		return Chunk{}, false
+	case s.max <= 0 || end-s.start <= s.max:
+		if !final {
+			return Chunk{}, false
+		}
+		s.done = true
+		return Chunk{Offset: s.start, Samples: s.buf[s.start-s.off:], Overlap: s.shared}, true
+	}
+	c, pause := quietestCut(s.buf, s.start+s.max/2-s.off, s.start+s.max-s.off, s.frame)
+	c += s.off
+	// Always forward, never past Max (found by FuzzSplit: tiny bounds once
+	// looped forever).
+	cut := min(max(c, s.start+1), s.start+s.max)
+	chunk := Chunk{Offset: s.start, Samples: s.buf[s.start-s.off : cut-s.off], Overlap: s.shared}
+	s.shared = 0
+	if !pause && s.overlap > 0 && cut-s.overlap > s.start {
+		s.shared = s.overlap
+	}
+	s.start = cut - s.shared
+	return chunk, true
 }
 
 // quietestCut returns the middle of the lowest-energy frame that lies

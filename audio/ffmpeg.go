@@ -1,21 +1,21 @@
 package audio
 
 import (
+	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // FFmpeg decodes the formats with no pure Go decoder here (Ogg/Opus,
@@ -27,7 +27,9 @@ type FFmpeg struct {
 	// Bin is the ffmpeg binary ("" or not found: such formats are refused
 	// as unsupported, naming the format and the missing ffmpeg).
 	Bin string
-	// Timeout bounds one decode; the process is killed past it.
+	// Timeout bounds how long ffmpeg may go without output (a stall, while
+	// it is being read; a reader that is slow to take the output does not
+	// count); the process is killed past it.
 	Timeout time.Duration
 	// MaxSeconds bounds the decoded length; past it ffmpeg is stopped and
 	// the recording refused (a decompression bomb, or a recording past the
@@ -66,84 +68,180 @@ func (f *FFmpeg) Decode(ctx context.Context, b []byte, format string) (Clip, err
 // decodeInto is Decode writing the samples into buf when its capacity
 // suffices.
 func (f *FFmpeg) decodeInto(ctx context.Context, b []byte, buf []float32, format string) (Clip, error) {
-	if f == nil || f.Bin == "" {
+	if !f.usable() {
 		return Clip{}, unsupported(format, "decoding it needs ffmpeg, which is not installed")
 	}
-	tmp, err := os.CreateTemp("", "fleetscribe-audio-*")
+	path, err := spool(bytes.NewReader(b), int64(len(b)))
 	if err != nil {
-		return Clip{}, fmt.Errorf("ffmpeg input: %w", err)
+		return Clip{}, err
 	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if _, err := tmp.Write(b); err != nil {
-		_ = tmp.Close()
-		return Clip{}, fmt.Errorf("ffmpeg input: %w", err)
+	defer func() { _ = os.Remove(path) }()
+	s, err := f.open(ctx, path, format)
+	if err != nil {
+		return Clip{}, err
 	}
-	if err := tmp.Close(); err != nil {
-		return Clip{}, fmt.Errorf("ffmpeg input: %w", err)
-	}
-	if f.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, f.Timeout)
-		defer cancel()
-	}
-	// Mono and stereo come out as they are and are mixed down here, as
-	// WAV, FLAC and MP3 are (ffmpeg's own rematrix moves mono and stereo
-	// by 3 dB); more channels get ffmpeg's standard down-mix to stereo
-	// first, which keeps the centre channel, where speech is, at -3 dB.
-	channels := f.channels(ctx, tmp.Name())
-	if channels < 1 || channels > 2 {
-		channels = 2
-	}
-	// 16 kHz out, through the SoX resampler where this ffmpeg has it
-	// (flat to 7 kHz, aliases below what Resample leaves, and fast), else
-	// ffmpeg's own.
-	rate := ffmpegRate
-	args := []string{"-nostdin", "-hide_banner", "-loglevel", "error",
-		"-i", tmp.Name(), "-vn", "-sn", "-dn", "-ac", fmt.Sprint(channels)}
+	return readAll(s, buf)
+}
+
+// open starts ffmpeg decoding the file at path (format is the sniffed
+// container, for error messages) and reads the header of its output.
+func (f *FFmpeg) open(ctx context.Context, path, format string) (*ffStream, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	// Out as float WAV with the channels as they are, mixed down here as
+	// WAV, FLAC and MP3 are (ffmpeg's own rematrix moves mono and stereo by
+	// 3 dB, and would hide channels that cancel). The WAV header says how
+	// many there are: no ffprobe first. 16 kHz, through the SoX resampler
+	// where this ffmpeg has it (flat to 7 kHz, aliases below what Resample
+	// leaves, and fast), else ffmpeg's own. Written in full buffers, not a
+	// write a packet (ffmpeg's default for a pipe): a tenth of the
+	// wake-ups.
+	args := []string{"-nostdin", "-hide_banner", "-loglevel", "error", "-threads", "1", "-filter_threads", "1", "-i", path, "-vn", "-sn", "-dn"}
 	if f.hasSoxr() {
-		args = append(args, "-af", fmt.Sprintf("aresample=%d:resampler=soxr", rate))
+		args = append(args, "-af", fmt.Sprintf("aresample=%d:resampler=soxr", ffmpegRate))
 	}
-	args = append(args, "-ar", fmt.Sprint(rate), "-f", "f32le", "pipe:1")
+	args = append(args, "-ar", fmt.Sprint(ffmpegRate), "-c:a", "pcm_f32le", "-flush_packets", "0", "-f", "wav", "pipe:1")
 	cmd := exec.CommandContext(ctx, f.Bin, args...)
 	// Its own process group, killed whole on timeout or cancel, and never
 	// left behind: Wait reaps it on every path.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	var stderr limitedBuffer
-	stderr.limit = 4 << 10
-	cmd.Stderr = &stderr
+	s := &ffStream{cmd: cmd, ctx: ctx, cancel: cancel, format: format, path: path,
+		maxSeconds: f.MaxSeconds, max: int64(math.Min(f.MaxSeconds*ffmpegRate, maxDecodedFrames))}
+	s.stderr.limit = 4 << 10
+	cmd.Stderr = &s.stderr
 	out, err := cmd.StdoutPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
 	if err != nil {
-		return Clip{}, err
+		cancel(nil)
+		return nil, fmt.Errorf("start ffmpeg: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
-		return Clip{}, fmt.Errorf("start ffmpeg: %w", err)
+	growPipe(out)
+	r := &stallReader{r: bufio.NewReaderSize(out, 64<<10), timeout: f.Timeout, cancel: cancel}
+	// (A stream of unknown length: read to its end.)
+	h, err := readWAVHeader(r, math.MaxInt64)
+	if err != nil {
+		if errors.Is(err, errHeaderShort) {
+			err = nil // ffmpeg gave up before its output began: its exit says why
+		} else {
+			err = fmt.Errorf("read ffmpeg output: %w", err)
+		}
+		return nil, s.finish(err)
 	}
-	maxSamples := int(math.Min(f.MaxSeconds*float64(rate), float64(maxDecodedFrames)))
-	samples, readErr := readF32(out, channels, maxSamples, buf[:0])
-	if readErr != nil {
-		_ = cmd.Cancel()
+	s.wav = &wavStream{r: r, f: h.format, left: h.dataLen}
+	return s, nil
+}
+
+// growPipe asks for a 1 MiB pipe (Linux; elsewhere, or refused, it stays
+// as it is): ffmpeg runs ahead of a reader busy with other work instead of
+// waking it every 64 KiB.
+func growPipe(r io.Reader) {
+	f, ok := r.(*os.File)
+	if !ok {
+		return
 	}
-	waitErr := cmd.Wait()
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+	}
+}
+
+// stallReader reads r, cancelling with a stall past timeout waiting for
+// a read (0: no limit). Only time waiting for ffmpeg counts: a consumer
+// that reads slowly holds ffmpeg back, which is not a stall.
+type stallReader struct {
+	r       io.Reader
+	timeout time.Duration
+	cancel  context.CancelCauseFunc
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	if s.timeout <= 0 {
+		return s.r.Read(p)
+	}
+	t := time.AfterFunc(s.timeout, func() {
+		s.cancel(fmt.Errorf("no output for %v: %w", s.timeout, context.DeadlineExceeded))
+	})
+	defer t.Stop()
+	return s.r.Read(p)
+}
+
+// ffStream reads ffmpeg's output as it comes.
+type ffStream struct {
+	cmd          *exec.Cmd
+	ctx          context.Context
+	cancel       context.CancelCauseFunc
+	wav          *wavStream
+	stderr       limitedBuffer
+	format, path string
+	maxSeconds   float64
+	max, samples int64
+	done         bool
+	err          error
+}
+
+func (s *ffStream) Rate() int { return ffmpegRate }
+
+func (s *ffStream) Read(p []float32) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.wav.Read(p)
+	s.samples += int64(n)
 	switch {
-	case errors.Is(readErr, ErrTooLong):
-		return Clip{}, fmt.Errorf("%w: the %s recording decodes to more than %.0f s", ErrTooLong, format, f.MaxSeconds)
-	case readErr != nil:
-		return Clip{}, fmt.Errorf("read ffmpeg output: %w", readErr)
-	case ctx.Err() != nil:
-		return Clip{}, fmt.Errorf("ffmpeg %s decode: %w", format, ctx.Err())
+	case s.samples > s.max:
+		return 0, s.finish(fmt.Errorf("%w: the %s recording decodes to more than %.0f s", ErrTooLong, s.format, s.maxSeconds))
+	case errors.Is(err, io.EOF):
+		return 0, s.finish(nil)
+	case err != nil:
+		return 0, s.finish(fmt.Errorf("read ffmpeg output: %w", err))
+	}
+	return n, nil
+}
+
+// finish stops ffmpeg (failed: it has not reached the end) and reaps it,
+// and returns the stream's last error: failed, or what ffmpeg's exit says,
+// or io.EOF.
+func (s *ffStream) finish(failed error) error {
+	if s.done {
+		return s.err
+	}
+	s.done = true
+	if failed != nil {
+		_ = s.cmd.Cancel()
+	}
+	waitErr := s.cmd.Wait()
+	var ctxErr error
+	if s.ctx.Err() != nil {
+		ctxErr = context.Cause(s.ctx)
+	}
+	s.cancel(nil)
+	switch {
+	case failed != nil:
+		s.err = failed
+	case ctxErr != nil:
+		s.err = fmt.Errorf("ffmpeg %s decode: %w", s.format, ctxErr)
 	case waitErr != nil:
-		msg := strings.TrimSpace(stderr.String())
+		msg := strings.TrimSpace(s.stderr.String())
 		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
 			msg = msg[i+1:] // the last line says what failed
 		}
-		msg = strings.ReplaceAll(msg, tmp.Name(), "input")
-		return Clip{}, corrupt(format, "ffmpeg: %s", firstNonEmpty(msg, waitErr.Error()))
-	case len(samples) == 0:
-		return Clip{}, corrupt(format, "no audio stream, or no samples in it")
+		msg = strings.ReplaceAll(msg, s.path, "input")
+		s.err = corrupt(s.format, "ffmpeg: %s", firstNonEmpty(msg, waitErr.Error()))
+	case s.samples == 0:
+		s.err = corrupt(s.format, "no audio stream, or no samples in it")
+	default:
+		s.err = io.EOF
 	}
-	return Clip{Rate: rate, Samples: samples}, nil
+	return s.err
+}
+
+func (s *ffStream) Close() error {
+	if !s.done {
+		_ = s.finish(errors.New("closed"))
+	}
+	return nil
 }
 
 func firstNonEmpty(a, b string) string {
@@ -163,55 +261,6 @@ func (f *FFmpeg) hasSoxr() bool {
 		f.soxr = err == nil
 	})
 	return f.soxr
-}
-
-// channels asks ffprobe how many channels the first audio stream has (0:
-// unknown).
-func (f *FFmpeg) channels(ctx context.Context, path string) int {
-	probe := filepath.Join(filepath.Dir(f.Bin), "ffprobe")
-	if _, err := os.Stat(probe); err != nil {
-		if probe, err = exec.LookPath("ffprobe"); err != nil {
-			return 0
-		}
-	}
-	cmd := exec.CommandContext(ctx, probe, "-v", "error", "-select_streams", "a:0", "-show_entries", "stream=channels", "-of", "csv=p=0", path)
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.Output()
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(out)))
-	return n
-}
-
-// readF32 appends to out little-endian float32 frames of channels (1 or
-// 2) until EOF, at most max, each mixed down to the mean of its channels.
-func readF32(r io.Reader, channels, max int, out []float32) ([]float32, error) {
-	buf := make([]byte, 64<<10)
-	carry := 0
-	frame := 4 * channels
-	for {
-		n, err := r.Read(buf[carry:])
-		n += carry
-		whole := n - n%frame
-		if len(out)+whole/frame > max {
-			return nil, ErrTooLong
-		}
-		for i := 0; i < whole; i += frame {
-			v := math.Float32frombits(binary.LittleEndian.Uint32(buf[i:]))
-			if channels == 2 {
-				v = (v + math.Float32frombits(binary.LittleEndian.Uint32(buf[i+4:]))) / 2
-			}
-			out = append(out, v)
-		}
-		carry = copy(buf, buf[whole:n])
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
 }
 
 // limitedBuffer keeps the first limit bytes written to it.

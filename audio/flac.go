@@ -9,66 +9,101 @@ import (
 	"github.com/mewkiz/flac"
 )
 
-// decodeFLAC decodes FLAC (pure Go), mixing channels down as WAV does.
-func decodeFLAC(b []byte, buf []float32) (c Clip, err error) {
+// decodeFLAC decodes FLAC (pure Go).
+func decodeFLAC(b []byte, buf []float32) (Clip, error) {
+	s, err := openFLAC(bytes.NewReader(b))
+	if err != nil {
+		return Clip{}, err
+	}
+	return readAll(s, buf)
+}
+
+// flacStream decodes FLAC (pure Go) a frame at a time, mixing channels
+// down as WAV does.
+type flacStream struct {
+	s       *flac.Stream
+	scale   float32
+	pending []float32 // the decoded frame's samples not yet read
+	frame   []float32
+	samples int
+	err     error
+}
+
+func openFLAC(r io.Reader) (s Stream, err error) {
 	const name = "flac"
 	defer func() {
-		// A malformed stream can make the decoder index past its tables.
 		if r := recover(); r != nil {
-			c, err = Clip{}, corrupt(name, "decoder failed: %v", r)
+			s, err = nil, corrupt(name, "decoder failed: %v", r)
 		}
 	}()
-	stream, err := flac.New(bytes.NewReader(b))
+	stream, err := flac.New(r)
 	if err != nil {
-		return Clip{}, corrupt(name, "%v", err)
+		return nil, corrupt(name, "%v", err)
 	}
 	info := stream.Info
 	if info.SampleRate == 0 || info.NChannels == 0 || info.BitsPerSample == 0 {
-		return Clip{}, corrupt(name, "stream info without rate, channels or sample size")
+		return nil, corrupt(name, "stream info without rate, channels or sample size")
 	}
 	if err := checkRate(name, int(info.SampleRate)); err != nil {
-		return Clip{}, err
+		return nil, err
 	}
-	samples := buf[:0]
-	// Room for what STREAMINFO declares, but not past what the bytes can
-	// plausibly hold: the header is untrusted until the frames bear it out.
-	if n := int(min(info.NSamples, uint64(4*len(b)+4096))); cap(samples) < n {
-		samples = make([]float32, 0, n)
+	return &flacStream{s: stream, scale: 1 / float32(int64(1)<<(info.BitsPerSample-1))}, nil
+}
+
+func (s *flacStream) Rate() int { return int(s.s.Info.SampleRate) }
+
+func (s *flacStream) Close() error { return nil }
+
+func (s *flacStream) Read(p []float32) (n int, err error) {
+	for len(s.pending) == 0 {
+		if s.err != nil {
+			return 0, s.err
+		}
+		s.err = s.next()
 	}
-	scale := 1 / float32(int64(1)<<(info.BitsPerSample-1))
-	for {
-		f, err := stream.ParseNext()
-		if errors.Is(err, io.EOF) {
-			break
+	n = copy(p, s.pending)
+	s.pending = s.pending[n:]
+	return n, nil
+}
+
+// next decodes the next frame into pending; io.EOF at the end.
+func (s *flacStream) next() (err error) {
+	const name = "flac"
+	defer func() {
+		if r := recover(); r != nil {
+			err = corrupt(name, "decoder failed: %v", r)
 		}
-		if err != nil {
-			if len(samples) > 0 && errors.Is(err, io.ErrUnexpectedEOF) {
-				break // truncated: keep what decoded
-			}
-			return Clip{}, corrupt(name, "frame: %v", err)
-		}
-		if len(f.Subframes) == 0 {
-			continue
-		}
-		n := len(f.Subframes[0].Samples)
-		if len(samples)+n > maxDecodedFrames {
-			return Clip{}, corrupt(name, "more than %d samples", maxDecodedFrames)
-		}
-		if info.NSamples > 0 && uint64(len(samples)+n) > info.NSamples {
-			// Never more than STREAMINFO declares: admission trusted it.
-			n = int(info.NSamples) - len(samples)
-		}
-		for _, sf := range f.Subframes {
-			if len(sf.Samples) < n {
-				return Clip{}, corrupt(name, "subframes of different lengths")
-			}
-		}
-		at := len(samples)
-		samples = append(samples, make([]float32, n)...)
-		sub := f.Subframes
-		mixFrames(samples[at:], len(sub), func(i, c int) float32 { return float32(sub[c].Samples[i]) * scale })
+	}()
+	f, err := s.s.ParseNext()
+	switch {
+	case errors.Is(err, io.EOF), s.samples > 0 && errors.Is(err, io.ErrUnexpectedEOF):
+		return io.EOF // (truncated: keep what decoded)
+	case err != nil:
+		return corrupt(name, "frame: %v", err)
+	case len(f.Subframes) == 0:
+		return nil
 	}
-	return Clip{Rate: int(info.SampleRate), Samples: samples}, nil
+	n := len(f.Subframes[0].Samples)
+	if s.samples+n > maxDecodedFrames {
+		return corrupt(name, "more than %d samples", maxDecodedFrames)
+	}
+	if total := s.s.Info.NSamples; total > 0 && uint64(s.samples+n) > total {
+		// Never more than STREAMINFO declares: admission trusted it.
+		n = int(total) - s.samples
+	}
+	for _, sf := range f.Subframes {
+		if len(sf.Samples) < n {
+			return corrupt(name, "subframes of different lengths")
+		}
+	}
+	if cap(s.frame) < n {
+		s.frame = make([]float32, n)
+	}
+	s.pending = s.frame[:n]
+	sub, scale := f.Subframes, s.scale
+	mixFrames(s.pending, len(sub), func(i, c int) float32 { return float32(sub[c].Samples[i]) * scale })
+	s.samples += n
+	return nil
 }
 
 // probeFLAC reads STREAMINFO, the first metadata block: rate, channels

@@ -9,55 +9,96 @@ import (
 	"github.com/hajimehoshi/go-mp3"
 )
 
-// decodeMP3 decodes MPEG-1/2 Layer III (pure Go). The decoder gives 16-bit
-// stereo (mono is duplicated); the two are mixed down.
-func decodeMP3(b []byte, buf []float32) (c Clip, err error) {
-	const name = "mp3"
-	defer func() {
-		if r := recover(); r != nil {
-			c, err = Clip{}, corrupt(name, "decoder failed: %v", r)
-		}
-	}()
-	d, err := mp3.NewDecoder(bytes.NewReader(b))
+// decodeMP3 decodes MPEG-1/2 Layer III (pure Go).
+func decodeMP3(b []byte, buf []float32) (Clip, error) {
+	s, err := openMP3(bytes.NewReader(b))
 	if err != nil {
-		return Clip{}, corrupt(name, "%v", err)
-	}
-	if err := checkRate(name, d.SampleRate()); err != nil {
 		return Clip{}, err
 	}
-	samples := buf[:0]
-	pcm := make([]byte, 64<<10)
-	carry := 0 // bytes of an incomplete frame kept at the start of pcm
-	for {
-		n, err := d.Read(pcm[carry:])
-		n += carry
-		whole := n - n%4
-		if len(samples)+whole/4 > maxDecodedFrames {
-			return Clip{}, corrupt(name, "more than %d samples", maxDecodedFrames)
-		}
-		at := len(samples)
-		samples = append(samples, make([]float32, whole/4)...)
-		mixFrames(samples[at:], 2, func(i, c int) float32 {
-			return float32(int16(binary.LittleEndian.Uint16(pcm[4*i+2*c:]))) * (1.0 / 32768)
-		})
-		carry = copy(pcm, pcm[whole:n])
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			if len(samples) > 0 && errors.Is(err, io.ErrUnexpectedEOF) {
-				break // truncated: keep what decoded
-			}
-			return Clip{}, corrupt(name, "%v", err)
-		}
-	}
-	if len(samples) == 0 {
-		return Clip{}, corrupt(name, "no audio frames")
-	}
-	return Clip{Rate: d.SampleRate(), Samples: samples}, nil
+	return readAll(s, buf)
 }
 
-// MPEG audio frame header tables (Layer III).
+// mp3Stream decodes MP3 (pure Go) as it is read. The decoder gives 16-bit
+// stereo (mono is duplicated); the two are mixed down.
+type mp3Stream struct {
+	d       *mp3.Decoder
+	pcm     []byte
+	carry   int // bytes of an incomplete frame kept at the start of pcm
+	samples int
+	err     error
+}
+
+func openMP3(r io.Reader) (s Stream, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, corrupt("mp3", "decoder failed: %v", r)
+		}
+	}()
+	d, err := mp3.NewDecoder(r)
+	if err != nil {
+		return nil, corrupt("mp3", "%v", err)
+	}
+	if err := checkRate("mp3", d.SampleRate()); err != nil {
+		return nil, err
+	}
+	return &mp3Stream{d: d}, nil
+}
+
+func (s *mp3Stream) Rate() int { return s.d.SampleRate() }
+
+func (s *mp3Stream) Close() error { return nil }
+
+func (s *mp3Stream) Read(p []float32) (n int, err error) {
+	const name = "mp3"
+	if s.err != nil {
+		return 0, s.err
+	}
+	defer func() {
+		// A malformed stream can make the decoder index past its tables.
+		if r := recover(); r != nil {
+			s.err = corrupt(name, "decoder failed: %v", r)
+			n, err = 0, s.err
+		}
+	}()
+	p = p[:min(len(p), streamReadFrames)]
+	if want := 4 * len(p); len(s.pcm) < want {
+		s.pcm = append(s.pcm[:s.carry], make([]byte, want-s.carry)...)
+	}
+	for {
+		m, rerr := s.d.Read(s.pcm[s.carry : 4*len(p)])
+		m += s.carry
+		whole := m - m%4
+		k := whole / 4
+		if s.samples+k > maxDecodedFrames {
+			s.err = corrupt(name, "more than %d samples", maxDecodedFrames)
+			return 0, s.err
+		}
+		pcm := s.pcm
+		mixFrames(p[:k], 2, func(i, c int) float32 {
+			return float32(int16(binary.LittleEndian.Uint16(pcm[4*i+2*c:]))) * (1.0 / 32768)
+		})
+		s.carry = copy(s.pcm, s.pcm[whole:m])
+		s.samples += k
+		switch {
+		case rerr == nil:
+		case errors.Is(rerr, io.EOF), s.samples > 0 && errors.Is(rerr, io.ErrUnexpectedEOF):
+			// (Truncated: keep what decoded.)
+			s.err = io.EOF
+			if s.samples == 0 {
+				s.err = corrupt(name, "no audio frames")
+			}
+		default:
+			s.err = corrupt(name, "%v", rerr)
+		}
+		if k > 0 || s.err != nil {
+			if k > 0 {
+				return k, nil
+			}
+			return 0, s.err
+		}
+	}
+}
+
 var (
 	mp3Bitrates = [2][16]int{ // kbit/s: MPEG-1, MPEG-2/2.5
 		{0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 0},

@@ -1,6 +1,9 @@
 package audio
 
-import "math"
+import (
+	"math"
+	"sync"
+)
 
 // zeroCrossings is the windowed-sinc half-width, in zero crossings of the
 // (possibly widened) low-pass kernel. With the Kaiser window below, 16
@@ -19,59 +22,151 @@ const maxPhases = 1024
 
 // Resample converts x from rate from to rate to with a polyphase
 // Kaiser-windowed sinc low-pass filter (cut-off at the lower Nyquist
-// frequency). At equal
-// rates it returns x itself, not a copy.
+// frequency). At equal rates it returns x itself, not a copy. A Resampler
+// gives the same samples from a stream.
 func Resample(x []float32, from, to int) []float32 {
 	if from == to || len(x) == 0 {
 		return x
 	}
-	g := gcd(from, to)
-	up, down := to/g, from/g // output n sits at input n*down/up
-	phases := up
-	if phases > maxPhases {
-		phases = maxPhases
+	k := kernelFor(from, to)
+	out := make([]float32, k.outputs(int64(len(x))))
+	k.fill(out, 0, x, 0, int64(len(x)))
+	return out
+}
+
+// kernel is the polyphase filter of one rate conversion.
+type kernel struct {
+	up, down   int64 // output n sits at input n*down/up
+	phases     int64
+	half, taps int
+	table      []float32 // phases rows of taps
+}
+
+var kernels sync.Map // [2]int{from, to} → *kernel
+
+// kernelFor returns the filter for from → to, built once per process (it
+// takes about a millisecond).
+func kernelFor(from, to int) *kernel {
+	if k, ok := kernels.Load([2]int{from, to}); ok {
+		return k.(*kernel)
 	}
+	g := gcd(from, to)
+	k := &kernel{up: int64(to / g), down: int64(from / g)}
+	k.phases = min(k.up, maxPhases)
 	scale := math.Min(1, float64(to)/float64(from)) // cut-off relative to input Nyquist
-	half := int(math.Ceil(zeroCrossings / scale))   // taps each side
-	taps := 2 * half
-	table := make([]float32, phases*taps)
-	for p := 0; p < phases; p++ {
-		frac := float64(p) / float64(phases)
+	k.half = int(math.Ceil(zeroCrossings / scale))  // taps each side
+	k.taps = 2 * k.half
+	k.table = make([]float32, int(k.phases)*k.taps)
+	for p := range int(k.phases) {
+		frac := float64(p) / float64(k.phases)
 		var sum float64
-		row := table[p*taps : (p+1)*taps]
-		for k := 0; k < taps; k++ {
-			d := float64(k-half+1) - frac // distance of tap from the output instant
-			v := scale * sinc(scale*d) * kaiser(d, float64(half))
-			row[k] = float32(v)
+		row := k.table[p*k.taps : (p+1)*k.taps]
+		for i := range row {
+			d := float64(i-k.half+1) - frac // distance of tap from the output instant
+			v := scale * sinc(scale*d) * kaiser(d, float64(k.half))
+			row[i] = float32(v)
 			sum += v
 		}
-		for k := range row { // unity DC gain for every phase
-			row[k] = float32(float64(row[k]) / sum)
+		for i := range row { // unity DC gain for every phase
+			row[i] = float32(float64(row[i]) / sum)
 		}
 	}
-	n := int((int64(len(x))*int64(up) + int64(down) - 1) / int64(down))
-	out := make([]float32, n)
-	for i := range out {
-		pos := int64(i) * int64(down)
-		base := int(pos / int64(up))
-		p := int(pos % int64(up))
-		if phases != up {
-			p = int(int64(p) * int64(phases) / int64(up))
+	actual, _ := kernels.LoadOrStore([2]int{from, to}, k)
+	return actual.(*kernel)
+}
+
+// outputs is how many samples n inputs give.
+func (k *kernel) outputs(n int64) int64 { return (n*k.up + k.down - 1) / k.down }
+
+// first is the first input that output i reads.
+func (k *kernel) first(i int64) int64 { return i*k.down/k.up - int64(k.half) + 1 }
+
+// fill computes outputs i0, i0+1, ... into out. x holds the inputs from
+// index xOff on; inputs before 0 or from end on are zero. Every input an
+// output reads, other than those, must be in x.
+func (k *kernel) fill(out []float32, i0 int64, x []float32, xOff, end int64) {
+	avail := min(end, xOff+int64(len(x)))
+	for j := range out {
+		i := i0 + int64(j)
+		pos := i * k.down
+		p := pos % k.up
+		if k.phases != k.up {
+			p = p * k.phases / k.up
 		}
-		row := table[p*taps : (p+1)*taps]
-		start := base - half + 1
+		row := k.table[int(p)*k.taps : int(p+1)*k.taps]
+		start := pos/k.up - int64(k.half) + 1
 		var acc float32
-		if start >= 0 && start+taps <= len(x) {
-			acc = dot(row, x[start:start+taps])
+		if start >= xOff && start+int64(k.taps) <= avail {
+			acc = dot(row, x[start-xOff:start-xOff+int64(k.taps)])
 		} else {
-			for k, h := range row {
-				if j := start + k; j >= 0 && j < len(x) {
-					acc += h * x[j]
+			for t, h := range row {
+				if n := start + int64(t); n >= 0 && n < end {
+					acc += h * x[n-xOff]
 				}
 			}
 		}
-		out[i] = acc
+		out[j] = acc
 	}
+}
+
+// Resampler converts a stream of samples from one rate to another, giving
+// exactly the samples Resample gives for the whole.
+type Resampler struct {
+	k    *kernel // nil: equal rates, samples pass through
+	buf  []float32
+	off  int64 // index of buf[0] in the input
+	in   int64 // inputs so far
+	next int64 // the next output
+}
+
+// NewResampler converts from rate from to rate to.
+func NewResampler(from, to int) *Resampler {
+	if from == to {
+		return &Resampler{}
+	}
+	return &Resampler{k: kernelFor(from, to)}
+}
+
+// Write takes the next inputs and appends to out the outputs they
+// complete, returning it. x is not kept.
+func (r *Resampler) Write(out, x []float32) []float32 {
+	if r.k == nil {
+		return append(out, x...)
+	}
+	r.buf = append(r.buf, x...)
+	r.in += int64(len(x))
+	// Output i is complete once its last tap, input first(i)+taps-1, is in.
+	last := r.in - int64(r.k.half) // outputs below last*up/down
+	if last <= 0 {
+		return out
+	}
+	ready := (last*r.k.up + r.k.down - 1) / r.k.down
+	out = r.emit(out, ready)
+	// Drop the inputs no later output reads.
+	if drop := r.k.first(r.next) - r.off; drop > 0 && drop >= int64(len(r.buf))/2 {
+		r.off += drop
+		r.buf = r.buf[:copy(r.buf, r.buf[drop:])]
+	}
+	return out
+}
+
+// Flush appends the outputs that remain once the input has ended.
+func (r *Resampler) Flush(out []float32) []float32 {
+	if r.k == nil {
+		return out
+	}
+	return r.emit(out, r.k.outputs(r.in))
+}
+
+// emit appends outputs up to (not including) until.
+func (r *Resampler) emit(out []float32, until int64) []float32 {
+	if until <= r.next {
+		return out
+	}
+	n := len(out)
+	out = append(out, make([]float32, until-r.next)...)
+	r.k.fill(out[n:], r.next, r.buf, r.off, r.in)
+	r.next = until
 	return out
 }
 

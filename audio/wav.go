@@ -1,6 +1,7 @@
 package audio
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -72,67 +73,19 @@ type wavFormat struct {
 func DecodeWAV(b []byte) (Clip, error) { return decodeWAV(b, nil) }
 
 func decodeWAV(b []byte, buf []float32) (Clip, error) {
-	const name = "wav"
-	if len(b) < 12 {
-		return Clip{}, corrupt(name, "%d bytes is too short for a RIFF header", len(b))
+	h, err := readWAVHeader(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return Clip{}, err // (never short: the reader holds all size bytes)
 	}
-	if string(b[0:4]) != "RIFF" || string(b[8:12]) != "WAVE" {
-		return Clip{}, corrupt(name, "missing RIFF/WAVE signature")
-	}
-	var (
-		fmtc *wavFormat
-		data []byte
-	)
-	unfinalised := riffUnfinalised(b)
-	for off := 12; off+8 <= len(b) && data == nil; {
-		id := string(b[off : off+4])
-		size := int64(binary.LittleEndian.Uint32(b[off+4:]))
-		body := off + 8
-		end := int64(body) + size
-		if id == "data" && dataSizeUnknown(size, unfinalised) {
-			end = int64(len(b)) // a writer that never came back to fill in the size
-		}
-		if end > int64(len(b)) {
-			if id != "data" {
-				return Clip{}, corrupt(name, "chunk %q of %d bytes runs past the end of the file", id, size)
-			}
-			end = int64(len(b))
-		}
-		switch id {
-		case "fmt ":
-			f, err := parseWAVFormat(b[body:end])
-			if err != nil {
-				return Clip{}, err
-			}
-			fmtc = &f
-		case "data":
-			if fmtc == nil {
-				return Clip{}, corrupt(name, "data chunk before fmt chunk")
-			}
-			data = b[body:end]
-		}
-		off = int(end + end%2) // chunks are word-aligned
-	}
-	if fmtc == nil {
-		return Clip{}, corrupt(name, "no fmt chunk")
-	}
-	if data == nil {
-		return Clip{}, corrupt(name, "no data chunk")
-	}
-	frames := len(data) / fmtc.blockAlign
+	data := b[h.dataOff : h.dataOff+h.dataLen]
+	frames := len(data) / h.format.blockAlign
 	samples := buf[:0]
 	if cap(samples) < frames {
 		samples = make([]float32, frames)
 	}
 	samples = samples[:frames]
-	if fmtc.tag == wavPCM && fmtc.bits == 16 && fmtc.blockAlign == 2*fmtc.channels {
-		decodePCM16(samples, data[:frames*fmtc.blockAlign], fmtc.channels)
-		return Clip{Rate: fmtc.rate, Samples: samples}, nil
-	}
-	read := sampleReader(*fmtc)
-	width := fmtc.bits / 8
-	mixFrames(samples, fmtc.channels, func(i, c int) float32 { return read(data[i*fmtc.blockAlign+c*width:]) })
-	return Clip{Rate: fmtc.rate, Samples: samples}, nil
+	decodeFrames(samples, data, h.format)
+	return Clip{Rate: h.format.rate, Samples: samples}, nil
 }
 
 // decodePCM16 is the common case (16-bit PCM, what phones and browsers
@@ -236,41 +189,14 @@ func Probe(head []byte, size int64) (Info, error) {
 			return Info{Format: name, Rate: ffmpegRate, Channels: 1, Frames: size * 8 / 32000 * ffmpegRate, Estimated: true}, nil
 		}
 	}
-	unfinalised := riffUnfinalised(head)
-	var f *wavFormat
-	for off := int64(12); off+8 <= int64(len(head)); {
-		id := string(head[off : off+4])
-		csize := int64(binary.LittleEndian.Uint32(head[off+4:]))
-		body := off + 8
-		switch id {
-		case "fmt ":
-			if body+csize > int64(len(head)) {
-				return Info{}, ErrHeaderBeyondPrefix
-			}
-			wf, err := parseWAVFormat(head[body : body+csize])
-			if err != nil {
-				return Info{}, err
-			}
-			f = &wf
-		case "data":
-			if f == nil {
-				return Info{}, corrupt("wav", "data chunk before fmt chunk")
-			}
-			avail := max(0, size-body)
-			if !dataSizeUnknown(csize, unfinalised) {
-				avail = min(avail, csize)
-			}
-			return Info{Format: "wav", Rate: f.rate, Channels: f.channels, Frames: avail / int64(f.blockAlign)}, nil
-		}
-		off = body + csize + csize%2
+	h, err := readWAVHeader(bytes.NewReader(head), size)
+	switch {
+	case errors.Is(err, errHeaderShort):
+		return Info{}, ErrHeaderBeyondPrefix
+	case err != nil:
+		return Info{}, err
 	}
-	if f == nil && int64(len(head)) >= size {
-		return Info{}, corrupt("wav", "no fmt chunk")
-	}
-	if int64(len(head)) >= size {
-		return Info{}, corrupt("wav", "no data chunk")
-	}
-	return Info{}, ErrHeaderBeyondPrefix
+	return Info{Format: "wav", Rate: h.format.rate, Channels: h.format.channels, Frames: h.dataLen / int64(h.format.blockAlign)}, nil
 }
 
 func parseWAVFormat(b []byte) (wavFormat, error) {

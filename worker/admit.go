@@ -50,16 +50,20 @@ func (g *memoryGate) acquire(ctx context.Context, n int64) (release func(), err 
 // Bytes a job holds besides its recording: buffers, transcript, gRPC.
 const jobOverheadBytes = 4 << 20
 
-// estimateMemory bounds what a job holds at its peak: the object, its
-// decoded mono samples at the source rate, the samples at the model rate,
-// and each chunk in flight encoded for the wire (twice: the request and
-// gRPC's copy).
-func (w *Worker) estimateMemory(size int64, info audio.Info) int64 {
-	decoded := 4 * info.Frames
-	resampled := 4 * (info.Frames*ModelRate/int64(max(info.Rate, 1)) + 1)
+// estimateMemory bounds what a job holds at its peak: each chunk in
+// flight encoded for the wire (twice: the request and gRPC's copy), and
+// for a recording read whole, the object, its decoded mono samples at the
+// source rate and the samples at the model rate; for one that streams,
+// the decoder's buffers and windows instead.
+func (w *Worker) estimateMemory(size int64, info audio.Info, streaming bool) int64 {
 	// Chunks in flight: no more than the recording has.
 	inFlight := min(int64(w.cfg.ChunkParallelism), int64(math.Ceil(info.Duration()/w.cfg.ChunkSeconds))+1)
 	chunks := inFlight * int64(w.cfg.ChunkSeconds*ModelRate) * 4 * 2
+	if streaming {
+		return chunks + w.streamBytes() + jobOverheadBytes
+	}
+	decoded := 4 * info.Frames
+	resampled := 4 * (info.Frames*ModelRate/int64(max(info.Rate, 1)) + 1)
 	return size + decoded + resampled + chunks + jobOverheadBytes
 }
 

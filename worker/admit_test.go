@@ -54,13 +54,26 @@ func TestEstimateBoundsDecodeAndResample(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		runtime.KeepAlive(out)
 		allocated := int64(after.TotalAlloc - before.TotalAlloc)
-		est := w.estimateMemory(int64(len(f)), info)
+		est := w.estimateMemory(int64(len(f)), info, false)
 		if allocated+int64(len(f)) > est {
 			t.Errorf("%+v: object %d + allocated %d > estimate %d", c, len(f), allocated, est)
 		}
 		if est > 3*(allocated+int64(len(f)))+jobOverheadBytes+8*30*ModelRate*8 {
 			t.Errorf("%+v: estimate %d is far above the %d really used", c, est, allocated+int64(len(f)))
 		}
+	}
+}
+
+// A recording that streams is estimated at its chunks in flight and
+// buffers, whatever its length: a 4-hour WAV costs what a 20-minute one
+// does.
+func TestEstimateOfAStreamDoesNotGrowWithTheRecording(t *testing.T) {
+	w := &Worker{cfg: Config{ChunkParallelism: 32, ChunkSeconds: 30}}
+	short := w.estimateMemory(50<<20, audio.Info{Format: "wav", Rate: 44100, Channels: 2, Frames: 20 * 60 * 44100}, true)
+	long := w.estimateMemory(2540<<20, audio.Info{Format: "wav", Rate: 44100, Channels: 2, Frames: 4 * 3600 * 44100}, true)
+	whole := w.estimateMemory(2540<<20, audio.Info{Format: "wav", Rate: 44100, Channels: 2, Frames: 4 * 3600 * 44100}, false)
+	if short != long || long > 200<<20 || whole < 10*long {
+		t.Errorf("streaming estimates: 20 min %d, 4 h %d (whole: %d)", short, long, whole)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -16,10 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetscribe/fleetscribe/audio"
-	"github.com/fleetscribe/fleetscribe/triton"
 )
 
 // ModelRate is the sample rate the model takes.
@@ -114,7 +111,8 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 		return OutcomeClaimed, keys, nil
 	}
 	defer releaseClaim()
-	releaseMemory, err := w.gate.acquire(ctx, w.estimateMemory(in.Size, info))
+	streaming := int64(len(obj.head)) < in.Size
+	releaseMemory, err := w.gate.acquire(ctx, w.estimateMemory(in.Size, info, streaming))
 	if err != nil {
 		return "", keys, err
 	}
@@ -134,7 +132,12 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 		}
 	}
 
-	t, err := w.transcribeObject(ctx, job, in, obj.head, model, opening)
+	var t Transcript
+	if streaming {
+		t, err = w.transcribeStream(ctx, job, in, obj.head, model, info, opening)
+	} else {
+		t, err = w.transcribeObject(ctx, obj.head[:in.Size], model, opening)
+	}
 	if err != nil {
 		return "", keys, err
 	}
@@ -157,22 +160,12 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 	return OutcomeOK, keys, nil
 }
 
-// transcribeObject downloads, decodes, resamples and transcribes the
-// input.
-// opening is how long the first read of the input took: the fetch stage
-// is that and the read of the rest, not the checks and waits between them.
-func (w *Worker) transcribeObject(ctx context.Context, job Job, in *InputRef, head []byte, model string, opening time.Duration) (Transcript, error) {
+// transcribeObject decodes, resamples and transcribes a whole input read
+// in one piece. opening is how long that read took.
+func (w *Worker) transcribeObject(ctx context.Context, data []byte, model string, opening time.Duration) (Transcript, error) {
+	w.m.stages[StageFetch].Observe(opening.Seconds())
 	start := time.Now()
-	data, err := w.fetch(ctx, job, in, head)
-	if err != nil {
-		return Transcript{}, err
-	}
-	w.m.stages[StageFetch].Observe((opening + time.Since(start)).Seconds())
-	start = time.Now()
 	clip, err := audio.DecodeContext(ctx, data, getFloats(len(data)/2), w.ffmpeg)
-	if len(data) > len(head) {
-		putBytes(data) // the head is the caller's
-	}
 	if err != nil {
 		return Transcript{}, audioError(err)
 	}
@@ -337,139 +330,11 @@ func probe(head []byte, size int64) (audio.Info, error) {
 	case errors.Is(err, audio.ErrHeaderBeyondPrefix):
 		// An odd file with its header far in: assume the worst case the
 		// decoder accepts (8-bit mono at 1 kHz) so admission stays safe.
-		return audio.Info{Format: "wav", Rate: 1000, Channels: 1, Frames: size}, nil
+		// Its length is checked as it decodes.
+		return audio.Info{Format: "wav", Rate: 1000, Channels: 1, Frames: size, Estimated: true}, nil
 	default:
 		return audio.Info{}, audioError(err)
 	}
-}
-
-// fetch returns the whole input: the head already read (when that is all
-// of it) or a new buffer with the head and, read now, the rest of exactly
-// the object version that was checked.
-func (w *Worker) fetch(ctx context.Context, job Job, in *InputRef, head []byte) ([]byte, error) {
-	if int64(len(head)) >= in.Size {
-		return head[:in.Size], nil
-	}
-	obj, err := w.getInput(ctx, job, in, fmt.Sprintf("bytes=%d-", len(head)))
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = obj.Body.Close() }()
-	buf := getBytes(int(in.Size))
-	copy(buf, head)
-	if _, err := io.ReadFull(obj.Body, buf[len(head):]); err != nil {
-		putBytes(buf)
-		return nil, fmt.Errorf("read input: %w", err)
-	}
-	return buf, nil
-}
-
-// transcribe splits samples at quiet points, transcribes the chunks in
-// parallel and stitches the results in order with absolute timestamps.
-func (w *Worker) transcribe(ctx context.Context, samples []float32, model string) (Transcript, error) {
-	// Chunks overlap by a second where no pause was found to cut at, when
-	// word times let the overlap be resolved (stitch keeps each word once).
-	overlap := 0
-	if w.cfg.Timestamps {
-		overlap = ModelRate
-	}
-	chunks := audio.Split(samples, audio.SplitConfig{Max: int(w.cfg.ChunkSeconds * ModelRate), Frame: ModelRate * 30 / 1000, Overlap: overlap})
-	results := make([]triton.Result, len(chunks))
-	job := jobFrom(ctx)
-	job.prog.total.Store(int64(len(chunks)))
-	one := func(ctx context.Context, i int, c audio.Chunk) (err error) {
-		// errgroup does not recover: a panic here would end the process
-		// with every job in hand.
-		defer func() {
-			if r := recover(); r != nil {
-				err = recoverError(r)
-			}
-		}()
-		if w.cfg.Normalize {
-			if c.Overlap > 0 || i+1 < len(chunks) && chunks[i+1].Overlap > 0 {
-				// Overlapping chunks share samples and are sent at once:
-				// each levels its own copy.
-				c.Samples = append([]float32(nil), c.Samples...)
-			}
-			audio.Normalize(c.Samples)
-		}
-		r, err := w.tr.Transcribe(ctx, triton.Request{Samples: c.Samples, Timestamps: w.cfg.Timestamps, Model: model, Priority: job.priority})
-		if err != nil {
-			if errors.Is(err, triton.ErrRejected) {
-				return Permanent(ClassRejected, fmt.Errorf("chunk %d: %w", i, err))
-			}
-			return fmt.Errorf("transcribe chunk %d: %w", i, err)
-		}
-		results[i] = r
-		job.prog.done.Add(1)
-		return nil
-	}
-	if len(chunks) == 1 {
-		// A short recording: no goroutine for its one chunk.
-		if len(chunks[0].Samples) > 0 {
-			if err := one(ctx, 0, chunks[0]); err != nil {
-				return Transcript{}, err
-			}
-		}
-	} else {
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(w.cfg.ChunkParallelism)
-		for i, c := range chunks {
-			if len(c.Samples) == 0 {
-				continue
-			}
-			g.Go(func() error { return one(gctx, i, c) })
-		}
-		if err := g.Wait(); err != nil {
-			return Transcript{}, err
-		}
-	}
-	t := Transcript{Schema: TranscriptSchema, Chunks: len(chunks), DurationSec: float64(len(samples)) / ModelRate}
-	var texts []string
-	for i, r := range results {
-		off := float64(chunks[i].Offset) / ModelRate
-		// Where chunks overlap, each keeps the words whose middle lies on
-		// its side of the overlap's middle: none doubled, none lost.
-		lo, hi := math.Inf(-1), math.Inf(1)
-		if c := chunks[i]; c.Overlap > 0 {
-			lo = (float64(c.Offset) + float64(c.Overlap)/2) / ModelRate
-		}
-		if i+1 < len(chunks) && chunks[i+1].Overlap > 0 {
-			hi = (float64(chunks[i+1].Offset) + float64(chunks[i+1].Overlap)/2) / ModelRate
-		}
-		var kept []string
-		for _, wd := range r.Words {
-			wd.Start += off
-			wd.End += off
-			if mid := (wd.Start + wd.End) / 2; mid < lo || mid >= hi {
-				continue
-			}
-			t.Words = append(t.Words, wd)
-			kept = append(kept, wd.Word)
-		}
-		text := strings.TrimSpace(r.Text)
-		if len(r.Words) > 0 && (lo > math.Inf(-1) || hi < math.Inf(1)) {
-			text = strings.Join(kept, " ") // the chunk's own text would repeat the overlap
-		}
-		if text != "" {
-			texts = append(texts, text)
-		}
-		if len(r.Words) == 0 && text != "" {
-			// No timings from the model: one segment per chunk.
-			end := off + float64(len(chunks[i].Samples))/ModelRate
-			t.Segments = append(t.Segments, Segment{Start: off, End: end, Text: text})
-		}
-	}
-	t.Text = strings.Join(texts, " ")
-	if len(t.Words) > 0 {
-		t.Segments = BuildSegments(t.Words)
-	} else {
-		t.Segments = SplitSegments(t.Segments)
-	}
-	if t.Segments == nil {
-		t.Segments = []Segment{}
-	}
-	return t, nil
 }
 
 // writeOutputs writes the extra formats first and the JSON transcript

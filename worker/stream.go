@@ -1,0 +1,190 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/fleetscribe/fleetscribe/audio"
+)
+
+// A recording longer than its first read streams: its bytes are decoded
+// as they arrive, resampled, cut into chunks and sent, so that a job holds
+// the chunks in flight and a few blocks, never the whole recording. A
+// 2-hour 44.1 kHz stereo WAV is 1.3 GB; its job peaks at tens of MB.
+
+// streamBlock is how many samples are decoded at a time.
+const streamBlock = 1 << 15
+
+// streamBytes bounds what a streaming job holds besides its chunks: the
+// decoder's block and buffers, the resampler's and splitter's windows.
+func (w *Worker) streamBytes() int64 {
+	chunk := int64(w.cfg.ChunkSeconds * ModelRate * 4)
+	return 3*chunk + 16*streamBlock + 2<<20
+}
+
+// transcribeStream transcribes an input whose first bytes, head, have
+// been read, reading the rest as it goes. info is what its head says.
+// opening is how long the first read took (the fetch stage is that and
+// the reads of the rest).
+func (w *Worker) transcribeStream(ctx context.Context, job Job, in *InputRef, head []byte, model string, info audio.Info, opening time.Duration) (Transcript, error) {
+	body := &inputReader{w: w, ctx: ctx, job: job, in: in, head: head, spent: opening}
+	defer body.close()
+	start := time.Now()
+	src, err := audio.OpenStream(ctx, body, in.Size, w.ffmpeg)
+	if err != nil {
+		return Transcript{}, audioError(err)
+	}
+	defer func() { _ = src.Close() }()
+	rs := audio.NewResampler(src.Rate(), ModelRate)
+	sp := audio.NewSplitter(w.splitConfig())
+	f := w.newFanout(ctx, model)
+	prog := jobFrom(ctx).prog
+	estimate := int64(info.Duration()/w.cfg.ChunkSeconds) + 1
+	prog.total.Store(estimate)
+	limit := int64(w.cfg.MaxAudioSeconds * ModelRate)
+	block := getFloats(streamBlock)[:streamBlock]
+	defer putFloats(block)
+	var (
+		out        []float32
+		total      int64
+		decoding   = time.Since(start)
+		resampling time.Duration
+		inferring  time.Time
+	)
+	for eof := false; !eof; {
+		t := time.Now()
+		n, err := src.Read(block)
+		decoding += time.Since(t)
+		switch {
+		case errors.Is(err, io.EOF):
+			eof = true
+		case err != nil:
+			return Transcript{}, f.abort(audioError(err))
+		}
+		t = time.Now()
+		out = rs.Write(out[:0], block[:n])
+		if eof {
+			out = rs.Flush(out)
+		}
+		resampling += time.Since(t)
+		if total += int64(len(out)); total > limit {
+			return Transcript{}, f.abort(Permanentf(ClassTooLarge, "recording is longer than the limit of %.0f s", w.cfg.MaxAudioSeconds))
+		}
+		sp.Write(out)
+		for {
+			c, ok := sp.Next(eof)
+			if !ok {
+				break
+			}
+			if inferring.IsZero() {
+				inferring = time.Now()
+			}
+			// The splitter's samples are its own until its next Write.
+			c.Samples = append(getFloats(len(c.Samples)), c.Samples...)
+			if err := f.send(c, true, false); err != nil {
+				return Transcript{}, f.abort(err)
+			}
+			prog.total.Store(max(estimate, int64(len(f.spans))))
+		}
+	}
+	if err := f.wait(); err != nil {
+		return Transcript{}, err
+	}
+	prog.total.Store(int64(len(f.spans)))
+	w.m.stages[StageFetch].Observe(body.spent.Seconds())
+	// Decoding pulled the bytes it read: those reads are the fetch stage's.
+	w.m.stages[StageDecode].Observe(max(0, decoding-(body.spent-opening)).Seconds())
+	w.m.stages[StageResample].Observe(resampling.Seconds())
+	if !inferring.IsZero() {
+		w.m.since(StageInfer, inferring)
+	}
+	if total == 0 {
+		return Transcript{}, Permanentf(ClassEmptyAudio, "recording has a valid header but no samples")
+	}
+	t := stitch(f.spans, f.results, int(total))
+	t.SampleRate = src.Rate()
+	return t, nil
+}
+
+// abort stops the requests in flight after err and returns it once they
+// have returned.
+func (f *fanout) abort(err error) error {
+	f.cancel(err)
+	_ = f.g.Wait()
+	return err
+}
+
+// inputReader reads an input from its first bytes (read already) on,
+// resuming a read that broke where it stopped. Every GET is of exactly the
+// version checked (its version ID, or If-Match on its ETag), so an object
+// overwritten meanwhile fails the job instead of mixing two uploads.
+type inputReader struct {
+	w       *Worker
+	ctx     context.Context
+	job     Job
+	in      *InputRef
+	head    []byte
+	pos     int64
+	body    io.ReadCloser
+	resumes int
+	spent   time.Duration // in reads: the fetch stage
+}
+
+// maxResumes is how many broken reads one job resumes.
+const maxResumes = 3
+
+func (r *inputReader) Read(p []byte) (int, error) {
+	if r.pos < int64(len(r.head)) {
+		n := copy(p, r.head[r.pos:])
+		r.pos += int64(n)
+		return n, nil
+	}
+	if r.pos >= r.in.Size || len(p) == 0 {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	start := time.Now()
+	defer func() { r.spent += time.Since(start) }()
+	for {
+		if r.body == nil {
+			obj, err := r.w.getInput(r.ctx, r.job, r.in, fmt.Sprintf("bytes=%d-", r.pos))
+			if err != nil {
+				return 0, err
+			}
+			r.body = obj.Body
+		}
+		n, err := r.body.Read(p[:min(int64(len(p)), r.in.Size-r.pos)])
+		r.pos += int64(n)
+		switch {
+		case err == nil && (n > 0 || r.pos < r.in.Size):
+			return n, nil
+		case r.pos >= r.in.Size:
+			r.close()
+			return n, nil // (io.EOF on the next call)
+		}
+		// The connection broke, or the body ended early: resume here.
+		r.close()
+		if errors.Is(err, io.EOF) || err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		if r.ctx.Err() != nil || r.resumes >= maxResumes {
+			return n, fmt.Errorf("read input at byte %d of %d: %w", r.pos, r.in.Size, err)
+		}
+		r.resumes++
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+func (r *inputReader) close() {
+	if r.body != nil {
+		_ = r.body.Close()
+		r.body = nil
+	}
+}
