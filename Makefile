@@ -84,6 +84,12 @@ bench-audio: deps ## decode + resample 10-minute WAV, FLAC and MP3 to 16 kHz mon
 bench-longform: deps ## one 60-minute recording through the worker with one partition and with four (a GPU partition's latency model): time from message to transcript, speedup
 	$(GO) run ./bench/longform
 
+.PHONY: bench-accuracy
+bench-accuracy: deps ## a 20-minute recording of synthesised sentences (3 voices, some in noise) through the worker and pocketsphinx: stitched WER beside each sentence alone, sentence start times (about 20 minutes)
+	@mkdir -p $(BIN)
+	@rc=0; $(GO) test -count=1 -timeout 90m -tags $(TAGS),accuracy -run TestLongFormAccuracy -v ./worker -args -accuracy-minutes $${MINUTES:-20} > $(BIN)/accuracy.log 2>&1 || rc=$$?; \
+		grep -v '^RESULT' $(BIN)/accuracy.log; grep '^RESULT' $(BIN)/accuracy.log; exit $$rc
+
 .PHONY: bench-worker
 bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into four zero-latency fake partitions: jobs/s, worker CPU per job, peak RSS, requests and connections per job, request cost
 	$(GO) run ./bench/worker -worker-bin $(BIN)/worker

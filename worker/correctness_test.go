@@ -166,12 +166,23 @@ func (k keyLimitS3) PutObject(ctx context.Context, in *s3.PutObjectInput, opts .
 
 func (e *env) runS3(cfg worker.Config, s3c worker.S3API) {
 	e.t.Helper()
+	e.runS3For(cfg, s3c, 2*time.Minute)
+}
+
+// runFor runs the worker for at most d.
+func (e *env) runFor(cfg worker.Config, d time.Duration) {
+	e.t.Helper()
+	e.runS3For(cfg, e.s3, d)
+}
+
+func (e *env) runS3For(cfg worker.Config, s3c worker.S3API, d time.Duration) {
+	e.t.Helper()
 	e.wreg = prometheus.NewRegistry()
 	w, err := worker.New(cfg, "asr", e.recorder, s3c, e.pool, zerolog.New(io.Discard), e.wreg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	if err := w.Run(ctx); err != nil {
 		e.t.Fatal(err)

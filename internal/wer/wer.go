@@ -48,3 +48,48 @@ func Rate(reference, hypothesis string) float64 {
 	}
 	return float64(e) / float64(n)
 }
+
+// Align returns, for each reference word, the index of the hypothesis word
+// a minimum edit alignment pairs it with (the same word or a substitute),
+// or -1 where the reference word was deleted.
+func Align(ref, hyp []string) []int {
+	// d[i][j]: edits between ref[:i] and hyp[:j].
+	d := make([][]int, len(ref)+1)
+	for i := range d {
+		d[i] = make([]int, len(hyp)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(ref); i++ {
+		for j := 1; j <= len(hyp); j++ {
+			sub := d[i-1][j-1]
+			if ref[i-1] != hyp[j-1] {
+				sub++
+			}
+			d[i][j] = min(sub, d[i-1][j]+1, d[i][j-1]+1)
+		}
+	}
+	out := make([]int, len(ref))
+	for i, j := len(ref), len(hyp); i > 0; {
+		switch {
+		case j > 0 && d[i][j] == d[i-1][j-1]+boolInt(ref[i-1] != hyp[j-1]):
+			out[i-1] = j - 1
+			i, j = i-1, j-1
+		case d[i][j] == d[i-1][j]+1:
+			out[i-1] = -1
+			i--
+		default:
+			j--
+		}
+	}
+	return out
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -26,3 +26,27 @@ func TestErrors(t *testing.T) {
 		t.Errorf("Rate = %v, want 0.25", r)
 	}
 }
+
+func TestAlign(t *testing.T) {
+	for _, c := range []struct {
+		ref, hyp string
+		want     []int
+	}{
+		{"a b c", "a b c", []int{0, 1, 2}},
+		{"a b c", "a x c", []int{0, 1, 2}},   // substitution
+		{"a b c", "a c", []int{0, -1, 1}},    // deletion
+		{"a b c", "z a b c", []int{1, 2, 3}}, // insertion before
+		{"a b", "", []int{-1, -1}},
+	} {
+		got := Align(Normalize(c.ref), Normalize(c.hyp))
+		if len(got) != len(c.want) {
+			t.Fatalf("%q/%q: %v", c.ref, c.hyp, got)
+		}
+		for i := range got {
+			if got[i] != c.want[i] {
+				t.Errorf("%q/%q: %v, want %v", c.ref, c.hyp, got, c.want)
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,269 @@
+//go:build pocketsphinx && accuracy
+
+// The long-form accuracy measurement (make bench-accuracy): about 20
+// minutes of pocketsphinx, so not part of make test.
+
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/asrserver/sphinx"
+	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/internal/wer"
+	"github.com/fleetscribe/fleetscribe/triton"
+)
+
+var (
+	accuracyMinutes = flag.Float64("accuracy-minutes", 20, "length of the long-form accuracy test's recording")
+	accuracyChunk   = flag.Float64("accuracy-chunk-seconds", 30, "the worker's -chunk-seconds in the long-form accuracy test")
+)
+
+// sentences returns n sentences of everyday clinical speech, drawn from
+// templates.
+func sentences(rng *rand.Rand, n int) []string {
+	subjects := []string{"the patient", "the doctor", "my mother", "the nurse", "the child", "her husband", "the pharmacist", "my father"}
+	verbs := []string{"reports", "needs", "will take", "has had", "described", "asked about", "is worried about", "mentioned"}
+	objects := []string{"mild chest pain", "a follow up appointment", "two tablets every morning", "a fever since tuesday",
+		"trouble sleeping at night", "pain in the left knee", "a new prescription", "a bad cough", "the blood test results",
+		"a headache in the evening", "swelling in both ankles", "the heart rate"}
+	tails := []string{"", "since last week", "in the afternoon", "after lunch", "before the weekend", "every day", "this morning"}
+	out := make([]string, n)
+	for i := range out {
+		s := subjects[rng.IntN(len(subjects))] + " " + verbs[rng.IntN(len(verbs))] + " " + objects[rng.IntN(len(objects))]
+		if t := tails[rng.IntN(len(tails))]; t != "" {
+			s += " " + t
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// flite synthesises text with voice at 16 kHz mono.
+func flite(t *testing.T, dir, text, voice string) []float32 {
+	t.Helper()
+	path := filepath.Join(dir, "s.wav")
+	if out, err := exec.CommandContext(t.Context(), "ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi",
+		"-i", "flite=text='"+text+"':voice="+voice, "-ar", "16000", "-ac", "1", "-c:a", "pcm_s16le", path).CombinedOutput(); err != nil {
+		t.Fatalf("ffmpeg: %v %s", err, out)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := audio.DecodeWAV(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Samples
+}
+
+// onset is where speech starts in x: the first 10 ms frame above a tenth
+// of the loudest frame's RMS.
+func onset(x []float32) int {
+	const frame = 160
+	var rmss []float64
+	for i := 0; i+frame <= len(x); i += frame {
+		var e float64
+		for _, v := range x[i : i+frame] {
+			e += float64(v) * float64(v)
+		}
+		rmss = append(rmss, math.Sqrt(e/frame))
+	}
+	peak := slices.Max(rmss)
+	for i, r := range rmss {
+		if r > peak/10 {
+			return i * frame
+		}
+	}
+	return 0
+}
+
+// A long recording of many synthesised sentences with pauses (three voices,
+// every third sentence in noise), uploaded as MP3 and transcribed by the
+// worker through pocketsphinx partitions over gRPC: cut into chunks,
+// streamed, stitched. Its word error rate is within 2 points of
+// recognising each sentence alone (cut from the same decoded audio), and
+// each sentence's first word starts within 0.5 s of where the sentence
+// does.
+func TestLongFormAccuracy(t *testing.T) {
+	if _, err := exec.LookPath("ffmpeg"); err != nil {
+		t.Fatal("ffmpeg is required (make deps installs it)")
+	}
+	cfgS := sphinx.DefaultConfig()
+	cfgS.Decoders = 2
+	rec, err := sphinx.New(cfgS)
+	if errors.Is(err, sphinx.ErrNotBuilt) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Close)
+
+	// The recording: sentences and pauses of 0.6-1.6 s of faint noise.
+	rng := rand.New(rand.NewPCG(20, 26))
+	dir := t.TempDir()
+	voices := []string{"rms", "slt", "kal16"}
+	var (
+		x      []float32
+		starts []float64 // each sentence's speech onset, in seconds
+		texts  []string
+		spans  [][2]int
+	)
+	silence := func(seconds float64) {
+		for range int(seconds * 16000) {
+			x = append(x, float32(rng.NormFloat64()*0.0005))
+		}
+	}
+	silence(1)
+	for _, s := range sentences(rng, 100000) {
+		if float64(len(x)) >= *accuracyMinutes*60*16000 {
+			break
+		}
+		i := len(texts)
+		y := flite(t, dir, s, voices[i%len(voices)])
+		if i%3 == 2 {
+			for k := range y {
+				y[k] += float32(rng.NormFloat64() * 0.01) // about 20 dB below the speech
+			}
+		}
+		starts = append(starts, float64(len(x)+onset(y))/16000)
+		spans = append(spans, [2]int{len(x), len(x) + len(y)})
+		texts = append(texts, s)
+		x = append(x, y...)
+		silence(0.6 + rng.Float64())
+	}
+	wav := filepath.Join(dir, "long.wav")
+	if err := os.WriteFile(wav, audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: x}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// MP3, for size (the emulator refuses single uploads past 11 MiB): the
+	// sentences alone are cut from the same decoded MP3.
+	mp3Path := filepath.Join(dir, "long.mp3")
+	if out, err := exec.CommandContext(t.Context(), "ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", wav,
+		"-c:a", "libmp3lame", "-b:a", "64k", mp3Path).CombinedOutput(); err != nil {
+		t.Fatalf("ffmpeg: %v %s", err, out)
+	}
+	mp3, err := os.ReadFile(mp3Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded, err := audio.DecodeContext(t.Context(), mp3, nil, audio.DefaultFFmpeg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Each sentence alone, from 0.2 s before to 0.2 s after it, levelled
+	// as the worker levels a chunk.
+	alone := make([]string, len(texts))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, cfgS.Decoders)
+	for i, sp := range spans {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			lo, hi := max(0, sp[0]-3200), min(len(decoded.Samples), sp[1]+3200)
+			y := slices.Clone(decoded.Samples[lo:hi])
+			audio.Normalize(y)
+			r, err := rec.Recognize(context.Background(), y, false)
+			if err != nil {
+				t.Error(err)
+			}
+			alone[i] = r.Text
+		})
+	}
+	wg.Wait()
+
+	// The whole recording through the worker.
+	e := newEnv(t, 0, 3)
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- asrserver.New(triton.DefaultModelIO(), rec, "asr").Serve(sctx, lis) }()
+	t.Cleanup(func() { stop(); <-served })
+	e.pool, err = triton.NewPool(triton.PoolConfig{
+		Addrs: []string{lis.Addr().String()}, MaxInflight: 4, RequestTimeout: 5 * time.Minute, Attempts: 3,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, EjectAfter: 3, HealthInterval: time.Second,
+	}, triton.DefaultModelIO(), e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, stopPool := context.WithCancel(context.Background())
+	var poolDone sync.WaitGroup
+	poolDone.Go(func() { _ = e.pool.Run(pctx) })
+	t.Cleanup(func() { stopPool(); poolDone.Wait(); e.pool.Close() })
+	e.put("long.mp3", mp3)
+	e.sendJob("long.mp3")
+	cfg := e.config()
+	cfg.ChunkSeconds = *accuracyChunk
+	cfg.JobTimeout = 30 * time.Minute
+	cfg.VisibilityTimeout = 2 * time.Minute
+	e.runFor(cfg, 30*time.Minute)
+	tr, ok := e.transcript("long.mp3")
+	if !ok {
+		t.Fatal("no transcript")
+	}
+
+	reference := strings.Join(texts, " ")
+	stitchedEdits, words := wer.Errors(reference, tr.Text)
+	aloneEdits, _ := wer.Errors(reference, strings.Join(alone, " "))
+	stitched, single := float64(stitchedEdits)/float64(words), float64(aloneEdits)/float64(words)
+
+	// Sentence starts: the time of the word each sentence's first word is
+	// aligned with, where that word was recognised.
+	var ref []string
+	var first []int // index in ref of each sentence's first word
+	for _, s := range texts {
+		first = append(first, len(ref))
+		ref = append(ref, wer.Normalize(s)...)
+	}
+	hyp := make([]string, len(tr.Words))
+	for i, w := range tr.Words {
+		hyp[i] = strings.ToLower(w.Word)
+	}
+	align := wer.Align(ref, hyp)
+	var within, located int
+	worst := 0.0
+	for i, f := range first {
+		j := align[f]
+		if j < 0 || hyp[j] != ref[f] {
+			continue // its first word was not heard as said
+		}
+		located++
+		d := math.Abs(tr.Words[j].Start - starts[i])
+		worst = max(worst, d)
+		if d <= 0.5 {
+			within++
+		}
+	}
+	t.Logf("%.1f min, %d sentences, %d words, %d chunks: WER stitched %.3f, each sentence alone %.3f; "+
+		"%d of %d located sentence starts within 0.5 s (worst %.2f s)",
+		float64(len(x))/16000/60, len(texts), words, tr.Chunks, stitched, single, within, located, worst)
+	fmt.Printf("RESULT minutes=%.1f sentences=%d wer_stitched=%.3f wer_alone=%.3f starts_within_0_5s=%d located=%d worst_start_s=%.2f\n",
+		float64(len(x))/16000/60, len(texts), stitched, single, within, located, worst)
+	if stitched > single+0.02 {
+		t.Errorf("stitched WER %.3f is more than 2 points above %.3f, each sentence alone", stitched, single)
+	}
+	if located < len(texts)*3/4 || within < located {
+		t.Errorf("%d of %d sentence starts located, %d of them within 0.5 s (worst %.2f s)", located, len(texts), within, worst)
+	}
+}
