@@ -200,17 +200,7 @@ func TestLongFormAccuracy(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- asrserver.New(triton.DefaultModelIO(), rec, "asr").Serve(sctx, lis) }()
 	t.Cleanup(func() { stop(); <-served })
-	e.pool, err = triton.NewPool(triton.PoolConfig{
-		Addrs: []string{lis.Addr().String()}, MaxInflight: 4, RequestTimeout: 5 * time.Minute, Attempts: 3,
-		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, EjectAfter: 3, HealthInterval: time.Second,
-	}, triton.DefaultModelIO(), e.reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, stopPool := context.WithCancel(context.Background())
-	var poolDone sync.WaitGroup
-	poolDone.Go(func() { _ = e.pool.Run(pctx) })
-	t.Cleanup(func() { stopPool(); poolDone.Wait(); e.pool.Close() })
+	e.startPool([]string{lis.Addr().String()}, 5*time.Minute)
 	e.put("long.mp3", mp3)
 	e.sendJob("long.mp3")
 	cfg := e.config()

@@ -71,18 +71,26 @@ func newEnv(t *testing.T, partitions, maxReceives int, aliases ...string) *env {
 	if partitions == 0 {
 		return e // the test brings its own partitions and pool
 	}
+	e.startPool(addrs, 10*time.Second)
+	return e
+}
+
+// startPool runs the worker's partition pool over addrs until the test
+// ends, each request allowed timeout.
+func (e *env) startPool(addrs []string, timeout time.Duration) {
+	e.t.Helper()
+	var err error
 	e.pool, err = triton.NewPool(triton.PoolConfig{
-		Addrs: addrs, MaxInflight: 4, RequestTimeout: 10 * time.Second, Attempts: 3,
+		Addrs: addrs, MaxInflight: 4, RequestTimeout: timeout, Attempts: 3,
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, EjectAfter: 3, HealthInterval: time.Second,
 	}, triton.DefaultModelIO(), e.reg)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	pctx, stopPool := context.WithCancel(context.Background())
 	var poolDone sync.WaitGroup
 	poolDone.Go(func() { _ = e.pool.Run(pctx) })
-	t.Cleanup(func() { stopPool(); poolDone.Wait(); e.pool.Close() })
-	return e
+	e.t.Cleanup(func() { stopPool(); poolDone.Wait(); e.pool.Close() })
 }
 
 func (e *env) config() worker.Config {

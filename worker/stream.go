@@ -42,7 +42,9 @@ func (w *Worker) transcribeStream(ctx context.Context, job Job, in *InputRef, he
 	sp := audio.NewSplitter(w.splitConfig())
 	f := w.newFanout(ctx, model)
 	prog := jobFrom(ctx).prog
-	estimate := int64(info.Duration()/w.cfg.ChunkSeconds) + 1
+	// Chunks to come, from the header (an overestimate for formats whose
+	// length is guessed from their size), until the last is cut.
+	estimate := int64(min(info.Duration(), w.cfg.MaxAudioSeconds)/w.cfg.ChunkSeconds) + 1
 	prog.total.Store(estimate)
 	limit := int64(w.cfg.MaxAudioSeconds * ModelRate)
 	block := getFloats(streamBlock)[:streamBlock]
