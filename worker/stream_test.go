@@ -236,3 +236,32 @@ func TestStreamedReadFailuresAreRetried(t *testing.T) {
 		t.Errorf("flaky: record %+v (found %v), want a retryable read failure", rec, ok)
 	}
 }
+
+// A recording whose length its header does not say (Ogg: admitted on a
+// length guessed from its size) is measured as it streams, and refused as
+// too_large, for good, once it passes -max-audio-seconds.
+func TestStreamedRecordingPastTheLimitIsTooLarge(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	cmd := exec.CommandContext(t.Context(), "ffmpeg", "-nostdin", "-loglevel", "error", "-f", "wav", "-i", "pipe:0",
+		"-c:a", "libopus", "-b:a", "160k", "-f", "ogg", "pipe:1")
+	cmd.Stdin = bytes.NewReader(speechWAV(120, 5))
+	ogg, err := cmd.Output()
+	if err != nil {
+		t.Skipf("no Opus encoder: %v", err)
+	}
+	if len(ogg) <= 1<<20 {
+		t.Fatalf("the Ogg is %d bytes: it would not stream", len(ogg))
+	}
+	e.put("long.ogg", ogg)
+	e.sendJob("long.ogg")
+	cfg := e.config()
+	cfg.MaxAudioSeconds = 60
+	e.runS3(cfg, e.s3)
+	rec, ok := e.errorRecord("long.ogg")
+	if !ok || rec.Class != worker.ClassTooLarge || !rec.Final || !strings.Contains(rec.Message, "60 s") {
+		t.Errorf("record %+v (found %v), want a final too_large", rec, ok)
+	}
+	if _, ok := e.transcript("long.ogg"); ok {
+		t.Error("a transcript of a recording past the limit")
+	}
+}
