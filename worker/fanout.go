@@ -48,6 +48,9 @@ func (f *fanout) send(c audio.Chunk, pooled, shared bool) error {
 	r := new(triton.Result)
 	f.results = append(f.results, r)
 	if len(c.Samples) == 0 {
+		if pooled {
+			putFloats(c.Samples)
+		}
 		return nil
 	}
 	if err := f.ctx.Err(); err != nil {

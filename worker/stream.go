@@ -139,15 +139,14 @@ type inputReader struct {
 const maxResumes = 3
 
 func (r *inputReader) Read(p []byte) (int, error) {
-	if r.pos < int64(len(r.head)) {
+	switch {
+	case len(p) == 0:
+		return 0, nil
+	case r.pos < int64(len(r.head)):
 		n := copy(p, r.head[r.pos:])
 		r.pos += int64(n)
 		return n, nil
-	}
-	if r.pos >= r.in.Size || len(p) == 0 {
-		if len(p) == 0 {
-			return 0, nil
-		}
+	case r.pos >= r.in.Size:
 		return 0, io.EOF
 	}
 	start := time.Now()
