@@ -2,10 +2,12 @@
 // kHz mono float32) side by side with ffmpeg doing the same
 // (`ffmpeg -i X -ar 16000 -ac 1 -f f32le`), on the same files in the same
 // run: 10-minute recordings as WAV (44.1 kHz stereo), FLAC and MP3. Each
-// decoder runs in a child process of its own; CPU time (user+sys) comes
-// from wait4, peak RSS from the child's own VmHWM. It also measures the
-// resampler (44.1 kHz to 16 kHz: a 1 kHz tone's SNR, a 9 kHz tone's
-// alias) and the peak RSS of a 2-hour WAV and MP3. Last line:
+// decoder runs in a child process of its own, three times, alternating;
+// ffmpeg's CPU time (user+sys) comes from wait4, ours from the child's
+// getrusage (itself and the ffmpeg it runs) around the measured decode,
+// after a warm-up; peak RSS from the child's own VmHWM. It also measures
+// the resampler (44.1 kHz to 16 kHz: a 1 kHz tone's SNR, a 9 kHz tone's
+// alias) and the peak RSS of a 2-hour WAV and MP3, streamed. Last line:
 //
 //	RESULT wav_ratio=X flac_ratio=X mp3_ratio=X min_audio_s_per_cpu_s=X resample_snr_db=X alias_9k_db=X peak_rss_mib_2h=X
 package main
@@ -154,22 +156,6 @@ type measured struct {
 	samples int
 }
 
-// child runs a command and returns its CPU time (user+sys, from wait4)
-// and what it printed.
-func child(name string, args ...string) (time.Duration, string, error) {
-	cmd := exec.Command(name, args...)
-	var out strings.Builder
-	cmd.Stdout = &out
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return 0, "", fmt.Errorf("%s %v: %w: %s", name, args, err, stderr.String())
-	}
-	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return cpu, out.String(), nil
-}
-
 func ours(path, warm string) (measured, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -191,9 +177,15 @@ func ours(path, warm string) (measured, error) {
 	return m, nil
 }
 
+// ffmpegDecode runs the reference decode of path and returns its CPU time
+// (user+sys, from wait4).
 func ffmpegDecode(path string) (time.Duration, error) {
-	cpu, _, err := child("ffmpeg", "-nostdin", "-loglevel", "error", "-threads", "1", "-i", path, "-ar", "16000", "-ac", "1", "-f", "f32le", "-y", "/dev/null")
-	return cpu, err
+	cmd := exec.Command("ffmpeg", "-nostdin", "-loglevel", "error", "-threads", "1", "-i", path, "-ar", "16000", "-ac", "1", "-f", "f32le", "-y", "/dev/null")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("ffmpeg %s: %w: %s", path, err, out)
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
 func ffmpegMake(args ...string) error {
