@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -21,8 +20,8 @@ import (
 // FFmpeg decodes the formats with no pure Go decoder here (Ogg/Opus,
 // MP4/M4A/AAC, WebM/Matroska, AMR, CAF, WMA, AIFF...), and MP3 and FLAC
 // faster than the Go decoders, through an ffmpeg subprocess that writes
-// 16 kHz float32 (resampled by SoX's resampler where ffmpeg has it), mixed
-// down here.
+// 16-bit samples at the recording's own rate and channels: mixed down and
+// resampled here, as every other format is.
 type FFmpeg struct {
 	// Bin is the ffmpeg binary ("" or not found: such formats are refused
 	// as unsupported, naming the format and the missing ffmpeg).
@@ -35,9 +34,6 @@ type FFmpeg struct {
 	// the recording refused (a decompression bomb, or a recording past the
 	// caller's limit).
 	MaxSeconds float64
-
-	soxrOnce sync.Once
-	soxr     bool
 }
 
 // DefaultFFmpeg uses ffmpeg from PATH, if there is one.
@@ -50,10 +46,6 @@ func lookFFmpeg() string {
 	}
 	return p
 }
-
-// ffmpegRate is the rate ffmpeg is asked to write: the model's, so no
-// resampling follows.
-const ffmpegRate = 16000
 
 // ErrTooLong is wrapped by the error of a decode stopped at MaxSeconds.
 var ErrTooLong = errors.New("recording longer than the limit")
@@ -87,19 +79,19 @@ func (f *FFmpeg) decodeInto(ctx context.Context, b []byte, buf []float32, format
 // container, for error messages) and reads the header of its output.
 func (f *FFmpeg) open(ctx context.Context, path, format string) (*ffStream, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	// Out as float WAV with the channels as they are, mixed down here as
-	// WAV, FLAC and MP3 are (ffmpeg's own rematrix moves mono and stereo by
-	// 3 dB, and would hide channels that cancel). The WAV header says how
-	// many there are: no ffprobe first. 16 kHz, through the SoX resampler
-	// where this ffmpeg has it (flat to 7 kHz, aliases below what Resample
-	// leaves, and fast), else ffmpeg's own. Written in full buffers, not a
-	// write a packet (ffmpeg's default for a pipe): a tenth of the
+	// Out as 16-bit WAV with the channels and rate as they are: mixed down
+	// and resampled here, as WAV, FLAC and MP3 are. ffmpeg's own rematrix
+	// moves mono and stereo by 3 dB and would hide channels that cancel;
+	// resampling after the mix-down is one channel's work, not every
+	// channel's (ffmpeg resampling stereo costs a third more CPU than
+	// this whole path), with the same filter for every format. 16 bits,
+	// not float: half the bytes through the pipe, and 96 dB of range,
+	// past what speech recognition can use. The WAV header says how many
+	// channels and what rate: no ffprobe first. Written in full buffers,
+	// not a write a packet (ffmpeg's default for a pipe): a tenth of the
 	// wake-ups.
-	args := []string{"-nostdin", "-hide_banner", "-loglevel", "error", "-threads", "1", "-filter_threads", "1", "-i", path, "-vn", "-sn", "-dn"}
-	if f.hasSoxr() {
-		args = append(args, "-af", fmt.Sprintf("aresample=%d:resampler=soxr", ffmpegRate))
-	}
-	args = append(args, "-ar", fmt.Sprint(ffmpegRate), "-c:a", "pcm_f32le", "-flush_packets", "0", "-f", "wav", "pipe:1")
+	args := []string{"-nostdin", "-hide_banner", "-loglevel", "error", "-threads", "1", "-filter_threads", "1",
+		"-i", path, "-vn", "-sn", "-dn", "-c:a", "pcm_s16le", "-flush_packets", "0", "-f", "wav", "pipe:1"}
 	cmd := exec.CommandContext(ctx, f.Bin, args...)
 	// Its own process group, killed whole on timeout or cancel, and never
 	// left behind: Wait reaps it on every path.
@@ -107,7 +99,7 @@ func (f *FFmpeg) open(ctx context.Context, path, format string) (*ffStream, erro
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	s := &ffStream{cmd: cmd, ctx: ctx, cancel: cancel, format: format, path: path,
-		maxSeconds: f.MaxSeconds, max: int64(math.Min(f.MaxSeconds*ffmpegRate, maxDecodedFrames))}
+		maxSeconds: f.MaxSeconds}
 	s.stderr.limit = 4 << 10
 	cmd.Stderr = &s.stderr
 	out, err := cmd.StdoutPipe()
@@ -131,6 +123,7 @@ func (f *FFmpeg) open(ctx context.Context, path, format string) (*ffStream, erro
 		return nil, s.finish(err)
 	}
 	s.wav = &wavStream{r: r, f: h.format, left: h.dataLen}
+	s.max = int64(math.Min(f.MaxSeconds*float64(h.format.rate), maxDecodedFrames))
 	return s, nil
 }
 
@@ -181,7 +174,7 @@ type ffStream struct {
 	err          error
 }
 
-func (s *ffStream) Rate() int { return ffmpegRate }
+func (s *ffStream) Rate() int { return s.wav.f.rate }
 
 func (s *ffStream) Read(p []float32) (int, error) {
 	if s.err != nil {
@@ -249,18 +242,6 @@ func firstNonEmpty(a, b string) string {
 		return a
 	}
 	return b
-}
-
-// hasSoxr reports, once, whether ffmpeg's resampler can use libsoxr.
-func (f *FFmpeg) hasSoxr() bool {
-	f.soxrOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		err := exec.CommandContext(ctx, f.Bin, "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "sine=d=0.01",
-			"-af", "aresample=16000:resampler=soxr", "-f", "null", "-").Run()
-		f.soxr = err == nil
-	})
-	return f.soxr
 }
 
 // limitedBuffer keeps the first limit bytes written to it.

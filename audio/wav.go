@@ -96,24 +96,10 @@ func decodePCM16(out []float32, data []byte, channels int) {
 	s16 := func(i int) float32 { return float32(int16(uint16(data[i]) | uint16(data[i+1])<<8)) }
 	switch channels {
 	case 1:
-		for i := range out {
-			j := 2 * i
-			_ = data[j+1]
-			out[i] = s16(j) * scale
-		}
+		pcm16Mono(out, data[:2*len(out)])
 	case 2:
-		var eL, eR, eM float64
-		for i := range out {
-			j := 4 * i
-			_ = data[j+3]
-			l, r := s16(j), s16(j+2)
-			m := (l + r) * (scale / 2)
-			out[i] = m
-			eL += float64(l) * float64(l)
-			eR += float64(r) * float64(r)
-			eM += float64(m) * float64(m) * (1 / (scale * scale))
-		}
-		keepLouder(out, eL, eR, eM, func(i int) (float32, float32) { return s16(4*i) * scale, s16(4*i+2) * scale })
+		eL, eR, eS := pcm16Stereo(out, data[:4*len(out)])
+		keepLouder(out, float64(eL), float64(eR), float64(eS)/4, func(i int) (float32, float32) { return s16(4*i) * scale, s16(4*i+2) * scale })
 	case 6:
 		mixFrames(out, 6, func(i, c int) float32 { return s16(12*i+2*c) * scale })
 	default:
@@ -184,9 +170,11 @@ func Probe(head []byte, size int64) (Info, error) {
 		case "":
 			return Info{}, corrupt("unknown", "unrecognised audio container")
 		default:
-			// Read by ffmpeg at 16 kHz mono; as long as the object would
-			// be at 32 kbit/s, more than speech is usually encoded at.
-			return Info{Format: name, Rate: ffmpegRate, Channels: 1, Frames: size * 8 / 32000 * ffmpegRate, Estimated: true}, nil
+			// Read by ffmpeg at the recording's rate, mixed to mono here:
+			// 48 kHz (Opus always; AAC mostly 44.1 or 48), as long as the
+			// object would be at 32 kbit/s, more than speech is usually
+			// encoded at.
+			return Info{Format: name, Rate: 48000, Channels: 1, Frames: size * 8 / 32000 * 48000, Estimated: true}, nil
 		}
 	}
 	h, err := readWAVHeader(bytes.NewReader(head), size)
@@ -314,4 +302,28 @@ func EncodeWAV(c Clip) []byte {
 		b = binary.LittleEndian.AppendUint16(b, uint16(v))
 	}
 	return b
+}
+
+// pcm16MonoGeneric is pcm16Mono without vector instructions.
+func pcm16MonoGeneric(out []float32, data []byte) {
+	const scale = 1.0 / 32768
+	data = data[:2*len(out)]
+	for i := range out {
+		out[i] = float32(int16(binary.LittleEndian.Uint16(data[2*i:]))) * scale
+	}
+}
+
+// pcm16StereoGeneric is pcm16Stereo without vector instructions. The
+// energies are integers, exact (no float dependency chain per frame).
+func pcm16StereoGeneric(out []float32, data []byte) (eL, eR, eS int64) {
+	const scale = 1.0 / 65536
+	data = data[:4*len(out)]
+	for i := range out {
+		l, r := int64(int16(binary.LittleEndian.Uint16(data[4*i:]))), int64(int16(binary.LittleEndian.Uint16(data[4*i+2:])))
+		out[i] = float32(l+r) * scale
+		eL += l * l
+		eR += r * r
+		eS += (l + r) * (l + r)
+	}
+	return eL, eR, eS
 }

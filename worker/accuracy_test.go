@@ -168,6 +168,7 @@ func TestLongFormAccuracy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	decoded.Samples = audio.Resample(decoded.Samples, decoded.Rate, 16000) // as the worker does
 
 	// Each sentence alone, from 0.2 s before to 0.2 s after it, levelled
 	// as the worker levels a chunk.

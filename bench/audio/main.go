@@ -2,7 +2,7 @@
 // kHz mono float32) side by side with ffmpeg doing the same
 // (`ffmpeg -i X -ar 16000 -ac 1 -f f32le`), on the same files in the same
 // run: 10-minute recordings as WAV (44.1 kHz stereo), FLAC and MP3. Each
-// decoder runs in a child process of its own, three times, alternating;
+// decoder runs in a child process of its own, five times, alternating;
 // ffmpeg's CPU time (user+sys) comes from wait4, ours from the child's
 // getrusage (itself and the ffmpeg it runs) around the measured decode,
 // after a warm-up; peak RSS from the child's own VmHWM. It also measures
@@ -94,7 +94,7 @@ func cpuTime() (time.Duration, error) {
 }
 
 // repeats is how many times each decoder runs on each file.
-const repeats = 3
+const repeats = 5
 
 // inFlight is how many chunks the worker has in flight at most (its
 // default -chunk-parallelism).
@@ -233,7 +233,7 @@ func run(minutes, longHours float64, dir string) error {
 	ratios := map[string]float64{}
 	minRate := math.Inf(1)
 	for _, f := range files {
-		// The machine is noisy: each side three times, alternating, and
+		// The machine is noisy: each side five times, alternating, and
 		// each side's least CPU.
 		var m measured
 		fc := time.Duration(math.MaxInt64)
