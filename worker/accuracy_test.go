@@ -99,8 +99,9 @@ func onset(x []float32) int {
 // worker through pocketsphinx partitions over gRPC: cut into chunks,
 // streamed, stitched. Its word error rate is within 2 points of
 // recognising each sentence alone (cut from the same decoded audio), and
-// each sentence's first word starts within 0.5 s of where the sentence
-// does.
+// each sentence's first word, where it is heard as said, starts within
+// 0.5 s of where the sentence does; stitching loses no more than a tenth
+// of the first words the recogniser hears in the sentences alone.
 func TestLongFormAccuracy(t *testing.T) {
 	if _, err := exec.LookPath("ffmpeg"); err != nil {
 		t.Fatal("ffmpeg is required (make deps installs it)")
@@ -246,15 +247,24 @@ func TestLongFormAccuracy(t *testing.T) {
 			within++
 		}
 	}
+	// A start can be timed only where the sentence's first word was heard
+	// as said; alone, the recogniser hears it in this many sentences.
+	locatedAlone := 0
+	for i, s := range texts {
+		r, h := wer.Normalize(s), wer.Normalize(alone[i])
+		if a := wer.Align(r, h); len(r) > 0 && a[0] >= 0 && h[a[0]] == r[0] {
+			locatedAlone++
+		}
+	}
 	t.Logf("%.1f min, %d sentences, %d words, %d chunks: WER stitched %.3f, each sentence alone %.3f; "+
-		"%d of %d located sentence starts within 0.5 s (worst %.2f s)",
-		float64(len(x))/16000/60, len(texts), words, tr.Chunks, stitched, single, within, located, worst)
-	fmt.Printf("RESULT minutes=%.1f sentences=%d wer_stitched=%.3f wer_alone=%.3f starts_within_0_5s=%d located=%d worst_start_s=%.2f\n",
-		float64(len(x))/16000/60, len(texts), stitched, single, within, located, worst)
+		"%d of %d located sentence starts within 0.5 s (worst %.2f s); first word heard in %d sentences alone",
+		float64(len(x))/16000/60, len(texts), words, tr.Chunks, stitched, single, within, located, worst, locatedAlone)
+	fmt.Printf("RESULT minutes=%.1f sentences=%d wer_stitched=%.3f wer_alone=%.3f starts_within_0_5s=%d located=%d located_alone=%d worst_start_s=%.2f\n",
+		float64(len(x))/16000/60, len(texts), stitched, single, within, located, locatedAlone, worst)
 	if stitched > single+0.02 {
 		t.Errorf("stitched WER %.3f is more than 2 points above %.3f, each sentence alone", stitched, single)
 	}
-	if located < len(texts)*3/4 || within < located {
-		t.Errorf("%d of %d sentence starts located, %d of them within 0.5 s (worst %.2f s)", located, len(texts), within, worst)
+	if located < locatedAlone*9/10 || within < located {
+		t.Errorf("%d sentence starts located (%d alone), %d of them within 0.5 s (worst %.2f s)", located, locatedAlone, within, worst)
 	}
 }

@@ -120,7 +120,7 @@ func (r *Recognizer) Close() {
 	r.all = nil
 }
 
-// Recognize decodes samples as one utterance.
+// Recognize decodes samples, divided at long pauses into utterances.
 func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamps bool) (triton.Result, error) {
 	var d *decoder
 	select {
@@ -129,7 +129,6 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 		return triton.Result{}, ctx.Err()
 	}
 	defer func() { r.free <- d }()
-	ps := d.ps
 
 	if len(samples) == 0 {
 		return triton.Result{}, nil
@@ -148,8 +147,40 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 	if err := d.reset(); err != nil {
 		return triton.Result{}, err
 	}
+	// One utterance per stretch of speech, divided at long pauses, as
+	// pocketsphinx's own continuous recogniser divides its input: decoded
+	// as one, sentences on either side of a pause run together through
+	// the language model and come out worse than each alone. The stream
+	// (frame numbers, the live cepstral mean) runs on across them.
+	var res triton.Result
+	if timestamps {
+		res.Words = []triton.Word{}
+	}
+	var texts []string
+	cuts := append(pauseCuts(samples), len(pcm))
+	for i, end := range cuts {
+		start := 0
+		if i > 0 {
+			start = cuts[i-1]
+		}
+		text, words, err := d.utterance(ctx, pcm[start:end], timestamps)
+		if err != nil {
+			return triton.Result{}, err
+		}
+		if text != "" {
+			texts = append(texts, text)
+		}
+		res.Words = append(res.Words, words...)
+	}
+	res.Text = strings.Join(texts, " ")
+	return res, nil
+}
+
+// utterance decodes pcm as one utterance of the decoder's stream.
+func (d *decoder) utterance(ctx context.Context, pcm []C.int16, timestamps bool) (string, []triton.Word, error) {
+	ps := d.ps
 	if C.ps_start_utt(ps) < 0 {
-		return triton.Result{}, errors.New("pocketsphinx: start utterance failed")
+		return "", nil, errors.New("pocketsphinx: start utterance failed")
 	}
 	// Fed in blocks, as pocketsphinx's own tools do: its live cepstral
 	// mean normalisation recognises short clips far better than the
@@ -158,31 +189,31 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 		if ctx.Err() != nil {
 			// The client has given up: stop working for nobody.
 			C.ps_end_utt(ps)
-			return triton.Result{}, ctx.Err()
+			return "", nil, ctx.Err()
 		}
 		end := min(off+blockSamples, len(pcm))
 		if C.ps_process_raw(ps, &pcm[off], C.size_t(end-off), 0, 0) < 0 {
 			C.ps_end_utt(ps)
-			return triton.Result{}, errors.New("pocketsphinx: process failed")
+			return "", nil, errors.New("pocketsphinx: process failed")
 		}
 	}
 	if C.ps_end_utt(ps) < 0 {
-		return triton.Result{}, errors.New("pocketsphinx: end utterance failed")
+		return "", nil, errors.New("pocketsphinx: end utterance failed")
 	}
-	var res triton.Result
+	var text string
 	if hyp := C.ps_get_hyp(ps, nil); hyp != nil {
-		res.Text = C.GoString(hyp)
+		text = C.GoString(hyp)
 	}
+	var words []triton.Word
 	if timestamps {
-		res.Words = []triton.Word{}
 		for seg := C.ps_seg_iter(ps); seg != nil; seg = C.ps_seg_next(seg) {
 			word, ok := cleanWord(C.GoString(C.ps_seg_word(seg)))
 			if !ok {
 				continue
 			}
 			var sf, ef C.int
-			C.ps_seg_frames(seg, &sf, &ef)
-			res.Words = append(res.Words, triton.Word{
+			C.ps_seg_frames(seg, &sf, &ef) // counted from the stream's start
+			words = append(words, triton.Word{
 				Word:       word,
 				Start:      float64(sf) / frameRate,
 				End:        float64(ef+1) / frameRate,
@@ -190,7 +221,7 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 			})
 		}
 	}
-	return res, nil
+	return text, words, nil
 }
 
 // cleanWord drops fillers (<s>, <sil>, [NOISE]) and the "(2)" suffix of
