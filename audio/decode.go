@@ -22,8 +22,12 @@ func DecodeInto(b []byte, buf []float32) (Clip, error) {
 // cancelled with ctx.
 func DecodeContext(ctx context.Context, b []byte, buf []float32, ff *FFmpeg) (Clip, error) {
 	switch {
-	case len(b) >= 12 && string(b[0:4]) == "RIFF" && string(b[8:12]) == "WAVE":
-		return decodeWAV(b, buf)
+	case isWAV(b):
+		c, err := decodeWAV(b, buf)
+		if forFFmpeg(err) {
+			return ff.compressedWAV(ctx, b, buf, err)
+		}
+		return c, err
 	case len(b) == 0:
 		return Clip{}, corrupt("unknown", "empty object")
 	}
@@ -93,4 +97,21 @@ func sniff(b []byte) string {
 		return "aiff"
 	}
 	return ""
+}
+
+// compressedWAV decodes through ffmpeg a WAV whose samples the Go decoder
+// cannot read (ADPCM, GSM...; refused with err). Without ffmpeg, or where
+// ffmpeg cannot read them either, err (which names the format tag) stands.
+func (f *FFmpeg) compressedWAV(ctx context.Context, b []byte, buf []float32, err error) (Clip, error) {
+	if !f.usable() {
+		return Clip{}, withoutFFmpeg(err)
+	}
+	c, ferr := f.decodeInto(ctx, b, buf, "wav")
+	if ferr != nil && !errors.Is(ferr, ErrTooLong) && ctx.Err() == nil {
+		var fe *FormatError
+		if errors.As(ferr, &fe) {
+			return Clip{}, err // ffmpeg has no decoder for it either
+		}
+	}
+	return c, ferr
 }

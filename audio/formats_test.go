@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -76,6 +77,8 @@ func TestFormatsDecodeToTheSameSpeech(t *testing.T) {
 		{"ogg (opus)", "ogg", 48000, 1, []string{"-c:a", "libopus", "-b:a", "24k"}, false, -1},
 		{"webm (opus)", "webm", 48000, 2, []string{"-c:a", "libopus", "-b:a", "32k"}, false, -1},
 		{"ogg (vorbis)", "oga", 22050, 1, []string{"-c:a", "libvorbis", "-f", "ogg"}, false, -1},
+		{"wav (IMA ADPCM)", "wav", 16000, 1, []string{"-c:a", "adpcm_ima_wav"}, false, -1},
+		{"wav (MS ADPCM) 44.1 kHz stereo", "wav", 44100, 2, []string{"-c:a", "adpcm_ms"}, false, -1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -202,5 +205,21 @@ func TestFFmpegResamplingQuality(t *testing.T) {
 	}
 	if a := 20 * math.Log10(amplitudeAt(tone(9000).Samples, 16000, 7000)/ref); a > -60 {
 		t.Errorf("9 kHz aliases to 7 kHz at %.1f dB", a)
+	}
+}
+
+// A WAV of compressed samples (ADPCM here) without ffmpeg: refused as
+// unsupported, naming its format tag and the missing ffmpeg, whole or
+// streamed.
+func TestCompressedWAVWithoutFFmpeg(t *testing.T) {
+	enc, _ := encode(t, 16000, 1, "wav", "-c:a", "adpcm_ima_wav")
+	_, err := DecodeContext(t.Context(), enc, nil, nil)
+	_, serr := OpenStream(t.Context(), bytes.NewReader(enc), int64(len(enc)), nil)
+	for _, err := range []error{err, serr} {
+		var fe *FormatError
+		if !errors.Is(err, ErrUnsupported) || !errors.As(err, &fe) ||
+			!strings.Contains(fe.Reason, "0x0011") || !strings.Contains(fe.Reason, "ffmpeg") {
+			t.Errorf("got %v, want unsupported audio naming tag 0x0011 and ffmpeg", err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package audio
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,12 @@ func OpenStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg) (Strea
 	case len(head) == 0:
 		return nil, corrupt("unknown", "empty object")
 	case isWAV(head):
+		// Compressed samples (ADPCM, GSM...) are ffmpeg's: judged from the
+		// buffered start, nothing consumed yet.
+		start, _ := br.Peek(br.Size())
+		if _, err := readWAVHeader(bytes.NewReader(start), size); forFFmpeg(err) {
+			return compressedWAVStream(ctx, br, size, ff, err)
+		}
 		h, err := readWAVHeader(br, size)
 		if errors.Is(err, errHeaderShort) {
 			return nil, corrupt("wav", "the object ends inside its header")
@@ -62,6 +69,29 @@ func OpenStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg) (Strea
 	if err != nil {
 		_ = os.Remove(path)
 		return nil, err
+	}
+	return s, nil
+}
+
+// compressedWAVStream streams a WAV whose samples the Go decoder cannot
+// read (refused with err) through ffmpeg. Without ffmpeg, or where ffmpeg
+// cannot start on it, err (which names the format tag) stands.
+func compressedWAVStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg, err error) (Stream, error) {
+	if !ff.usable() {
+		return nil, withoutFFmpeg(err)
+	}
+	path, serr := spool(r, size)
+	if serr != nil {
+		return nil, serr
+	}
+	s, oerr := openFile(ctx, path, "wav", ff)
+	if oerr != nil {
+		_ = os.Remove(path)
+		var fe *FormatError
+		if errors.As(oerr, &fe) {
+			return nil, err // ffmpeg has no decoder for it either
+		}
+		return nil, oerr
 	}
 	return s, nil
 }

@@ -229,6 +229,7 @@ func TestCompressedStreamsDecodeWhatDecodeGives(t *testing.T) {
 		{"flac", []string{"-c:a", "flac"}},
 		{"ogg", []string{"-c:a", "libopus"}},
 		{"m4a", []string{"-c:a", "aac", "-movflags", "+faststart"}},
+		{"wav", []string{"-c:a", "adpcm_ms"}},
 	}
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)

@@ -19,6 +19,8 @@ type FormatError struct {
 	Kind   error // ErrCorrupt or ErrUnsupported
 	Format string
 	Reason string
+
+	forFFmpeg bool // a WAV whose samples ffmpeg may read where Go cannot
 }
 
 func (e *FormatError) Error() string { return fmt.Sprintf("%v (%s): %s", e.Kind, e.Format, e.Reason) }
@@ -170,21 +172,44 @@ func Probe(head []byte, size int64) (Info, error) {
 		case "":
 			return Info{}, corrupt("unknown", "unrecognised audio container")
 		default:
-			// Read by ffmpeg at the recording's rate, mixed to mono here:
-			// 48 kHz (Opus always; AAC mostly 44.1 or 48), as long as the
-			// object would be at 32 kbit/s, more than speech is usually
-			// encoded at.
-			return Info{Format: name, Rate: 48000, Channels: 1, Frames: size * 8 / 32000 * 48000, Estimated: true}, nil
+			return ffmpegEstimate(name, size), nil
 		}
 	}
 	h, err := readWAVHeader(bytes.NewReader(head), size)
 	switch {
 	case errors.Is(err, errHeaderShort):
 		return Info{}, ErrHeaderBeyondPrefix
+	case forFFmpeg(err):
+		return ffmpegEstimate("wav", size), nil // refused at decode where there is no ffmpeg
 	case err != nil:
 		return Info{}, err
 	}
 	return Info{Format: "wav", Rate: h.format.rate, Channels: h.format.channels, Frames: h.dataLen / int64(h.format.blockAlign)}, nil
+}
+
+// ffmpegEstimate is the Info of a recording ffmpeg will read, whose header
+// is not read here: at 48 kHz (Opus always; AAC mostly 44.1 or 48), mixed
+// to mono, as long as the object would be at 32 kbit/s (more than speech
+// is usually encoded at). Its length is checked as it decodes.
+func ffmpegEstimate(format string, size int64) Info {
+	return Info{Format: format, Rate: 48000, Channels: 1, Frames: size * 8 / 32000 * 48000, Estimated: true}
+}
+
+// forFFmpeg reports an error of the WAV decoder for a WAV that ffmpeg may
+// read (compressed samples).
+func forFFmpeg(err error) bool {
+	var fe *FormatError
+	return errors.As(err, &fe) && fe.forFFmpeg
+}
+
+// withoutFFmpeg is err, a WAV refused for ffmpeg to read, where there is no
+// ffmpeg.
+func withoutFFmpeg(err error) error {
+	var fe *FormatError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	return &FormatError{Kind: fe.Kind, Format: fe.Format, Reason: fe.Reason + "; decoding it needs ffmpeg, which is not installed"}
 }
 
 func parseWAVFormat(b []byte) (wavFormat, error) {
@@ -217,7 +242,8 @@ func parseWAVFormat(b []byte) (wavFormat, error) {
 	case (f.tag == wavALaw || f.tag == wavMuLaw) && f.bits != 8:
 		return wavFormat{}, corrupt(name, "G.711 with %d bits a sample (it has 8)", f.bits)
 	case f.tag != wavPCM && f.tag != wavFloat && f.tag != wavALaw && f.tag != wavMuLaw:
-		return wavFormat{}, unsupported(name, "format tag 0x%04x (compressed WAV)", f.tag)
+		return wavFormat{}, &FormatError{Kind: ErrUnsupported, Format: name, forFFmpeg: true,
+			Reason: fmt.Sprintf("format tag 0x%04x (compressed WAV: ADPCM, GSM and the like)", f.tag)}
 	case f.blockAlign != f.channels*f.bits/8:
 		return wavFormat{}, corrupt(name, "block align %d does not match %d channels of %d bits", f.blockAlign, f.channels, f.bits)
 	}

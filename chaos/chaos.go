@@ -425,9 +425,9 @@ func upload(ctx context.Context, s3c *s3.Client, jobs []job, clips [][]byte) err
 		case KindEmpty:
 			body = audio.EncodeWAV(audio.Clip{Rate: 16000})
 		case KindUnsupported:
-			// A WAV of IMA ADPCM (format tag 0x11): valid, but an encoding
-			// no decoder here reads.
-			body = append([]byte("RIFF\x34\x01\x00\x00WAVEfmt \x14\x00\x00\x00\x11\x00\x01\x00\x40\x1f\x00\x00\xd7\x0f\x00\x00\x00\x01\x04\x00\x02\x00\xf9\x01data\x00\x01\x00\x00"), make([]byte, 256)...)
+			// A WAV of format tag 0x1234: valid, but an encoding neither
+			// the Go decoder nor ffmpeg reads.
+			body = append([]byte("RIFF\x34\x01\x00\x00WAVEfmt \x14\x00\x00\x00\x34\x12\x01\x00\x40\x1f\x00\x00\xd7\x0f\x00\x00\x00\x01\x04\x00\x02\x00\xf9\x01data\x00\x01\x00\x00"), make([]byte, 256)...)
 		default:
 			continue // missing and bad JSON have no object
 		}

@@ -379,8 +379,9 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 func TestBadInputsGetErrorRecordsAndNoRedelivery(t *testing.T) {
 	e := newEnv(t, 1, 3)
 	e.put("corrupt.wav", append([]byte("RIFF\x10\x00\x00\x00WAVEfmt "), bytes.Repeat([]byte{0xAB}, 64)...))
-	// Valid, but an encoding no decoder here reads: IMA ADPCM in WAV.
-	e.put("song.wav", append([]byte("RIFF\x34\x01\x00\x00WAVEfmt \x14\x00\x00\x00\x11\x00\x01\x00\x40\x1f\x00\x00\xd7\x0f\x00\x00\x00\x01\x04\x00\x02\x00\xf9\x01data\x00\x01\x00\x00"), make([]byte, 256)...))
+	// Valid, but an encoding neither the Go decoder nor ffmpeg reads: WAV
+	// format tag 0x1234 (ffmpeg reads ADPCM, tag 0x0011).
+	e.put("song.wav", append([]byte("RIFF\x34\x01\x00\x00WAVEfmt \x14\x00\x00\x00\x34\x12\x01\x00\x40\x1f\x00\x00\xd7\x0f\x00\x00\x00\x01\x04\x00\x02\x00\xf9\x01data\x00\x01\x00\x00"), make([]byte, 256)...))
 	e.put("huge.wav", tone(16000, 16000*40)) // 1.28 MB, over the limit below
 	e.put("good.wav", tone(16000, 8000))
 	for _, k := range []string{"corrupt.wav", "missing.wav", "song.wav", "huge.wav", "good.wav"} {
