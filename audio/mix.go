@@ -86,32 +86,14 @@ func Normalize(x []float32) float64 {
 		return 1
 	}
 	frames := make([]float64, 0, len(x)/normFrame+1)
-	var m0, m1, m2, m3 uint32 // the largest |sample| as float bits
+	var peakBits uint32
 	for start := 0; start < len(x); start += normFrame {
 		seg := x[start:min(start+normFrame, len(x))]
-		// Four accumulators (the sum is the loop's critical path), and
-		// |v| compared as its bits, which order like the values for finite
-		// floats: no branch per sample.
-		var e0, e1, e2, e3 float32
-		i := 0
-		for ; i+4 <= len(seg); i += 4 {
-			v := seg[i : i+4 : i+4]
-			e0 += v[0] * v[0]
-			e1 += v[1] * v[1]
-			e2 += v[2] * v[2]
-			e3 += v[3] * v[3]
-			m0 = max(m0, math.Float32bits(v[0])&^(1<<31))
-			m1 = max(m1, math.Float32bits(v[1])&^(1<<31))
-			m2 = max(m2, math.Float32bits(v[2])&^(1<<31))
-			m3 = max(m3, math.Float32bits(v[3])&^(1<<31))
-		}
-		for ; i < len(seg); i++ {
-			e0 += seg[i] * seg[i]
-			m0 = max(m0, math.Float32bits(seg[i])&^(1<<31))
-		}
-		frames = append(frames, float64((e0+e1)+(e2+e3))/float64(len(seg)))
+		e, m := energyMax(seg)
+		peakBits = max(peakBits, m)
+		frames = append(frames, float64(e)/float64(len(seg)))
 	}
-	peak := float64(math.Float32frombits(max(m0, m1, m2, m3)))
+	peak := float64(math.Float32frombits(peakBits))
 	if math.IsNaN(peak) || math.IsInf(peak, 0) {
 		return 1
 	}
@@ -129,9 +111,37 @@ func Normalize(x []float32) float64 {
 	if math.Abs(gain-1) < 0.05 {
 		return 1
 	}
-	g := float32(gain)
+	scale(x, float32(gain))
+	return gain
+}
+
+// energyMaxGeneric is energyMax without vector instructions: four
+// accumulators (the sum is the loop's critical path), and |v| compared
+// as its bits: no branch per sample.
+func energyMaxGeneric(x []float32) (float32, uint32) {
+	var e0, e1, e2, e3 float32
+	var m0, m1, m2, m3 uint32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		v := x[i : i+4 : i+4]
+		e0 += v[0] * v[0]
+		e1 += v[1] * v[1]
+		e2 += v[2] * v[2]
+		e3 += v[3] * v[3]
+		m0 = max(m0, math.Float32bits(v[0])&^(1<<31))
+		m1 = max(m1, math.Float32bits(v[1])&^(1<<31))
+		m2 = max(m2, math.Float32bits(v[2])&^(1<<31))
+		m3 = max(m3, math.Float32bits(v[3])&^(1<<31))
+	}
+	for ; i < len(x); i++ {
+		e0 += x[i] * x[i]
+		m0 = max(m0, math.Float32bits(x[i])&^(1<<31))
+	}
+	return (e0 + e1) + (e2 + e3), max(m0, m1, m2, m3)
+}
+
+func scaleGeneric(x []float32, g float32) {
 	for i := range x {
 		x[i] *= g
 	}
-	return gain
 }

@@ -1,7 +1,9 @@
 package audio
 
 import (
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -51,4 +53,34 @@ func BenchmarkPCM16(b *testing.B) {
 			pcm16Stereo(out, data)
 		}
 	})
+}
+
+// The vector energy and peak agree with the plain loop (the sum within
+// float32 rounding, the peak exactly, NaN and infinity included), and
+// scaling gives exactly the plain loop's samples.
+func TestEnergyMaxAndScaleVectorMatchGeneric(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	x := make([]float32, 600)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	for n := 0; n <= 500; n += 7 {
+		for _, special := range []float32{0, float32(math.Inf(-1)), float32(math.NaN()), -3.5} {
+			y := slices.Clone(x[:n])
+			if n > 0 && special != 0 {
+				y[n/2] = special
+			}
+			gs, gm := energyMax(y)
+			ws, wm := energyMaxGeneric(y)
+			if gm != wm || !(math.Abs(float64(gs-ws)) <= 1e-5*math.Abs(float64(ws)) || math.IsNaN(float64(ws)) && math.IsNaN(float64(gs)) || gs == ws) {
+				t.Fatalf("%d samples (special %v): sum %v peak bits %#x, want %v %#x", n, special, gs, gm, ws, wm)
+			}
+			a, b := slices.Clone(y), slices.Clone(y)
+			scale(a, 1.7)
+			scaleGeneric(b, 1.7)
+			if !sameBits(a, b) {
+				t.Fatalf("%d samples: scale differs from the plain loop", n)
+			}
+		}
+	}
 }
