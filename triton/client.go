@@ -176,7 +176,8 @@ func Dial(addr string, io ModelIO, opts ...grpc.DialOption) (*Client, error) {
 			MinConnectTimeout: 2 * time.Second,
 		}),
 		// Long recordings: a 30 s chunk is 1.9 MB of FP32; allow headroom.
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20), grpc.MaxCallRecvMsgSize(64<<20)),
+		// Requests marshalled into buffers not cleared first (see codec).
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20), grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(codec{})),
 		// A chunk is hundreds of KB: write it in few syscalls, and do not
 		// wait for flow-control window updates in the middle of it.
 		grpc.WithWriteBufferSize(256 << 10), grpc.WithReadBufferSize(64 << 10),

@@ -111,7 +111,11 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 		return OutcomeClaimed, keys, nil
 	}
 	defer releaseClaim()
-	streaming := int64(len(obj.head)) < in.Size
+	// A recording past the first read streams; so does any format but
+	// plain WAV, whatever its size: ffmpeg reads it from a temporary file
+	// either way, and decoded whole at its own rate (48 kHz for Opus) the
+	// minutes of compressed speech in one read would take tens of MB.
+	streaming := int64(len(obj.head)) < in.Size || info.Format != "wav" || info.Estimated
 	releaseMemory, err := w.gate.acquire(ctx, w.estimateMemory(in.Size, info, streaming))
 	if err != nil {
 		return "", keys, err

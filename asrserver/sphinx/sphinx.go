@@ -151,7 +151,9 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 	// pocketsphinx's own continuous recogniser divides its input: decoded
 	// as one, sentences on either side of a pause run together through
 	// the language model and come out worse than each alone. The stream
-	// (frame numbers, the live cepstral mean) runs on across them.
+	// (frame numbers) runs on across them; each starts from the initial
+	// cepstral mean, as a request does (the next voice may not be the
+	// last one's).
 	var res triton.Result
 	if timestamps {
 		res.Words = []triton.Word{}
@@ -179,6 +181,7 @@ func (r *Recognizer) Recognize(ctx context.Context, samples []float32, timestamp
 // utterance decodes pcm as one utterance of the decoder's stream.
 func (d *decoder) utterance(ctx context.Context, pcm []C.int16, timestamps bool) (string, []triton.Word, error) {
 	ps := d.ps
+	C.fs_cmn_restore(ps, d.cmnInit)
 	if C.ps_start_utt(ps) < 0 {
 		return "", nil, errors.New("pocketsphinx: start utterance failed")
 	}
