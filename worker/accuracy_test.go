@@ -262,7 +262,7 @@ func TestLongFormAccuracy(t *testing.T) {
 		}
 	}
 	t.Logf("%.1f min, %d sentences, %d words, %d chunks: WER stitched %.3f, each sentence alone %.3f; "+
-		"%d of %d located sentence starts within 0.5 s (worst %.2f s); first word heard in %d sentences alone",
+		"%d of %d located sentence starts within 0.5 s (worst %.2f s); first words heard in %d sentences alone",
 		float64(len(x))/16000/60, len(texts), words, tr.Chunks, stitched, single, within, located, worst, locatedAlone)
 	fmt.Printf("RESULT minutes=%.1f sentences=%d wer_stitched=%.3f wer_alone=%.3f starts_within_0_5s=%d located=%d located_alone=%d worst_start_s=%.2f\n",
 		float64(len(x))/16000/60, len(texts), stitched, single, within, located, locatedAlone, worst)
