@@ -327,7 +327,7 @@ func TestFastPathsMatchTheGeneralReader(t *testing.T) {
 			if ch > 2 {
 				continue
 			}
-			// The same samples as 32-bit float (what ffmpeg writes).
+			// The same samples as 32-bit float (decodeFloat32's fast path).
 			f32 := make([]byte, 0, 4*ch*1001)
 			for i := 0; i < len(data); i += 2 {
 				v := float32(int16(uint16(data[i])|uint16(data[i+1])<<8)) / 32768

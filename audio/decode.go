@@ -17,15 +17,20 @@ func DecodeInto(b []byte, buf []float32) (Clip, error) {
 }
 
 // DecodeContext decodes by content, not name: WAV (PCM, float, G.711) in
-// Go; FLAC and MP3 through ff where there is one, else in pure Go;
-// everything else ffmpeg knows through ff (nil: refused as unsupported),
-// cancelled with ctx.
+// Go, and WAV of compressed samples as OpenStream does (through ff); FLAC
+// and MP3 through ff where there is one, else in pure Go; everything else
+// ffmpeg knows through ff (nil: refused as unsupported), cancelled with
+// ctx.
 func DecodeContext(ctx context.Context, b []byte, buf []float32, ff *FFmpeg) (Clip, error) {
 	switch {
 	case isWAV(b):
 		c, err := decodeWAV(b, buf)
 		if forFFmpeg(err) {
-			return ff.compressedWAV(ctx, b, buf, err)
+			s, err := compressedWAVStream(ctx, bytes.NewReader(b), int64(len(b)), ff, err)
+			if err != nil {
+				return Clip{}, err
+			}
+			return readAll(s, buf)
 		}
 		return c, err
 	case len(b) == 0:
@@ -97,21 +102,4 @@ func sniff(b []byte) string {
 		return "aiff"
 	}
 	return ""
-}
-
-// compressedWAV decodes through ffmpeg a WAV whose samples the Go decoder
-// cannot read (ADPCM, GSM...; refused with err). Without ffmpeg, or where
-// ffmpeg cannot read them either, err (which names the format tag) stands.
-func (f *FFmpeg) compressedWAV(ctx context.Context, b []byte, buf []float32, err error) (Clip, error) {
-	if !f.usable() {
-		return Clip{}, withoutFFmpeg(err)
-	}
-	c, ferr := f.decodeInto(ctx, b, buf, "wav")
-	if ferr != nil && !errors.Is(ferr, ErrTooLong) && ctx.Err() == nil {
-		var fe *FormatError
-		if errors.As(ferr, &fe) {
-			return Clip{}, err // ffmpeg has no decoder for it either
-		}
-	}
-	return c, ferr
 }

@@ -94,6 +94,12 @@ func (k *kernel) fill(out []float32, i0 int64, x []float32, xOff, end int64) {
 	// division per output).
 	p, q := (i0*k.down)%k.up, (i0*k.down)/k.up
 	dq, dp := k.down/k.up, k.down%k.up
+	step := func(p, q int64) (int64, int64) {
+		if p += dp; p >= k.up {
+			return p - k.up, q + dq + 1
+		}
+		return p, q + dq
+	}
 	row := func(p int64) []float32 {
 		if k.phases != k.up {
 			p = p * k.phases / k.up
@@ -105,10 +111,7 @@ func (k *kernel) fill(out []float32, i0 int64, x []float32, xOff, end int64) {
 		if start >= xOff && start+taps <= avail {
 			// This output and, when it too has all its inputs, the next
 			// in one call (the same sums, bit for bit, as one at a time).
-			p1, q1 := p+dp, q+dq
-			if p1 >= k.up {
-				p1, q1 = p1-k.up, q1+1
-			}
+			p1, q1 := step(p, q)
 			if s1 := q1 - int64(k.half) + 1; j+1 < len(out) && s1+taps <= avail {
 				out[j], out[j+1] = dot2(row(p), x[start-xOff:start-xOff+taps], row(p1), x[s1-xOff:s1-xOff+taps])
 				j++
@@ -125,10 +128,7 @@ func (k *kernel) fill(out []float32, i0 int64, x []float32, xOff, end int64) {
 			}
 			out[j] = acc
 		}
-		p, q = p+dp, q+dq
-		if p >= k.up {
-			p, q = p-k.up, q+1
-		}
+		p, q = step(p, q)
 	}
 }
 

@@ -39,13 +39,19 @@ func OpenStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg) (Strea
 	case len(head) == 0:
 		return nil, corrupt("unknown", "empty object")
 	case isWAV(head):
-		// Compressed samples (ADPCM, GSM...) are ffmpeg's: judged from the
-		// buffered start, nothing consumed yet.
+		// The header read from the buffered start, nothing consumed yet:
+		// compressed samples (ADPCM, GSM...) are ffmpeg's, from the first
+		// byte. Only a header past the buffer is read from br itself.
 		start, _ := br.Peek(br.Size())
-		if _, err := readWAVHeader(bytes.NewReader(start), size); forFFmpeg(err) {
+		h, err := readWAVHeader(bytes.NewReader(start), size)
+		switch {
+		case forFFmpeg(err):
 			return compressedWAVStream(ctx, br, size, ff, err)
+		case errors.Is(err, errHeaderShort):
+			h, err = readWAVHeader(br, size)
+		case err == nil:
+			_, err = br.Discard(int(h.dataOff))
 		}
-		h, err := readWAVHeader(br, size)
 		if errors.Is(err, errHeaderShort) {
 			return nil, corrupt("wav", "the object ends inside its header")
 		}

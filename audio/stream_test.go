@@ -2,6 +2,7 @@ package audio
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"math"
@@ -179,8 +180,8 @@ func binary16(b []byte, v float32) []byte {
 }
 
 // A WAV stream decodes, as it is read in pieces of any size, exactly what
-// Decode gives for the whole file, for each sample format and for
-// unfinalised sizes.
+// Decode gives for the whole file, for each sample format, for unfinalised
+// sizes and for a header longer than the stream's buffer.
 func TestWAVStreamDecodesWhatDecodeGives(t *testing.T) {
 	x := noise(100003, 8)
 	stereo := pcm16(x, 2)
@@ -188,16 +189,22 @@ func TestWAVStreamDecodesWhatDecodeGives(t *testing.T) {
 	copy(unfinalised[4:8], []byte{0, 0, 0, 0})
 	data := len(unfinalised) - len(pcm16(x, 1)) - 4
 	copy(unfinalised[data:data+4], []byte{0xFF, 0xFF, 0xFF, 0xFF})
+	// A header past the reader's 64 KiB buffer: 100 KB of JUNK after fmt.
+	plain := wav(wavPCM, 1, 16000, 16, pcm16(x, 1), false)
+	junk := binary.LittleEndian.AppendUint32([]byte("JUNK"), 100_000)
+	long := slices.Concat(plain[:36], junk, make([]byte, 100_000), plain[36:])
+	binary.LittleEndian.PutUint32(long[4:], uint32(len(long)-8))
 	files := map[string][]byte{
-		"pcm16 mono":       wav(wavPCM, 1, 16000, 16, pcm16(x, 1), false),
-		"pcm16 stereo":     wav(wavPCM, 2, 44100, 16, stereo, false),
-		"pcm16 5.1":        wav(wavPCM, 6, 48000, 16, pcm16(x[:60000], 6), true),
-		"pcm8":             wav(wavPCM, 1, 8000, 8, stereo, false),
-		"pcm24 stereo":     wav(wavPCM, 2, 48000, 24, stereo[:len(stereo)/6*6], false),
-		"float32":          wav(wavFloat, 1, 22050, 32, stereo, false),
-		"mu-law":           wav(wavMuLaw, 1, 8000, 8, stereo, false),
-		"truncated":        wav(wavPCM, 2, 16000, 16, stereo, false)[:len(stereo)/2+101],
-		"unfinalised size": unfinalised,
+		"header past the buffer": long,
+		"pcm16 mono":             wav(wavPCM, 1, 16000, 16, pcm16(x, 1), false),
+		"pcm16 stereo":           wav(wavPCM, 2, 44100, 16, stereo, false),
+		"pcm16 5.1":              wav(wavPCM, 6, 48000, 16, pcm16(x[:60000], 6), true),
+		"pcm8":                   wav(wavPCM, 1, 8000, 8, stereo, false),
+		"pcm24 stereo":           wav(wavPCM, 2, 48000, 24, stereo[:len(stereo)/6*6], false),
+		"float32":                wav(wavFloat, 1, 22050, 32, stereo, false),
+		"mu-law":                 wav(wavMuLaw, 1, 8000, 8, stereo, false),
+		"truncated":              wav(wavPCM, 2, 16000, 16, stereo, false)[:len(stereo)/2+101],
+		"unfinalised size":       unfinalised,
 	}
 	rng := rand.New(rand.NewPCG(9, 10))
 	for name, b := range files {

@@ -104,7 +104,7 @@ func decodeFrames(out []float32, data []byte, f wavFormat) {
 		decodePCM16(out, data[:len(out)*f.blockAlign], f.channels)
 		return
 	case f.tag == wavFloat && f.bits == 32 && f.channels <= 2:
-		// What ffmpeg writes for the formats it decodes.
+		// What audio editors often write.
 		decodeFloat32(out, data[:len(out)*f.blockAlign], f.channels)
 		return
 	}

@@ -52,8 +52,8 @@ func main() {
 // than its first read: decoded a block at a time, resampled to 16 kHz, cut
 // into 30 s chunks at pauses, the last 32 chunks held (the worker's chunks
 // in flight). It first decodes a short file of the same format, as a
-// worker has before its first long recording (ffmpeg's resampler check is
-// made once a process). It prints its sample count, peak RSS, and the CPU
+// worker has before its first long recording (the resampler's filter is
+// built once a process for each pair of rates). It prints its sample count, peak RSS, and the CPU
 // time (its own and its children's, user+sys) of the measured decode.
 func decodeChild(path string) error {
 	if warm := os.Getenv("BENCH_WARM"); warm != "" {
