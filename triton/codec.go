@@ -2,12 +2,12 @@ package triton
 
 import (
 	"fmt"
-	"math/bits"
-	"sync"
 
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetscribe/fleetscribe/internal/bufpool"
 )
 
 // codec is gRPC's protobuf codec with one difference: a large message
@@ -45,34 +45,15 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, unclearedPool)}, nil
 }
 
-// unclearedPool hands out byte slices of at least the size asked for,
-// from pools by power of two, with whatever they held before.
-var unclearedPool = &sizedPools{}
+// unclearedPool is a bufpool (slices by power-of-two capacity, not
+// cleared) as gRPC's BufferPool.
+var unclearedPool = &grpcPool{}
 
-type sizedPools struct {
-	pools [40]sync.Pool
-}
+type grpcPool struct{ p bufpool.Pool[byte] }
 
-func (p *sizedPools) Get(size int) *[]byte {
-	class := bits.Len(uint(size - 1)) // the smallest power of two >= size
-	if class >= len(p.pools) {
-		b := make([]byte, size)
-		return &b
-	}
-	if b, ok := p.pools[class].Get().(*[]byte); ok {
-		*b = (*b)[:size]
-		return b
-	}
-	b := make([]byte, size, 1<<class)
+func (g *grpcPool) Get(size int) *[]byte {
+	b := g.p.Get(size)
 	return &b
 }
 
-func (p *sizedPools) Put(b *[]byte) {
-	c := cap(*b)
-	if c == 0 || c&(c-1) != 0 { // not one of ours (a power of two)
-		return
-	}
-	if class := bits.Len(uint(c - 1)); class < len(p.pools) {
-		p.pools[class].Put(b)
-	}
-}
+func (g *grpcPool) Put(b *[]byte) { g.p.Put(*b) }
