@@ -61,6 +61,9 @@ type Server struct {
 	mu        sync.Mutex
 	batcher   *batcher // while Serve runs
 	lastStats BatchStats
+
+	shmMu   sync.RWMutex
+	regions map[string]*shmRegion // registered shared memory, by name
 }
 
 type modelKey struct{}
@@ -106,6 +109,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	defer func() {
 		stopBatcher()
 		batching.Wait()
+		s.closeRegions()
 		s.mu.Lock()
 		s.batcher, s.lastStats = nil, b.snapshot()
 		s.mu.Unlock()
@@ -234,12 +238,31 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 		return request{}, status.Errorf(codes.InvalidArgument, format, args...)
 	}
 	raw := r.GetRawInputContents()
-	if len(raw) != 0 && len(raw) != len(r.GetInputs()) {
-		return invalid("%d raw input contents for %d inputs", len(raw), len(r.GetInputs()))
-	}
-	for i, in := range r.GetInputs() {
-		if len(raw) > 0 && in.GetContents() != nil {
+	next := 0 // raw contents are those of the inputs not in shared memory, in order
+	for _, in := range r.GetInputs() {
+		// data: the input's bytes, from shared memory or raw contents (have
+		// set), or else its typed contents are read below.
+		var data []byte
+		have := false
+		region, offset, size, inShm, err := shmParams(in)
+		switch {
+		case err != nil:
+			return invalid("%v", err)
+		case inShm && in.GetContents() != nil:
+			return invalid("unexpected 'content' provided when using shared memory for input tensor '%s' for model '%s'", in.GetName(), r.GetModelName())
+		case inShm:
+			if data, err = s.readShm(region, offset, size); err != nil {
+				return request{}, err
+			}
+			have = true
+		case len(raw) > 0 && in.GetContents() != nil:
 			return invalid("contents field must not be specified when using raw_input_contents for '%s'", in.GetName())
+		case in.GetContents() != nil:
+		case next < len(raw):
+			data, have = raw[next], true
+			next++
+		default:
+			return invalid("unable to find data for input tensor '%s' for model '%s' in request.", in.GetName(), r.GetModelName())
 		}
 		b, per, err := s.rowsOf(in.GetName(), in.GetShape())
 		if err != nil {
@@ -257,8 +280,8 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 			if s.MaxSamples > 0 && per > int64(s.MaxSamples) {
 				return invalid("input %q: %d samples exceeds the limit of %d", in.GetName(), per, s.MaxSamples)
 			}
-			if len(raw) > 0 {
-				audio, err = triton.DecodeFP32(raw[i])
+			if have {
+				audio, err = triton.DecodeFP32(data)
 				if err != nil {
 					return invalid("input %q: %v", in.GetName(), err)
 				}
@@ -274,8 +297,8 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 			if in.GetDatatype() != triton.TypeBool || per != 1 {
 				return invalid("input %q: want BOOL [1]", in.GetName())
 			}
-			if len(raw) > 0 {
-				out.timestamps = len(raw[i]) >= 1 && raw[i][0] != 0
+			if have {
+				out.timestamps = len(data) >= 1 && data[0] != 0
 			} else {
 				v := in.GetContents().GetBoolContents()
 				out.timestamps = len(v) >= 1 && v[0]
@@ -284,8 +307,8 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 			if in.GetDatatype() != triton.TypeInt32 || per != 1 {
 				return invalid("input %q: want INT32 [1]", in.GetName())
 			}
-			if len(raw) > 0 {
-				lengths, err = triton.DecodeInt32(raw[i])
+			if have {
+				lengths, err = triton.DecodeInt32(data)
 				if err != nil {
 					return invalid("input %q: %v", in.GetName(), err)
 				}
@@ -298,6 +321,9 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 		default:
 			return invalid("unexpected inference input '%s' for model '%s'", in.GetName(), s.io.Model)
 		}
+	}
+	if next != len(raw) {
+		return invalid("%d raw input contents for %d inputs not in shared memory", len(raw), next)
 	}
 	if !haveAudio {
 		return invalid("expected %d inputs but got %d inputs for model '%s': missing %q", 1, len(r.GetInputs()), s.io.Model, s.io.AudioInput)

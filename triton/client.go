@@ -158,6 +158,7 @@ type Client struct {
 	io   ModelIO
 	conn *grpc.ClientConn
 	rpc  pb.GRPCInferenceServiceClient
+	shm  *sharedMemory // nil: audio goes in the request
 }
 
 // Dial connects to a Triton server at addr ("host:port"). The connection is
@@ -193,8 +194,14 @@ func Dial(addr string, io ModelIO, opts ...grpc.DialOption) (*Client, error) {
 // Addr returns the server address the client was dialled with.
 func (c *Client) Addr() string { return c.addr }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connection, first unregistering and removing the
+// client's shared memory region, if it has one.
+func (c *Client) Close() error {
+	if c.shm != nil {
+		c.shm.close(c)
+	}
+	return c.conn.Close()
+}
 
 // Live reports whether the server process is live.
 func (c *Client) Live(ctx context.Context) (bool, error) {
@@ -241,9 +248,29 @@ func (c *Client) Infer(ctx context.Context, r Request) (Result, error) {
 	if _, ok := c.io.Bucket(len(r.Samples)); !ok {
 		return Result{}, fmt.Errorf("%w: chunk of %d samples is longer than the largest bucket (%d)", ErrRejected, len(r.Samples), c.io.MaxChunk())
 	}
+	req := c.io.NewRequest(r)
+	if slot, ok := c.shm.acquire(ctx, c, len(r.Samples)); ok {
+		c.shm.inShm(req, slot, r.Samples)
+		resp, err := c.infer(ctx, req)
+		c.shm.release(slot)
+		if !unknownRegion(err) {
+			return resp, err
+		}
+		// The server has restarted and lost the region: register it again
+		// for the next request, and send this one without it.
+		c.shm.forget()
+		req = c.io.NewRequest(r)
+	}
+	return c.infer(ctx, req)
+}
+
+func (c *Client) infer(ctx context.Context, req *pb.ModelInferRequest) (Result, error) {
 	var p peer.Peer
-	resp, err := c.rpc.ModelInfer(ctx, c.io.NewRequest(r), grpc.Peer(&p))
+	resp, err := c.rpc.ModelInfer(ctx, req, grpc.Peer(&p))
 	if err != nil {
+		if unknownRegion(err) {
+			return Result{}, err // for Infer to send again
+		}
 		return Result{}, classify("model infer", err, &p)
 	}
 	return c.io.ParseResponse(resp)

@@ -30,6 +30,16 @@ type PoolConfig struct {
 	HealthInterval time.Duration // how often partitions are probed
 	Priority       uint64        // Triton request priority for every request (0: the model's default)
 	QueueTimeout   time.Duration // Triton queue timeout for every request (0: the model's default)
+	// SharedMemory sends each chunk's audio through a shared memory region
+	// per partition (Triton's system shared memory) where the partition
+	// can map it, and in the request where it cannot.
+	SharedMemory bool
+	// ChunkSamples is the longest chunk the caller sends (the slot size of
+	// the shared memory regions; the model's largest bucket, if larger).
+	ChunkSamples int
+	// OnSharedMemoryError, if set, hears why a partition could not map its
+	// region (at most every half minute per partition).
+	OnSharedMemoryError func(partition string, err error)
 }
 
 // RegisterFlags registers the pool flags with their defaults.
@@ -44,6 +54,7 @@ func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EjectAfter, "triton-eject-after", 3, "consecutive failures (server errors on as many different inputs) that take a partition out until it passes a health check; backpressure never does")
 	fs.DurationVar(&c.HealthInterval, "triton-health-interval", 5*time.Second, "how often partitions are health-checked (ejected ones more often)")
 	fs.Uint64Var(&c.Priority, "triton-priority", 0, "Triton request priority of every chunk (1 is highest; 0: the model's default); give the live worker a higher one than the bulk worker")
+	fs.BoolVar(&c.SharedMemory, "triton-shared-memory", true, "pass each chunk's audio to Triton through POSIX shared memory (Triton's system shared memory extension) where the partition shares this host's /dev/shm, instead of in the gRPC request; partitions that cannot map it get the audio in the request")
 	fs.DurationVar(&c.QueueTimeout, "triton-queue-timeout", 0, "how long a chunk may wait in Triton's queue before it answers UNAVAILABLE (0: the model's default)")
 }
 
@@ -135,6 +146,29 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 		if err != nil {
 			_ = p.Close()
 			return nil, err
+		}
+		if n := max(io.MaxChunk(), cfg.ChunkSamples); cfg.SharedMemory && n > 0 {
+			if err := c.UseSharedMemory(cfg.MaxInflight, n); err != nil {
+				if cfg.OnSharedMemoryError != nil {
+					cfg.OnSharedMemoryError(addr, err)
+				}
+			} else {
+				c.shm.onErr = func(err error) {
+					if cfg.OnSharedMemoryError != nil {
+						cfg.OnSharedMemoryError(addr, err)
+					}
+				}
+				f.NewGaugeFunc(prometheus.GaugeOpts{
+					Name:        "fleetscribe_triton_shared_memory",
+					Help:        "1 while a partition reads chunks from the worker's shared memory, 0 while they go in the request.",
+					ConstLabels: prometheus.Labels{"partition": addr},
+				}, func() float64 {
+					if c.SharedMemory().Registered {
+						return 1
+					}
+					return 0
+				})
+			}
 		}
 		p.parts = append(p.parts, &partition{client: c, limit: float64(cfg.MaxInflight), faulted: map[uint64]struct{}{}})
 		p.mHealthy.WithLabelValues(addr).Set(1)

@@ -1136,6 +1136,282 @@ func (x *InferStatistics) GetComputeOutput() *StatisticDuration {
 	return nil
 }
 
+// Empty name: every region.
+type SystemSharedMemoryStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryStatusRequest) Reset() {
+	*x = SystemSharedMemoryStatusRequest{}
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryStatusRequest) ProtoMessage() {}
+
+func (x *SystemSharedMemoryStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryStatusRequest.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryStatusRequest) Descriptor() ([]byte, []int) {
+	return file_triton_inference_grpc_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SystemSharedMemoryStatusRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SystemSharedMemoryStatusResponse struct {
+	state         protoimpl.MessageState                                    `protogen:"open.v1"`
+	Regions       map[string]*SystemSharedMemoryStatusResponse_RegionStatus `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryStatusResponse) Reset() {
+	*x = SystemSharedMemoryStatusResponse{}
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryStatusResponse) ProtoMessage() {}
+
+func (x *SystemSharedMemoryStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryStatusResponse.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryStatusResponse) Descriptor() ([]byte, []int) {
+	return file_triton_inference_grpc_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SystemSharedMemoryStatusResponse) GetRegions() map[string]*SystemSharedMemoryStatusResponse_RegionStatus {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+// name: the region's name in requests; key: the shared memory object
+// (shm_open's name); offset and byte_size: the part of it the server maps.
+type SystemSharedMemoryRegisterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	ByteSize      uint64                 `protobuf:"varint,4,opt,name=byte_size,json=byteSize,proto3" json:"byte_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryRegisterRequest) Reset() {
+	*x = SystemSharedMemoryRegisterRequest{}
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryRegisterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryRegisterRequest) ProtoMessage() {}
+
+func (x *SystemSharedMemoryRegisterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryRegisterRequest.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryRegisterRequest) Descriptor() ([]byte, []int) {
+	return file_triton_inference_grpc_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SystemSharedMemoryRegisterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SystemSharedMemoryRegisterRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SystemSharedMemoryRegisterRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *SystemSharedMemoryRegisterRequest) GetByteSize() uint64 {
+	if x != nil {
+		return x.ByteSize
+	}
+	return 0
+}
+
+type SystemSharedMemoryRegisterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryRegisterResponse) Reset() {
+	*x = SystemSharedMemoryRegisterResponse{}
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryRegisterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryRegisterResponse) ProtoMessage() {}
+
+func (x *SystemSharedMemoryRegisterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryRegisterResponse.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryRegisterResponse) Descriptor() ([]byte, []int) {
+	return file_triton_inference_grpc_service_proto_rawDescGZIP(), []int{20}
+}
+
+// Empty name: every region.
+type SystemSharedMemoryUnregisterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryUnregisterRequest) Reset() {
+	*x = SystemSharedMemoryUnregisterRequest{}
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryUnregisterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryUnregisterRequest) ProtoMessage() {}
+
+func (x *SystemSharedMemoryUnregisterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryUnregisterRequest.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryUnregisterRequest) Descriptor() ([]byte, []int) {
+	return file_triton_inference_grpc_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SystemSharedMemoryUnregisterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SystemSharedMemoryUnregisterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryUnregisterResponse) Reset() {
+	*x = SystemSharedMemoryUnregisterResponse{}
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryUnregisterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryUnregisterResponse) ProtoMessage() {}
+
+func (x *SystemSharedMemoryUnregisterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryUnregisterResponse.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryUnregisterResponse) Descriptor() ([]byte, []int) {
+	return file_triton_inference_grpc_service_proto_rawDescGZIP(), []int{22}
+}
+
 type ModelMetadataResponse_TensorMetadata struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1147,7 +1423,7 @@ type ModelMetadataResponse_TensorMetadata struct {
 
 func (x *ModelMetadataResponse_TensorMetadata) Reset() {
 	*x = ModelMetadataResponse_TensorMetadata{}
-	mi := &file_triton_inference_grpc_service_proto_msgTypes[17]
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1435,7 @@ func (x *ModelMetadataResponse_TensorMetadata) String() string {
 func (*ModelMetadataResponse_TensorMetadata) ProtoMessage() {}
 
 func (x *ModelMetadataResponse_TensorMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_triton_inference_grpc_service_proto_msgTypes[17]
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1485,7 @@ type ModelInferRequest_InferInputTensor struct {
 
 func (x *ModelInferRequest_InferInputTensor) Reset() {
 	*x = ModelInferRequest_InferInputTensor{}
-	mi := &file_triton_inference_grpc_service_proto_msgTypes[18]
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1497,7 @@ func (x *ModelInferRequest_InferInputTensor) String() string {
 func (*ModelInferRequest_InferInputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferInputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_triton_inference_grpc_service_proto_msgTypes[18]
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1558,7 @@ type ModelInferRequest_InferRequestedOutputTensor struct {
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) Reset() {
 	*x = ModelInferRequest_InferRequestedOutputTensor{}
-	mi := &file_triton_inference_grpc_service_proto_msgTypes[19]
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1570,7 @@ func (x *ModelInferRequest_InferRequestedOutputTensor) String() string {
 func (*ModelInferRequest_InferRequestedOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_triton_inference_grpc_service_proto_msgTypes[19]
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1613,7 @@ type ModelInferResponse_InferOutputTensor struct {
 
 func (x *ModelInferResponse_InferOutputTensor) Reset() {
 	*x = ModelInferResponse_InferOutputTensor{}
-	mi := &file_triton_inference_grpc_service_proto_msgTypes[23]
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1625,7 @@ func (x *ModelInferResponse_InferOutputTensor) String() string {
 func (*ModelInferResponse_InferOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferResponse_InferOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_triton_inference_grpc_service_proto_msgTypes[23]
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,6 +1674,74 @@ func (x *ModelInferResponse_InferOutputTensor) GetContents() *InferTensorContent
 		return x.Contents
 	}
 	return nil
+}
+
+type SystemSharedMemoryStatusResponse_RegionStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	ByteSize      uint64                 `protobuf:"varint,4,opt,name=byte_size,json=byteSize,proto3" json:"byte_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) Reset() {
+	*x = SystemSharedMemoryStatusResponse_RegionStatus{}
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryStatusResponse_RegionStatus) ProtoMessage() {}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_triton_inference_grpc_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryStatusResponse_RegionStatus.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryStatusResponse_RegionStatus) Descriptor() ([]byte, []int) {
+	return file_triton_inference_grpc_service_proto_rawDescGZIP(), []int{18, 0}
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) GetByteSize() uint64 {
+	if x != nil {
+		return x.ByteSize
+	}
+	return 0
 }
 
 var File_triton_inference_grpc_service_proto protoreflect.FileDescriptor
@@ -1526,7 +1870,28 @@ const file_triton_inference_grpc_service_proto_rawDesc = "" +
 	"\x05queue\x18\x03 \x01(\v2\x1c.inference.StatisticDurationR\x05queue\x12A\n" +
 	"\rcompute_input\x18\x04 \x01(\v2\x1c.inference.StatisticDurationR\fcomputeInput\x12A\n" +
 	"\rcompute_infer\x18\x05 \x01(\v2\x1c.inference.StatisticDurationR\fcomputeInfer\x12C\n" +
-	"\x0ecompute_output\x18\x06 \x01(\v2\x1c.inference.StatisticDurationR\rcomputeOutput2\xff\x03\n" +
+	"\x0ecompute_output\x18\x06 \x01(\v2\x1c.inference.StatisticDurationR\rcomputeOutput\"5\n" +
+	"\x1fSystemSharedMemoryStatusRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xd7\x02\n" +
+	" SystemSharedMemoryStatusResponse\x12R\n" +
+	"\aregions\x18\x01 \x03(\v28.inference.SystemSharedMemoryStatusResponse.RegionsEntryR\aregions\x1ai\n" +
+	"\fRegionStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1b\n" +
+	"\tbyte_size\x18\x04 \x01(\x04R\bbyteSize\x1at\n" +
+	"\fRegionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12N\n" +
+	"\x05value\x18\x02 \x01(\v28.inference.SystemSharedMemoryStatusResponse.RegionStatusR\x05value:\x028\x01\"~\n" +
+	"!SystemSharedMemoryRegisterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1b\n" +
+	"\tbyte_size\x18\x04 \x01(\x04R\bbyteSize\"$\n" +
+	"\"SystemSharedMemoryRegisterResponse\"9\n" +
+	"#SystemSharedMemoryUnregisterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"&\n" +
+	"$SystemSharedMemoryUnregisterResponse2\xf7\x06\n" +
 	"\x14GRPCInferenceService\x12K\n" +
 	"\n" +
 	"ServerLive\x12\x1c.inference.ServerLiveRequest\x1a\x1d.inference.ServerLiveResponse\"\x00\x12N\n" +
@@ -1536,7 +1901,10 @@ const file_triton_inference_grpc_service_proto_rawDesc = "" +
 	"\rModelMetadata\x12\x1f.inference.ModelMetadataRequest\x1a .inference.ModelMetadataResponse\"\x00\x12K\n" +
 	"\n" +
 	"ModelInfer\x12\x1c.inference.ModelInferRequest\x1a\x1d.inference.ModelInferResponse\"\x00\x12Z\n" +
-	"\x0fModelStatistics\x12!.inference.ModelStatisticsRequest\x1a\".inference.ModelStatisticsResponse\"\x00B5Z3github.com/fleetscribe/fleetscribe/triton/inferenceb\x06proto3"
+	"\x0fModelStatistics\x12!.inference.ModelStatisticsRequest\x1a\".inference.ModelStatisticsResponse\"\x00\x12u\n" +
+	"\x18SystemSharedMemoryStatus\x12*.inference.SystemSharedMemoryStatusRequest\x1a+.inference.SystemSharedMemoryStatusResponse\"\x00\x12{\n" +
+	"\x1aSystemSharedMemoryRegister\x12,.inference.SystemSharedMemoryRegisterRequest\x1a-.inference.SystemSharedMemoryRegisterResponse\"\x00\x12\x81\x01\n" +
+	"\x1cSystemSharedMemoryUnregister\x12..inference.SystemSharedMemoryUnregisterRequest\x1a/.inference.SystemSharedMemoryUnregisterResponse\"\x00B5Z3github.com/fleetscribe/fleetscribe/triton/inferenceb\x06proto3"
 
 var (
 	file_triton_inference_grpc_service_proto_rawDescOnce sync.Once
@@ -1550,7 +1918,7 @@ func file_triton_inference_grpc_service_proto_rawDescGZIP() []byte {
 	return file_triton_inference_grpc_service_proto_rawDescData
 }
 
-var file_triton_inference_grpc_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_triton_inference_grpc_service_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_triton_inference_grpc_service_proto_goTypes = []any{
 	(*ServerLiveRequest)(nil),                            // 0: inference.ServerLiveRequest
 	(*ServerLiveResponse)(nil),                           // 1: inference.ServerLiveResponse
@@ -1569,24 +1937,32 @@ var file_triton_inference_grpc_service_proto_goTypes = []any{
 	(*StatisticDuration)(nil),                            // 14: inference.StatisticDuration
 	(*ModelStatistics)(nil),                              // 15: inference.ModelStatistics
 	(*InferStatistics)(nil),                              // 16: inference.InferStatistics
-	(*ModelMetadataResponse_TensorMetadata)(nil),         // 17: inference.ModelMetadataResponse.TensorMetadata
-	(*ModelInferRequest_InferInputTensor)(nil),           // 18: inference.ModelInferRequest.InferInputTensor
-	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 19: inference.ModelInferRequest.InferRequestedOutputTensor
-	nil, // 20: inference.ModelInferRequest.ParametersEntry
-	nil, // 21: inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	nil, // 22: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	(*ModelInferResponse_InferOutputTensor)(nil), // 23: inference.ModelInferResponse.InferOutputTensor
-	nil, // 24: inference.ModelInferResponse.ParametersEntry
-	nil, // 25: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	(*SystemSharedMemoryStatusRequest)(nil),              // 17: inference.SystemSharedMemoryStatusRequest
+	(*SystemSharedMemoryStatusResponse)(nil),             // 18: inference.SystemSharedMemoryStatusResponse
+	(*SystemSharedMemoryRegisterRequest)(nil),            // 19: inference.SystemSharedMemoryRegisterRequest
+	(*SystemSharedMemoryRegisterResponse)(nil),           // 20: inference.SystemSharedMemoryRegisterResponse
+	(*SystemSharedMemoryUnregisterRequest)(nil),          // 21: inference.SystemSharedMemoryUnregisterRequest
+	(*SystemSharedMemoryUnregisterResponse)(nil),         // 22: inference.SystemSharedMemoryUnregisterResponse
+	(*ModelMetadataResponse_TensorMetadata)(nil),         // 23: inference.ModelMetadataResponse.TensorMetadata
+	(*ModelInferRequest_InferInputTensor)(nil),           // 24: inference.ModelInferRequest.InferInputTensor
+	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 25: inference.ModelInferRequest.InferRequestedOutputTensor
+	nil, // 26: inference.ModelInferRequest.ParametersEntry
+	nil, // 27: inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	nil, // 28: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	(*ModelInferResponse_InferOutputTensor)(nil), // 29: inference.ModelInferResponse.InferOutputTensor
+	nil, // 30: inference.ModelInferResponse.ParametersEntry
+	nil, // 31: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	(*SystemSharedMemoryStatusResponse_RegionStatus)(nil), // 32: inference.SystemSharedMemoryStatusResponse.RegionStatus
+	nil, // 33: inference.SystemSharedMemoryStatusResponse.RegionsEntry
 }
 var file_triton_inference_grpc_service_proto_depIdxs = []int32{
-	17, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
-	17, // 1: inference.ModelMetadataResponse.outputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
-	20, // 2: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
-	18, // 3: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
-	19, // 4: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
-	24, // 5: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
-	23, // 6: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
+	23, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	23, // 1: inference.ModelMetadataResponse.outputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	26, // 2: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
+	24, // 3: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
+	25, // 4: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
+	30, // 5: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
+	29, // 6: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
 	15, // 7: inference.ModelStatisticsResponse.model_stats:type_name -> inference.ModelStatistics
 	16, // 8: inference.ModelStatistics.inference_stats:type_name -> inference.InferStatistics
 	14, // 9: inference.InferStatistics.success:type_name -> inference.StatisticDuration
@@ -1595,33 +1971,41 @@ var file_triton_inference_grpc_service_proto_depIdxs = []int32{
 	14, // 12: inference.InferStatistics.compute_input:type_name -> inference.StatisticDuration
 	14, // 13: inference.InferStatistics.compute_infer:type_name -> inference.StatisticDuration
 	14, // 14: inference.InferStatistics.compute_output:type_name -> inference.StatisticDuration
-	21, // 15: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	9,  // 16: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
-	22, // 17: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	8,  // 18: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
-	8,  // 19: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	8,  // 20: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	25, // 21: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
-	9,  // 22: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
-	8,  // 23: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
-	8,  // 24: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	0,  // 25: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
-	2,  // 26: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
-	4,  // 27: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
-	6,  // 28: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
-	10, // 29: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
-	12, // 30: inference.GRPCInferenceService.ModelStatistics:input_type -> inference.ModelStatisticsRequest
-	1,  // 31: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
-	3,  // 32: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
-	5,  // 33: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
-	7,  // 34: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
-	11, // 35: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
-	13, // 36: inference.GRPCInferenceService.ModelStatistics:output_type -> inference.ModelStatisticsResponse
-	31, // [31:37] is the sub-list for method output_type
-	25, // [25:31] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	33, // 15: inference.SystemSharedMemoryStatusResponse.regions:type_name -> inference.SystemSharedMemoryStatusResponse.RegionsEntry
+	27, // 16: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	9,  // 17: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
+	28, // 18: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	8,  // 19: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
+	8,  // 20: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	8,  // 21: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	31, // 22: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	9,  // 23: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
+	8,  // 24: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
+	8,  // 25: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	32, // 26: inference.SystemSharedMemoryStatusResponse.RegionsEntry.value:type_name -> inference.SystemSharedMemoryStatusResponse.RegionStatus
+	0,  // 27: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
+	2,  // 28: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
+	4,  // 29: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
+	6,  // 30: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
+	10, // 31: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
+	12, // 32: inference.GRPCInferenceService.ModelStatistics:input_type -> inference.ModelStatisticsRequest
+	17, // 33: inference.GRPCInferenceService.SystemSharedMemoryStatus:input_type -> inference.SystemSharedMemoryStatusRequest
+	19, // 34: inference.GRPCInferenceService.SystemSharedMemoryRegister:input_type -> inference.SystemSharedMemoryRegisterRequest
+	21, // 35: inference.GRPCInferenceService.SystemSharedMemoryUnregister:input_type -> inference.SystemSharedMemoryUnregisterRequest
+	1,  // 36: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
+	3,  // 37: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
+	5,  // 38: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
+	7,  // 39: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
+	11, // 40: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
+	13, // 41: inference.GRPCInferenceService.ModelStatistics:output_type -> inference.ModelStatisticsResponse
+	18, // 42: inference.GRPCInferenceService.SystemSharedMemoryStatus:output_type -> inference.SystemSharedMemoryStatusResponse
+	20, // 43: inference.GRPCInferenceService.SystemSharedMemoryRegister:output_type -> inference.SystemSharedMemoryRegisterResponse
+	22, // 44: inference.GRPCInferenceService.SystemSharedMemoryUnregister:output_type -> inference.SystemSharedMemoryUnregisterResponse
+	36, // [36:45] is the sub-list for method output_type
+	27, // [27:36] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_triton_inference_grpc_service_proto_init() }
@@ -1642,7 +2026,7 @@ func file_triton_inference_grpc_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_triton_inference_grpc_service_proto_rawDesc), len(file_triton_inference_grpc_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,242 @@
+package triton
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fleetscribe/fleetscribe/internal/shm"
+	pb "github.com/fleetscribe/fleetscribe/triton/inference"
+)
+
+// Triton's system shared memory: where the server runs on the client's
+// host and shares its /dev/shm (compose runs every container with the
+// host's IPC namespace), a chunk's samples are written once into a shared
+// memory region the server has mapped, and the request carries only where
+// they are. The hundreds of KB of a chunk then cross no socket: no
+// marshalling copy, no HTTP/2 framing copy, no kernel copy on either
+// side. Requests for which no slot is free, and every request while the
+// server has not (or no longer) registered the region, go in the request
+// as before, so a server on another host or in its own IPC namespace
+// still serves; it just costs more.
+
+// Parameter names of Triton's shared memory inputs.
+const (
+	paramShmRegion = "shared_memory_region"
+	paramShmOffset = "shared_memory_offset"
+	paramShmSize   = "shared_memory_byte_size"
+)
+
+// shmRetry is how long a client waits after a failed registration before
+// it tries again.
+const shmRetry = 30 * time.Second
+
+// sharedMemory is one client's region: slots of one chunk each.
+type sharedMemory struct {
+	name      string // the region's name in requests (also its key)
+	slotBytes int
+	m         *shm.Mapping
+
+	mu     sync.Mutex
+	free   []int // slot indices; last in, first out, so few slots' pages are touched
+	out    int   // slots in use
+	closed bool
+
+	reg        sync.Mutex  // held while registering
+	registered bool        // under mu
+	retryAt    time.Time   // under mu: no registration before it
+	lastErr    error       // under mu: why the last registration failed
+	onErr      func(error) // if set, hears each failed registration
+}
+
+// SharedMemoryState says whether a client sends audio through shared
+// memory and, when it does not, why.
+type SharedMemoryState struct {
+	Enabled    bool   // the client has a region
+	Registered bool   // the server has mapped it: requests use it
+	Region     string // its name
+	Err        error  // the last registration's error, if it failed
+}
+
+// UseSharedMemory gives the client a shared memory region of slots slots
+// of maxSamples samples each (a chunk of the longest length it sends),
+// registered with the server on the first request. It fails where the
+// system has no POSIX shared memory; the client then sends audio in the
+// request.
+func (c *Client) UseSharedMemory(slots, maxSamples int) error {
+	if slots < 1 || maxSamples < 1 {
+		return fmt.Errorf("shared memory: %d slots of %d samples", slots, maxSamples)
+	}
+	if c.shm != nil {
+		return fmt.Errorf("shared memory: %s already has region %s", c.addr, c.shm.name)
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	name := "fleetscribe-" + hex.EncodeToString(id[:])
+	slotBytes := (4*maxSamples + 63) &^ 63 // slots start on cache lines
+	m, err := shm.Create("/"+name, slots*slotBytes)
+	if err != nil {
+		return err
+	}
+	s := &sharedMemory{name: name, slotBytes: slotBytes, m: m, free: make([]int, slots)}
+	for i := range s.free {
+		s.free[i] = slots - 1 - i
+	}
+	c.shm = s
+	return nil
+}
+
+// SharedMemory reports the client's shared memory state.
+func (c *Client) SharedMemory() SharedMemoryState {
+	s := c.shm
+	if s == nil {
+		return SharedMemoryState{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return SharedMemoryState{Enabled: true, Registered: s.registered, Region: s.name, Err: s.lastErr}
+}
+
+// acquire returns a free slot for n samples, registering the region with
+// the server first if it is not. ok is false when the request must go
+// without shared memory: no region, none registered, no slot free, or
+// n too large.
+func (s *sharedMemory) acquire(ctx context.Context, c *Client, n int) (slot int, ok bool) {
+	if s == nil || 4*n > s.slotBytes {
+		return 0, false
+	}
+	s.mu.Lock()
+	registered, due := s.registered, !time.Now().Before(s.retryAt)
+	s.mu.Unlock()
+	if !registered && (!due || !s.register(ctx, c)) {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || len(s.free) == 0 {
+		return 0, false
+	}
+	slot = s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	s.out++
+	return slot, true
+}
+
+// release gives a slot back, once the server has answered the request
+// that used it (or the request has been given up: the server may still
+// read the slot then, but its answer goes nowhere).
+func (s *sharedMemory) release(slot int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.free = append(s.free, slot)
+	s.out--
+	if s.closed && s.out == 0 {
+		_ = s.m.Close()
+	}
+}
+
+// samples is the slot's memory as float32 (the mapping is page aligned,
+// and slots start on 64-byte boundaries).
+func (s *sharedMemory) samples(slot, n int) []float32 {
+	b := s.m.Data[slot*s.slotBytes : slot*s.slotBytes+4*n]
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+}
+
+// register asks the server to map the region. Only one caller registers
+// at a time; the others send without shared memory meanwhile.
+func (s *sharedMemory) register(ctx context.Context, c *Client) bool {
+	if !s.reg.TryLock() {
+		return false
+	}
+	defer s.reg.Unlock()
+	s.mu.Lock()
+	if s.registered || s.closed {
+		defer s.mu.Unlock()
+		return s.registered
+	}
+	s.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := c.rpc.SystemSharedMemoryRegister(rctx, &pb.SystemSharedMemoryRegisterRequest{
+		Name: s.name, Key: s.m.Key, ByteSize: uint64(len(s.m.Data)),
+	})
+	if status.Code(err) == codes.AlreadyExists {
+		err = nil // a registration of ours whose answer was lost
+	}
+	if err != nil && ctx.Err() != nil {
+		return false // the request was given up, not the server's doing
+	}
+	s.mu.Lock()
+	if err == nil {
+		s.registered, s.lastErr = true, nil
+		s.mu.Unlock()
+		return true
+	}
+	s.lastErr = fmt.Errorf("register shared memory region %s with %s: %w", s.name, c.addr, err)
+	s.retryAt = time.Now().Add(shmRetry)
+	err = s.lastErr
+	s.mu.Unlock()
+	if s.onErr != nil {
+		s.onErr(err)
+	}
+	return false
+}
+
+// forget marks the region unregistered after the server said it does not
+// know it (it restarted): the next request registers it again.
+func (s *sharedMemory) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.registered = false
+	s.retryAt = time.Time{}
+}
+
+// unknownRegion reports a server's answer that it has no such region:
+// Triton's "Unable to find shared memory region" (NOT_FOUND), as after a
+// restart.
+func unknownRegion(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.NotFound && strings.Contains(st.Message(), "shared memory region")
+}
+
+// close unregisters the region (best effort) and unmaps and removes it
+// once no request uses it.
+func (s *sharedMemory) close(c *Client) {
+	s.mu.Lock()
+	registered := s.registered
+	s.closed, s.registered = true, false
+	idle := s.out == 0
+	s.mu.Unlock()
+	if registered {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, _ = c.rpc.SystemSharedMemoryUnregister(ctx, &pb.SystemSharedMemoryUnregisterRequest{Name: s.name})
+		cancel()
+	}
+	if idle {
+		_ = s.m.Close()
+	}
+}
+
+// inShm moves the request's audio (its first input) into slot: the
+// samples and the bucket's zero padding are written there, and the input
+// says where they are instead of carrying them.
+func (s *sharedMemory) inShm(req *pb.ModelInferRequest, slot int, samples []float32) {
+	in := req.Inputs[0]
+	padded := int(in.Shape[len(in.Shape)-1])
+	dst := s.samples(slot, padded)
+	clear(dst[copy(dst, samples):])
+	in.Parameters = map[string]*pb.InferParameter{
+		paramShmRegion: {ParameterChoice: &pb.InferParameter_StringParam{StringParam: s.name}},
+		paramShmOffset: {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: int64(slot * s.slotBytes)}},
+		paramShmSize:   {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: int64(4 * padded)}},
+	}
+	req.RawInputContents = req.RawInputContents[1:]
+}

@@ -1,0 +1,256 @@
+package triton_test
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/internal/shm"
+	"github.com/fleetscribe/fleetscribe/triton"
+	pb "github.com/fleetscribe/fleetscribe/triton/inference"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest"
+)
+
+// fingerprint is what the test recognizer answers: the samples' count and
+// a checksum of their bits, so an answer shows the server got exactly the
+// samples sent (and no padding).
+func fingerprint(s []float32) string {
+	h := crc32.NewIEEE()
+	var b [4]byte
+	for _, v := range s {
+		u := math.Float32bits(v)
+		b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+		h.Write(b[:])
+	}
+	return fmt.Sprintf("%d %08x", len(s), h.Sum32())
+}
+
+// sizes records the size of each ModelInfer request as sent.
+type sizes struct {
+	mu sync.Mutex
+	n  []int
+}
+
+func (s *sizes) interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if strings.HasSuffix(method, "/ModelInfer") {
+		s.mu.Lock()
+		s.n = append(s.n, proto.Size(req.(proto.Message)))
+		s.mu.Unlock()
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (s *sizes) last() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[len(s.n)-1]
+}
+
+func shmServer(t *testing.T, addr string) *tritontest.Server {
+	t.Helper()
+	srv, err := tritontest.Listen(addr, triton.DefaultModelIO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	srv.SetRecognizer(asrserver.RecognizerFunc(func(_ context.Context, s []float32, _ bool) (triton.Result, error) {
+		return triton.Result{Text: fingerprint(s)}, nil
+	}))
+	return srv
+}
+
+func shmClient(t *testing.T, addr string, io triton.ModelIO, slots int) (*triton.Client, *sizes) {
+	t.Helper()
+	var sz sizes
+	c, err := triton.Dial(addr, io, grpc.WithUnaryInterceptor(sz.interceptor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.UseSharedMemory(slots, 30*16000); err != nil {
+		t.Fatal(err)
+	}
+	return c, &sz
+}
+
+func tone(n int, seed float64) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(0.5 * math.Sin(seed*float64(i)))
+	}
+	return s
+}
+
+// inferAs sends samples and checks the answer is their fingerprint.
+func inferAs(t *testing.T, c *triton.Client, samples []float32) {
+	t.Helper()
+	res, err := c.Infer(context.Background(), triton.Request{Samples: samples})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fingerprint(samples); res.Text != want {
+		t.Fatalf("server heard %q, want %q", res.Text, want)
+	}
+}
+
+// Audio goes through the region, not the request: the server hears the
+// exact samples (padding to a bucket included, with the true length),
+// while each request is a few hundred bytes, and the server lists the
+// region.
+func TestSharedMemoryCarriesTheAudio(t *testing.T) {
+	srv := shmServer(t, "127.0.0.1:0")
+	for _, buckets := range [][]int{nil, {16000, 5 * 16000}} {
+		io := triton.DefaultModelIO()
+		io.Buckets = buckets
+		c, sz := shmClient(t, srv.Addr, io, 4)
+		for _, n := range []int{1, 7, 16000, 3*16000 + 5, 5 * 16000} {
+			inferAs(t, c, tone(n, 0.01*float64(n%97+1)))
+			if s := sz.last(); s > 1024 {
+				t.Errorf("buckets %v, %d samples: request of %d bytes, want the audio in shared memory", buckets, n, s)
+			}
+		}
+		st := c.SharedMemory()
+		if !st.Enabled || !st.Registered || st.Err != nil {
+			t.Fatalf("state %+v", st)
+		}
+		regions, err := pbClient(t, srv.Addr).SystemSharedMemoryStatus(context.Background(), &pb.SystemSharedMemoryStatusRequest{Name: st.Region})
+		if err != nil || len(regions.GetRegions()) != 1 {
+			t.Fatalf("server's regions %v, %v", regions, err)
+		}
+	}
+	// A chunk longer than a slot goes in the request.
+	c, sz := shmClient(t, srv.Addr, triton.DefaultModelIO(), 1)
+	long := tone(30*16000+1, 0.02)
+	inferAs(t, c, long)
+	if s := sz.last(); s < 4*len(long) {
+		t.Errorf("chunk longer than a slot: request of %d bytes", s)
+	}
+}
+
+func pbClient(t *testing.T, addr string) pb.GRPCInferenceServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewGRPCInferenceServiceClient(conn)
+}
+
+// A partition restarted (an MPS fault) has lost the region: the request
+// that finds out goes again in the request, and the next registers the
+// region again.
+func TestSharedMemoryAfterServerRestart(t *testing.T) {
+	a := shmServer(t, "127.0.0.1:0")
+	addr := a.Addr
+	c, sz := shmClient(t, addr, triton.DefaultModelIO(), 4)
+	inferAs(t, c, tone(16000, 0.1))
+	a.Close()
+	shmServer(t, addr)
+	samples := tone(2*16000, 0.2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		// The first requests may find the connection still down.
+		res, err := c.Infer(ctx, triton.Request{Samples: samples})
+		if err == nil {
+			if res.Text != fingerprint(samples) {
+				t.Fatalf("after the restart the server heard %q", res.Text)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s := sz.last(); s < 4*len(samples) {
+		t.Errorf("request that found the region gone: %d bytes, want it sent again with the audio", s)
+	}
+	inferAs(t, c, samples)
+	if s := sz.last(); s > 1024 {
+		t.Errorf("request after the restart: %d bytes, want the region registered again", s)
+	}
+}
+
+// A server that cannot map the region (another host, another IPC
+// namespace: here, the object removed before the first request) gets the
+// audio in the request, and the client says why.
+func TestSharedMemoryUnmappableFallsBack(t *testing.T) {
+	srv := shmServer(t, "127.0.0.1:0")
+	c, sz := shmClient(t, srv.Addr, triton.DefaultModelIO(), 4)
+	if err := os.Remove(shm.Dir + "/" + c.SharedMemory().Region); err != nil {
+		t.Fatal(err)
+	}
+	samples := tone(16000, 0.3)
+	inferAs(t, c, samples)
+	if s := sz.last(); s < 4*len(samples) {
+		t.Errorf("request of %d bytes, want the audio in it", s)
+	}
+	st := c.SharedMemory()
+	if st.Registered || st.Err == nil || !strings.Contains(st.Err.Error(), "Unable to open shared memory region") {
+		t.Fatalf("state %+v, want the registration's error", st)
+	}
+}
+
+// With every slot in use, a request goes with its audio rather than wait.
+func TestSharedMemorySlotsInUseFallBack(t *testing.T) {
+	srv := shmServer(t, "127.0.0.1:0")
+	c, sz := shmClient(t, srv.Addr, triton.DefaultModelIO(), 1)
+	inferAs(t, c, tone(100, 0.4)) // registers
+	srv.Hold()
+	first := tone(16000, 0.5)
+	done := make(chan error, 1)
+	go func() {
+		res, err := c.Infer(context.Background(), triton.Request{Samples: first})
+		if err == nil && res.Text != fingerprint(first) {
+			err = fmt.Errorf("held request: server heard %q", res.Text)
+		}
+		done <- err
+	}()
+	<-srv.Started() // the registering request
+	<-srv.Started() // the held one, in the only slot
+	second := tone(16000, 0.6)
+	go func() {
+		<-srv.Started()
+		srv.Release()
+	}()
+	inferAs(t, c, second)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	sz.mu.Lock()
+	defer sz.mu.Unlock()
+	if len(sz.n) != 3 || sz.n[1] > 1024 || sz.n[2] < 4*len(second) {
+		t.Fatalf("request sizes %v: want the held one in shared memory, the other with its audio", sz.n)
+	}
+}
+
+// Close unregisters the region and removes its object.
+func TestSharedMemoryClose(t *testing.T) {
+	srv := shmServer(t, "127.0.0.1:0")
+	c, _ := shmClient(t, srv.Addr, triton.DefaultModelIO(), 2)
+	inferAs(t, c, tone(1000, 0.7))
+	region := c.SharedMemory().Region
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(shm.Dir + "/" + region); !os.IsNotExist(err) {
+		t.Errorf("object after Close: %v", err)
+	}
+	regions, err := pbClient(t, srv.Addr).SystemSharedMemoryStatus(context.Background(), &pb.SystemSharedMemoryStatusRequest{})
+	if err != nil || len(regions.GetRegions()) != 0 {
+		t.Errorf("server's regions after Close: %v, %v", regions, err)
+	}
+}
