@@ -142,7 +142,7 @@ func run(o options) error {
 	// Drained: nothing visible or in flight, and every transcript there.
 	var elapsed time.Duration
 	var cpu, sys time.Duration
-	var hwm int64
+	var hwm, faults int64
 	for {
 		select {
 		case err := <-exited:
@@ -164,6 +164,9 @@ func run(o options) error {
 			if hwm, err = procstat.PeakRSS(pid); err != nil {
 				return err
 			}
+			if faults, err = procstat.MinorFaults(pid); err != nil {
+				return err
+			}
 			break
 		}
 	}
@@ -175,7 +178,7 @@ func run(o options) error {
 		return err
 	}
 	counts, conns := proxy.Snapshot()
-	return report(o, elapsed, cpu, sys, hwm, written, counts, conns)
+	return report(o, elapsed, cpu, sys, hwm, faults, written, counts, conns)
 }
 
 // prepare uploads the recordings (distinct keys, one shared body) and
@@ -323,11 +326,12 @@ func price(call string) float64 {
 	}
 }
 
-func report(o options, elapsed, cpu, sys time.Duration, hwm int64, written int, counts map[string]int, conns int64) error {
+func report(o options, elapsed, cpu, sys time.Duration, hwm, faults int64, written int, counts map[string]int, conns int64) error {
 	jobs := float64(o.jobs)
 	fmt.Printf("\nworker: %d jobs of %.0f s at concurrency %d, %d partitions\n", o.jobs, o.clipSeconds, o.concurrency, o.partitions)
 	fmt.Printf("  drained in %.1f s: %.0f jobs/s; transcripts written %d (lost %d)\n", elapsed.Seconds(), jobs/elapsed.Seconds(), written, o.jobs-written)
 	fmt.Printf("  worker CPU %.1f s (%.1f s of it in the kernel: sockets): %.3f ms per job; peak RSS %.1f MiB\n", cpu.Seconds(), sys.Seconds(), float64(cpu.Microseconds())/1000/jobs, float64(hwm)/(1<<20))
+	fmt.Printf("  page faults %d (%.1f per job: pages first touched, each zeroed by the kernel)\n", faults, float64(faults)/jobs)
 	names := make([]string, 0, len(counts))
 	for k := range counts {
 		names = append(names, k)

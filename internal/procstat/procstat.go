@@ -40,14 +40,26 @@ func PeakRSS(pid int) (int64, error) {
 	return 0, errors.New("no VmHWM")
 }
 
+// statFields are the fields of /proc/PID/stat after the command name
+// (which may hold spaces) in parentheses: [0] is field 3, the state.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(path(pid, "stat"))
+	if err != nil {
+		return nil, err
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	if len(f) < 13 {
+		return nil, fmt.Errorf("%s: %d fields", path(pid, "stat"), len(f))
+	}
+	return f, nil
+}
+
 // CPU is the process's user and system time so far; pid 0 is this process.
 func CPU(pid int) (user, sys time.Duration, err error) {
-	b, err := os.ReadFile(path(pid, "stat"))
+	f, err := statFields(pid)
 	if err != nil {
 		return 0, 0, err
 	}
-	// Fields after the command name (which may hold spaces) in parentheses.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
@@ -55,4 +67,15 @@ func CPU(pid int) (user, sys time.Duration, err error) {
 	}
 	const hz = 100 // USER_HZ on Linux
 	return time.Duration(utime) * time.Second / hz, time.Duration(stime) * time.Second / hz, nil
+}
+
+// MinorFaults is how many minor page faults the process has taken: pages
+// first touched, each zeroed by the kernel (memory the Go runtime gave
+// back and took again counts anew); pid 0 is this process.
+func MinorFaults(pid int) (int64, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(f[7], 10, 64)
 }
