@@ -2,6 +2,7 @@ package audio
 
 import (
 	"math"
+	"slices"
 	"sync"
 )
 
@@ -106,19 +107,30 @@ func (k *kernel) fill(out []float32, i0 int64, x []float32, xOff, end int64) {
 		}
 		return k.table[int(p)*k.taps : int(p+1)*k.taps]
 	}
-	for j := 0; j < len(out); j++ {
-		start := q - int64(k.half) + 1
+	half := int64(k.half)
+	for j := 0; j < len(out); {
+		start := q - half + 1
 		if start >= xOff && start+taps <= avail {
-			// This output and, when it too has all its inputs, the next
-			// in one call (the same sums, bit for bit, as one at a time).
-			p1, q1 := step(p, q)
-			if s1 := q1 - int64(k.half) + 1; j+1 < len(out) && s1+taps <= avail {
-				out[j], out[j+1] = dot2(row(p), x[start-xOff:start-xOff+taps], row(p1), x[s1-xOff:s1-xOff+taps])
-				j++
-				p, q = p1, q1
-			} else {
-				out[j] = dot(row(p), x[start-xOff:start-xOff+taps])
+			// This output and, when they too have all their inputs, the
+			// next three in one call (each the same sum, bit for bit, as
+			// alone).
+			if j+4 <= len(out) {
+				p1, q1 := step(p, q)
+				p2, q2 := step(p1, q1)
+				p3, q3 := step(p2, q2)
+				if s3 := q3 - half + 1; s3+taps <= avail {
+					s1, s2 := q1-half+1-xOff, q2-half+1-xOff
+					s0 := start - xOff
+					s3 -= xOff
+					r := dot4(row(p), row(p1), row(p2), row(p3),
+						x[s0:s0+taps], x[s1:s1+taps], x[s2:s2+taps], x[s3:s3+taps])
+					copy(out[j:j+4], r[:])
+					j += 4
+					p, q = step(p3, q3)
+					continue
+				}
 			}
+			out[j] = dot1(row(p), x[start-xOff:start-xOff+taps])
 		} else {
 			var acc float32
 			for t, h := range row(p) {
@@ -129,6 +141,7 @@ func (k *kernel) fill(out []float32, i0 int64, x []float32, xOff, end int64) {
 			out[j] = acc
 		}
 		p, q = step(p, q)
+		j++
 	}
 }
 
@@ -188,7 +201,8 @@ func (r *Resampler) emit(out []float32, until int64) []float32 {
 		return out
 	}
 	n := len(out)
-	out = append(out, make([]float32, until-r.next)...)
+	// Grown, not cleared: fill writes every output.
+	out = slices.Grow(out, int(until-r.next))[:n+int(until-r.next)]
 	r.k.fill(out[n:], r.next, r.buf, r.off, r.in)
 	r.next = until
 	return out
