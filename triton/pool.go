@@ -38,7 +38,8 @@ type PoolConfig struct {
 	// the shared memory regions; the model's largest bucket, if larger).
 	ChunkSamples int
 	// OnSharedMemoryError, if set, hears why a partition could not map its
-	// region (at most every half minute per partition).
+	// region, after each failed registration (a partition is asked again
+	// after 30 s, then at doubling intervals up to 16 minutes).
 	OnSharedMemoryError func(partition string, err error)
 }
 

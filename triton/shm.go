@@ -36,8 +36,13 @@ const (
 )
 
 // shmRetry is how long a client waits after a failed registration before
-// it tries again.
-const shmRetry = 30 * time.Second
+// it tries again; it doubles with each failure in a row, up to shmRetryMax
+// (a partition that cannot map the region, such as one in its own IPC
+// namespace, is asked a few times an hour, and warned about as often).
+const (
+	shmRetry    = 30 * time.Second
+	shmRetryMax = 16 * time.Minute
+)
 
 // sharedMemory is one client's region: slots of one chunk each.
 type sharedMemory struct {
@@ -54,6 +59,7 @@ type sharedMemory struct {
 	registered bool        // under mu
 	retryAt    time.Time   // under mu: no registration before it
 	lastErr    error       // under mu: why the last registration failed
+	failures   int         // under mu: registrations failed in a row
 	onErr      func(error) // if set, hears each failed registration
 }
 
@@ -176,12 +182,13 @@ func (s *sharedMemory) register(ctx context.Context, c *Client) bool {
 	}
 	s.mu.Lock()
 	if err == nil {
-		s.registered, s.lastErr = true, nil
+		s.registered, s.lastErr, s.failures = true, nil, 0
 		s.mu.Unlock()
 		return true
 	}
 	s.lastErr = fmt.Errorf("register shared memory region %s with %s: %w", s.name, c.addr, err)
-	s.retryAt = time.Now().Add(shmRetry)
+	s.retryAt = time.Now().Add(min(shmRetry<<min(s.failures, 10), shmRetryMax))
+	s.failures++
 	err = s.lastErr
 	s.mu.Unlock()
 	if s.onErr != nil {
