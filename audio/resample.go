@@ -118,10 +118,9 @@ func (k *kernel) fill(out []float32, i0 int64, x []float32, xOff, end int64) {
 				p1, q1 := step(p, q)
 				p2, q2 := step(p1, q1)
 				p3, q3 := step(p2, q2)
-				if s3 := q3 - half + 1; s3+taps <= avail {
-					s1, s2 := q1-half+1-xOff, q2-half+1-xOff
-					s0 := start - xOff
-					s3 -= xOff
+				if q3-half+1+taps <= avail {
+					// Where each output's inputs start in x.
+					s0, s1, s2, s3 := start-xOff, q1-half+1-xOff, q2-half+1-xOff, q3-half+1-xOff
 					r := dot4(row(p), row(p1), row(p2), row(p3),
 						x[s0:s0+taps], x[s1:s1+taps], x[s2:s2+taps], x[s3:s3+taps])
 					copy(out[j:j+4], r[:])

@@ -248,8 +248,8 @@ func (c *Client) Infer(ctx context.Context, r Request) (Result, error) {
 	if _, ok := c.io.Bucket(len(r.Samples)); !ok {
 		return Result{}, fmt.Errorf("%w: chunk of %d samples is longer than the largest bucket (%d)", ErrRejected, len(r.Samples), c.io.MaxChunk())
 	}
-	req := c.io.NewRequest(r)
 	if slot, ok := c.shm.acquire(ctx, c, len(r.Samples)); ok {
+		req := c.io.newRequest(r, false)
 		c.shm.inShm(req, slot, r.Samples)
 		resp, err := c.infer(ctx, req)
 		c.shm.release(slot)
@@ -259,9 +259,8 @@ func (c *Client) Infer(ctx context.Context, r Request) (Result, error) {
 		// The server has restarted and lost the region: register it again
 		// for the next request, and send this one without it.
 		c.shm.forget()
-		req = c.io.NewRequest(r)
 	}
-	return c.infer(ctx, req)
+	return c.infer(ctx, c.io.NewRequest(r))
 }
 
 func (c *Client) infer(ctx context.Context, req *pb.ModelInferRequest) (Result, error) {
@@ -284,7 +283,12 @@ func (m ModelIO) shape(dims ...int64) []int64 {
 }
 
 // NewRequest builds the ModelInfer request for r. Inputs go as raw contents.
-func (m ModelIO) NewRequest(r Request) *pb.ModelInferRequest {
+func (m ModelIO) NewRequest(r Request) *pb.ModelInferRequest { return m.newRequest(r, true) }
+
+// newRequest builds the ModelInfer request for r; with inline false the
+// audio's raw contents are left out (its first input, the audio, then
+// has to say where its samples are).
+func (m ModelIO) newRequest(r Request, inline bool) *pb.ModelInferRequest {
 	samples, timestamps := r.Samples, r.Timestamps
 	model := m.Model
 	if r.Model != "" {
@@ -292,23 +296,25 @@ func (m ModelIO) NewRequest(r Request) *pb.ModelInferRequest {
 	}
 	n := len(samples)
 	padded, _ := m.Bucket(n)
-	var raw []byte
-	if padded <= n && n > 0 && nativeLittleEndian {
-		// The samples' own memory is the tensor: no copy of each chunk
-		// before gRPC marshals it.
-		raw = unsafe.Slice((*byte)(unsafe.Pointer(&samples[0])), 4*n)
-	} else {
-		raw = make([]byte, 4*max(n, padded)) // padding stays zero
-		encodeFP32Into(raw, samples)
-	}
 	req := &pb.ModelInferRequest{
 		ModelName:    model,
 		ModelVersion: m.Version,
 		Inputs: []*pb.ModelInferRequest_InferInputTensor{{
-			Name: m.AudioInput, Datatype: TypeFP32, Shape: m.shape(int64(len(raw) / 4)),
+			Name: m.AudioInput, Datatype: TypeFP32, Shape: m.shape(int64(max(n, padded))),
 		}},
-		RawInputContents: [][]byte{raw},
-		Outputs:          []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: m.TextOutput}},
+		Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: m.TextOutput}},
+	}
+	if inline {
+		var raw []byte
+		if padded <= n && n > 0 && nativeLittleEndian {
+			// The samples' own memory is the tensor: no copy of each chunk
+			// before gRPC marshals it.
+			raw = unsafe.Slice((*byte)(unsafe.Pointer(&samples[0])), 4*n)
+		} else {
+			raw = make([]byte, 4*max(n, padded)) // padding stays zero
+			encodeFP32Into(raw, samples)
+		}
+		req.RawInputContents = [][]byte{raw}
 	}
 	if len(m.Buckets) > 0 && m.LengthInput != "" {
 		req.Inputs = append(req.Inputs, &pb.ModelInferRequest_InferInputTensor{

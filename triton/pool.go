@@ -149,16 +149,15 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 			return nil, err
 		}
 		if n := max(io.MaxChunk(), cfg.ChunkSamples); cfg.SharedMemory && n > 0 {
-			if err := c.UseSharedMemory(cfg.MaxInflight, n); err != nil {
+			report := func(err error) {
 				if cfg.OnSharedMemoryError != nil {
 					cfg.OnSharedMemoryError(addr, err)
 				}
+			}
+			if err := c.UseSharedMemory(cfg.MaxInflight, n); err != nil {
+				report(err)
 			} else {
-				c.shm.onErr = func(err error) {
-					if cfg.OnSharedMemoryError != nil {
-						cfg.OnSharedMemoryError(addr, err)
-					}
-				}
+				c.shm.onErr = report
 				f.NewGaugeFunc(prometheus.GaugeOpts{
 					Name:        "fleetscribe_triton_shared_memory",
 					Help:        "1 while a partition reads chunks from the worker's shared memory, 0 while they go in the request.",

@@ -120,12 +120,14 @@ func (s *sharedMemory) acquire(ctx context.Context, c *Client, n int) (slot int,
 		return 0, false
 	}
 	s.mu.Lock()
-	registered, due := s.registered, !time.Now().Before(s.retryAt)
-	s.mu.Unlock()
-	if !registered && (!due || !s.register(ctx, c)) {
-		return 0, false
+	if !s.registered {
+		due := !time.Now().Before(s.retryAt)
+		s.mu.Unlock()
+		if !due || !s.register(ctx, c) {
+			return 0, false
+		}
+		s.mu.Lock()
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || len(s.free) == 0 {
 		return 0, false
@@ -232,9 +234,9 @@ func (s *sharedMemory) close(c *Client) {
 	}
 }
 
-// inShm moves the request's audio (its first input) into slot: the
-// samples and the bucket's zero padding are written there, and the input
-// says where they are instead of carrying them.
+// inShm puts the request's audio (its first input, built without raw
+// contents) in slot: the samples and the bucket's zero padding are
+// written there, and the input says where they are.
 func (s *sharedMemory) inShm(req *pb.ModelInferRequest, slot int, samples []float32) {
 	in := req.Inputs[0]
 	padded := int(in.Shape[len(in.Shape)-1])
@@ -245,5 +247,4 @@ func (s *sharedMemory) inShm(req *pb.ModelInferRequest, slot int, samples []floa
 		paramShmOffset: {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: int64(slot * s.slotBytes)}},
 		paramShmSize:   {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: int64(4 * padded)}},
 	}
-	req.RawInputContents = req.RawInputContents[1:]
 }
