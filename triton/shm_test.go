@@ -3,7 +3,6 @@ package triton_test
 import (
 	"context"
 	"fmt"
-	"hash/crc32"
 	"math"
 	"os"
 	"strings"
@@ -21,20 +20,6 @@ import (
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 )
-
-// fingerprint is what the test recognizer answers: the samples' count and
-// a checksum of their bits, so an answer shows the server got exactly the
-// samples sent (and no padding).
-func fingerprint(s []float32) string {
-	h := crc32.NewIEEE()
-	var b [4]byte
-	for _, v := range s {
-		u := math.Float32bits(v)
-		b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
-		h.Write(b[:])
-	}
-	return fmt.Sprintf("%d %08x", len(s), h.Sum32())
-}
 
 // sizes records the size of each ModelInfer request as sent.
 type sizes struct {
@@ -65,7 +50,7 @@ func shmServer(t *testing.T, addr string) *tritontest.Server {
 	}
 	t.Cleanup(srv.Close)
 	srv.SetRecognizer(asrserver.RecognizerFunc(func(_ context.Context, s []float32, _ bool) (triton.Result, error) {
-		return triton.Result{Text: fingerprint(s)}, nil
+		return triton.Result{Text: tritontest.Fingerprint(s)}, nil
 	}))
 	return srv
 }
@@ -99,7 +84,7 @@ func inferAs(t *testing.T, c *triton.Client, samples []float32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := fingerprint(samples); res.Text != want {
+	if want := tritontest.Fingerprint(samples); res.Text != want {
 		t.Fatalf("server heard %q, want %q", res.Text, want)
 	}
 }
@@ -165,7 +150,7 @@ func TestSharedMemoryAfterServerRestart(t *testing.T) {
 		// The first requests may find the connection still down.
 		res, err := c.Infer(ctx, triton.Request{Samples: samples})
 		if err == nil {
-			if res.Text != fingerprint(samples) {
+			if res.Text != tritontest.Fingerprint(samples) {
 				t.Fatalf("after the restart the server heard %q", res.Text)
 			}
 			break
@@ -214,7 +199,7 @@ func TestSharedMemorySlotsInUseFallBack(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		res, err := c.Infer(context.Background(), triton.Request{Samples: first})
-		if err == nil && res.Text != fingerprint(first) {
+		if err == nil && res.Text != tritontest.Fingerprint(first) {
 			err = fmt.Errorf("held request: server heard %q", res.Text)
 		}
 		done <- err

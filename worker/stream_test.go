@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"hash/fnv"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os/exec"
 	"strings"
@@ -20,26 +17,13 @@ import (
 	"github.com/fleetscribe/fleetscribe/asrserver"
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/triton"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
 
-// fingerprint is what the test recogniser answers: the chunk's length and
-// a hash of its samples' bits, so that a transcript shows exactly which
-// samples each chunk carried.
-func fingerprint(x []float32) string {
-	h := fnv.New64a()
-	var b [4]byte
-	for _, v := range x {
-		bits := math.Float32bits(v)
-		b[0], b[1], b[2], b[3] = byte(bits), byte(bits>>8), byte(bits>>16), byte(bits>>24)
-		h.Write(b[:])
-	}
-	return fmt.Sprintf("n%d:%016x", len(x), h.Sum64())
-}
-
 // expectedText is the transcript of rec read whole, as a recording that
 // fits in its first read is: decoded, resampled, cut and levelled, each
-// chunk answered with its fingerprint.
+// chunk answered with its fingerprint (tritontest.Fingerprint).
 func expectedText(t *testing.T, rec []byte, cfg worker.Config) string {
 	t.Helper()
 	clip, err := audio.DecodeContext(t.Context(), rec, nil, &audio.FFmpeg{Bin: "ffmpeg", MaxSeconds: 3600})
@@ -51,7 +35,7 @@ func expectedText(t *testing.T, rec []byte, cfg worker.Config) string {
 	for _, c := range audio.Split(x, audio.SplitConfig{Max: int(cfg.ChunkSeconds * worker.ModelRate), Frame: worker.ModelRate * 30 / 1000, Overlap: worker.ModelRate}) {
 		s := append([]float32(nil), c.Samples...)
 		audio.Normalize(s)
-		parts = append(parts, fingerprint(s))
+		parts = append(parts, tritontest.Fingerprint(s))
 	}
 	return strings.Join(parts, " ")
 }
@@ -152,7 +136,7 @@ func (b *brokenBody) Read(p []byte) (int, error) {
 func fingerprintServers(e *env) {
 	for _, s := range e.servers {
 		s.SetRecognizer(asrserver.RecognizerFunc(func(_ context.Context, x []float32, _ bool) (triton.Result, error) {
-			return triton.Result{Text: fingerprint(x)}, nil
+			return triton.Result{Text: tritontest.Fingerprint(x)}, nil
 		}))
 	}
 }

@@ -8,6 +8,8 @@ package tritontest
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -37,6 +39,20 @@ type Server struct {
 	stop     context.CancelFunc
 	serveErr chan error
 	close    sync.Once
+}
+
+// Fingerprint is the samples' count and a hash of their bits: a
+// recognizer that answers it shows a test exactly which samples a request
+// carried (see Server.SetRecognizer).
+func Fingerprint(x []float32) string {
+	h := fnv.New64a()
+	var b [4]byte
+	for _, v := range x {
+		bits := math.Float32bits(v)
+		b[0], b[1], b[2], b[3] = byte(bits), byte(bits>>8), byte(bits>>16), byte(bits>>24)
+		h.Write(b[:])
+	}
+	return fmt.Sprintf("n%d:%016x", len(x), h.Sum64())
 }
 
 // Text is what the default recognizer answers for n samples.
