@@ -15,7 +15,7 @@ import (
 // Triton's system shared memory extension: a client on this host registers
 // a POSIX shared memory object, and inputs then name a region, an offset
 // and a size in it instead of carrying their bytes. Error texts and codes
-// are Triton's.
+// are Triton's (a region that cannot be opened also says why).
 
 type shmRegion struct {
 	key            string
@@ -129,7 +129,7 @@ func (s *Server) readShm(region string, offset, size int64) ([]byte, error) {
 	case offset < 0 || offset > int64(len(reg.m.Data)):
 		return nil, status.Errorf(codes.InvalidArgument, "Invalid offset for shared memory region: '%s'", region)
 	case size < 0 || size > int64(len(reg.m.Data))-offset:
-		return nil, status.Errorf(codes.InvalidArgument, "%d bytes from offset %d of shared memory region '%s' run past its %d bytes", size, offset, region, len(reg.m.Data))
+		return nil, status.Errorf(codes.InvalidArgument, "Invalid offset + byte size for shared memory region: '%s'", region)
 	}
 	return append([]byte(nil), reg.m.Data[offset:offset+size]...), nil
 }

@@ -67,7 +67,7 @@ func TestSharedMemoryInputs(t *testing.T) {
 		text   string
 	}{
 		"unknown region":   {func(r *pb.ModelInferRequest) { r.Inputs[0].Parameters["shared_memory_region"] = param("gone") }, codes.NotFound, "Unable to find shared memory region: 'gone'"},
-		"past the end":     {func(r *pb.ModelInferRequest) { r.Inputs[0].Parameters["shared_memory_offset"] = param[int64](4090) }, codes.InvalidArgument, "run past"},
+		"past the end":     {func(r *pb.ModelInferRequest) { r.Inputs[0].Parameters["shared_memory_offset"] = param[int64](4090) }, codes.InvalidArgument, "Invalid offset + byte size"},
 		"offset too far":   {func(r *pb.ModelInferRequest) { r.Inputs[0].Parameters["shared_memory_offset"] = param[int64](5000) }, codes.InvalidArgument, "Invalid offset"},
 		"no byte size":     {func(r *pb.ModelInferRequest) { delete(r.Inputs[0].Parameters, "shared_memory_byte_size") }, codes.InvalidArgument, "must be specified along with"},
 		"region not named": {func(r *pb.ModelInferRequest) { delete(r.Inputs[0].Parameters, "shared_memory_region") }, codes.InvalidArgument, "can not be specified without"},

@@ -18,10 +18,10 @@ import (
 )
 
 // Triton's system shared memory: where the server runs on the client's
-// host and shares its /dev/shm (compose runs every container with the
-// host's IPC namespace), a chunk's samples are written once into a shared
-// memory region the server has mapped, and the request carries only where
-// they are. The hundreds of KB of a chunk then cross no socket: no
+// host and shares its /dev/shm (compose runs the worker and every
+// partition in the host's IPC namespace), a chunk's samples are written
+// once into a shared memory region the server has mapped, and the request
+// carries only where they are. The hundreds of KB of a chunk then cross no socket: no
 // marshalling copy, no HTTP/2 framing copy, no kernel copy on either
 // side. Requests for which no slot is free, and every request while the
 // server has not (or no longer) registered the region, go in the request
