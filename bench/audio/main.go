@@ -50,7 +50,7 @@ func main() {
 
 // decodeChild streams one file as the worker streams a recording longer
 // than its first read: decoded a block at a time, resampled to 16 kHz, cut
-// into 30 s chunks at pauses, the last 32 chunks held (the worker's chunks
+// into 30 s chunks at pauses, the last 64 chunks held (the worker's chunks
 // in flight). It first decodes a short file of the same format, as a
 // worker has before its first long recording (the resampler's filter is
 // built once a process for each pair of rates). It prints its sample count, peak RSS, and the CPU
@@ -98,7 +98,7 @@ const repeats = 5
 
 // inFlight is how many chunks the worker has in flight at most (its
 // default -chunk-parallelism).
-const inFlight = 32
+const inFlight = 64
 
 // stream decodes, resamples and cuts the file at path as the worker does,
 // and returns the samples at 16 kHz.

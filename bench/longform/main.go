@@ -41,7 +41,9 @@ func main() {
 	minutes := flag.Float64("minutes", 60, "length of the recording")
 	launch := flag.Duration("batch-fixed", 30*time.Millisecond, "latency model: fixed time of one batch")
 	perRow := flag.Duration("per-row", 80*time.Millisecond, "latency model: time per 30 s row of a batch (a quarter of a GPU)")
-	parallel := flag.Int("chunk-parallelism", 32, "the worker's -chunk-parallelism")
+	var defaults worker.Config
+	defaults.RegisterFlags(flag.NewFlagSet("worker", flag.ContinueOnError))
+	parallel := flag.Int("chunk-parallelism", defaults.ChunkParallelism, "the worker's -chunk-parallelism (default: the worker's)")
 	flag.Parse()
 	if err := run(*minutes, *launch, *perRow, *parallel); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-longform:", err)
