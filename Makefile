@@ -4,6 +4,8 @@
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
+# make bench-worker WORKER_CPUS=0-3: the worker runs on those CPUs only (empty: all)
+WORKER_CPUS ?=
 # Expanded when used (=, not :=): make deps may install go first.
 GOBIN = $(shell $(GO) env GOPATH)/bin
 export GOTOOLCHAIN ?= auto
@@ -92,7 +94,7 @@ bench-accuracy: deps ## a 20-minute recording of synthesised sentences (3 voices
 
 .PHONY: bench-worker
 bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into four zero-latency fake partitions: jobs/s, worker CPU per job, peak RSS, requests and connections per job, request cost
-	$(GO) run ./bench/worker -worker-bin $(BIN)/worker
+	$(GO) run ./bench/worker -worker-bin $(BIN)/worker -worker-cpus "$(WORKER_CPUS)"
 
 .PHONY: chaos
 chaos: build ## 1000 jobs through two real workers while workers are killed, partitions crash and S3/SQS fail; table and RESULT line

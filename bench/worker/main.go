@@ -10,7 +10,9 @@
 // standard $0.40 per million requests; S3 Standard PUT/POST/LIST
 // $5 per million, GET/HEAD $0.40 per million, DELETE free). The minimum a
 // job can cost is one PUT (the transcript), one GET (the audio) and a
-// tenth of a ReceiveMessage and of a DeleteMessageBatch. Last line:
+// tenth of a ReceiveMessage and of a DeleteMessageBatch. -worker-cpus
+// runs the worker on some CPUs only, as on a GPU instance of that many
+// vCPUs (its CPU per job grows with the CPUs it may spin on). Last line:
 //
 //	RESULT jobs=N jobs_per_s=X worker_cpu_ms_per_job=X peak_rss_mib=X usd_per_million_jobs=X ...
 package main
@@ -28,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,6 +61,7 @@ func main() {
 	flag.IntVar(&o.partitions, "partitions", 4, "fake Triton partitions")
 	flag.StringVar(&o.workerBin, "worker-bin", "bin/worker", "the worker binary")
 	flag.StringVar(&o.extra, "worker-args", "", "further worker flags, space-separated")
+	flag.StringVar(&o.cpus, "worker-cpus", "", "run the worker on these CPUs only (a list as taskset takes it: \"0-3\" for a g6e.xlarge's 4 vCPUs); empty: on all of this machine's")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-worker:", err)
@@ -68,7 +72,8 @@ func main() {
 type options struct {
 	jobs, concurrency, partitions int
 	clipSeconds                   float64
-	workerBin, extra              string
+	workerBin, extra, cpus        string
+	ncpu                          int // CPUs the worker may run on
 }
 
 // Prices per request, us-east-1 list prices.
@@ -87,6 +92,14 @@ func run(o options) error {
 	bin, err := filepath.Abs(o.workerBin)
 	if err != nil {
 		return err
+	}
+	cpus, err := parseCPUList(o.cpus)
+	if err != nil {
+		return err
+	}
+	o.ncpu = len(cpus)
+	if o.ncpu == 0 {
+		o.ncpu = runtime.NumCPU()
 	}
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("worker binary: %w (make build)", err)
@@ -132,7 +145,7 @@ func run(o options) error {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := startOn(cmd, cpus); err != nil {
 		return err
 	}
 	exited := make(chan error, 1)
@@ -328,7 +341,11 @@ func price(call string) float64 {
 
 func report(o options, elapsed, cpu, sys time.Duration, hwm, faults int64, written int, counts map[string]int, conns int64) error {
 	jobs := float64(o.jobs)
-	fmt.Printf("\nworker: %d jobs of %.0f s at concurrency %d, %d partitions\n", o.jobs, o.clipSeconds, o.concurrency, o.partitions)
+	where := fmt.Sprintf("all %d CPUs", runtime.NumCPU())
+	if o.cpus != "" {
+		where = "CPUs " + o.cpus
+	}
+	fmt.Printf("\nworker: %d jobs of %.0f s at concurrency %d, %d partitions, on %s\n", o.jobs, o.clipSeconds, o.concurrency, o.partitions, where)
 	fmt.Printf("  drained in %.1f s: %.0f jobs/s; transcripts written %d (lost %d)\n", elapsed.Seconds(), jobs/elapsed.Seconds(), written, o.jobs-written)
 	fmt.Printf("  worker CPU %.1f s (%.1f s of it in the kernel: sockets): %.3f ms per job; peak RSS %.1f MiB\n", cpu.Seconds(), sys.Seconds(), float64(cpu.Microseconds())/1000/jobs, float64(hwm)/(1<<20))
 	fmt.Printf("  page faults %d (%.1f per job: pages first touched, each zeroed by the kernel)\n", faults, float64(faults)/jobs)
@@ -353,9 +370,9 @@ func report(o options, elapsed, cpu, sys time.Duration, hwm, faults int64, writt
 	minimum := (priceS3Write + priceS3Read + 2*priceSQS/10) * 1e6
 	fmt.Printf("  request cost %.2f usd per million jobs; minimum %.2f (one PUT, one GET, a tenth of a receive and of a batch delete): %.1f%% above\n", usd, minimum, 100*(usd/minimum-1))
 	fmt.Printf("  TCP connections opened to SQS/S3: %d (%.1f per 1,000 jobs)\n", conns, float64(conns)*1000/jobs)
-	fmt.Printf("RESULT jobs=%d jobs_per_s=%.0f worker_cpu_ms_per_job=%.3f worker_sys_ms_per_job=%.3f peak_rss_mib=%.1f usd_per_million_jobs=%.2f usd_min=%.2f sqs_requests_per_job=%.3f s3_requests_per_job=%.3f conns_per_1000_jobs=%.1f lost=%d\n",
+	fmt.Printf("RESULT jobs=%d jobs_per_s=%.0f worker_cpu_ms_per_job=%.3f worker_sys_ms_per_job=%.3f peak_rss_mib=%.1f usd_per_million_jobs=%.2f usd_min=%.2f sqs_requests_per_job=%.3f s3_requests_per_job=%.3f conns_per_1000_jobs=%.1f lost=%d worker_cpus=%d\n",
 		o.jobs, jobs/elapsed.Seconds(), float64(cpu.Microseconds())/1000/jobs, float64(sys.Microseconds())/1000/jobs, float64(hwm)/(1<<20), usd, minimum,
-		float64(sqsReq)/jobs, float64(s3Req)/jobs, float64(conns)*1000/jobs, o.jobs-written)
+		float64(sqsReq)/jobs, float64(s3Req)/jobs, float64(conns)*1000/jobs, o.jobs-written, o.ncpu)
 	if written != o.jobs {
 		return fmt.Errorf("%d transcripts for %d jobs", written, o.jobs)
 	}
