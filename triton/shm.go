@@ -52,7 +52,7 @@ type sharedMemory struct {
 
 	mu     sync.Mutex
 	free   []int // slot indices; last in, first out, so few slots' pages are touched
-	out    int   // slots in use
+	slots  int   // all of them: slots-len(free) are in use
 	closed bool
 
 	reg        sync.Mutex  // held while registering
@@ -92,7 +92,7 @@ func (c *Client) UseSharedMemory(slots, maxSamples int) error {
 	if err != nil {
 		return err
 	}
-	s := &sharedMemory{name: name, slotBytes: slotBytes, m: m, free: make([]int, slots)}
+	s := &sharedMemory{name: name, slotBytes: slotBytes, m: m, free: make([]int, slots), slots: slots}
 	for i := range s.free {
 		s.free[i] = slots - 1 - i
 	}
@@ -134,7 +134,6 @@ func (s *sharedMemory) acquire(ctx context.Context, c *Client, n int) (slot int,
 	}
 	slot = s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
-	s.out++
 	return slot, true
 }
 
@@ -145,8 +144,7 @@ func (s *sharedMemory) release(slot int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.free = append(s.free, slot)
-	s.out--
-	if s.closed && s.out == 0 {
+	if s.closed && len(s.free) == s.slots {
 		_ = s.m.Close()
 	}
 }
@@ -222,7 +220,7 @@ func (s *sharedMemory) close(c *Client) {
 	s.mu.Lock()
 	registered := s.registered
 	s.closed, s.registered = true, false
-	idle := s.out == 0
+	idle := len(s.free) == s.slots
 	s.mu.Unlock()
 	if registered {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

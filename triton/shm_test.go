@@ -239,3 +239,30 @@ func TestSharedMemoryClose(t *testing.T) {
 		t.Errorf("server's regions after Close: %v, %v", regions, err)
 	}
 }
+
+// Closed while a request holds a slot, the region goes once that request
+// has ended, not before and not never.
+func TestSharedMemoryCloseWhileInUse(t *testing.T) {
+	srv := shmServer(t, "127.0.0.1:0")
+	c, _ := shmClient(t, srv.Addr, triton.DefaultModelIO(), 1)
+	inferAs(t, c, tone(100, 0.4)) // registers
+	region := c.SharedMemory().Region
+	srv.Hold()
+	t.Cleanup(srv.Release)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Infer(context.Background(), triton.Request{Samples: tone(16000, 0.5)})
+		done <- err
+	}()
+	<-srv.Started() // the registering request
+	<-srv.Started() // the held one, in the only slot
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("held request succeeded after Close")
+	}
+	if _, err := os.Stat(shm.Dir + "/" + region); !os.IsNotExist(err) {
+		t.Errorf("object after the last request ended: %v", err)
+	}
+}

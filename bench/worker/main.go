@@ -341,7 +341,7 @@ func price(call string) float64 {
 
 func report(o options, elapsed, cpu, sys time.Duration, hwm, faults int64, written int, counts map[string]int, conns int64) error {
 	jobs := float64(o.jobs)
-	where := fmt.Sprintf("all %d CPUs", runtime.NumCPU())
+	where := fmt.Sprintf("all %d CPUs", o.ncpu)
 	if o.cpus != "" {
 		where = "CPUs " + o.cpus
 	}
