@@ -38,6 +38,7 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/internal/shm"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
@@ -750,6 +751,17 @@ func (w *workerSet) kill(i int) {
 	w.mu.Unlock()
 	_ = p.cmd.Process.Kill()
 	<-p.done
+	removeRegions(p.cmd.Process.Pid)
+}
+
+// removeRegions removes the shared memory regions of a killed worker,
+// which it could not remove itself (each run would otherwise leave some
+// in the host's /dev/shm).
+func removeRegions(pid int) {
+	left, _ := filepath.Glob(filepath.Join(shm.Dir, triton.SharedMemoryPrefix(pid)+"*"))
+	for _, f := range left {
+		_ = os.Remove(f)
+	}
 }
 
 // drain sends SIGTERM and waits for the worker to finish its jobs and exit.
@@ -774,6 +786,7 @@ func (w *workerSet) stopAll() {
 		case <-time.After(30 * time.Second):
 			_ = p.cmd.Process.Kill()
 			<-p.done
+			removeRegions(p.cmd.Process.Pid)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -63,6 +64,11 @@ type sharedMemory struct {
 	onErr      func(error) // if set, hears each failed registration
 }
 
+// SharedMemoryPrefix begins the name of every shared memory region a
+// process pid creates (its object in /dev/shm has the same name): a region
+// left by a process that was killed names it.
+func SharedMemoryPrefix(pid int) string { return fmt.Sprintf("fleetscribe-%d-", pid) }
+
 // SharedMemoryState says whether a client sends audio through shared
 // memory and, when it does not, why.
 type SharedMemoryState struct {
@@ -86,7 +92,7 @@ func (c *Client) UseSharedMemory(slots, maxSamples int) error {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	name := "fleetscribe-" + hex.EncodeToString(id[:])
+	name := SharedMemoryPrefix(os.Getpid()) + hex.EncodeToString(id[:])
 	slotBytes := (4*maxSamples + 63) &^ 63 // slots start on cache lines
 	m, err := shm.Create("/"+name, slots*slotBytes)
 	if err != nil {

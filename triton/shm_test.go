@@ -222,12 +222,16 @@ func TestSharedMemorySlotsInUseFallBack(t *testing.T) {
 	}
 }
 
-// Close unregisters the region and removes its object.
+// Close unregisters the region and removes its object; the region's name
+// says which process made it.
 func TestSharedMemoryClose(t *testing.T) {
 	srv := shmServer(t, "127.0.0.1:0")
 	c, _ := shmClient(t, srv.Addr, triton.DefaultModelIO(), 2)
 	inferAs(t, c, tone(1000, 0.7))
 	region := c.SharedMemory().Region
+	if !strings.HasPrefix(region, triton.SharedMemoryPrefix(os.Getpid())) {
+		t.Errorf("region %q does not name this process (%d): a killed worker's would not be found", region, os.Getpid())
+	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
