@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,6 +70,11 @@ type proc struct {
 func startWorker(t *testing.T, env ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.CommandContext(t.Context(), os.Args[0]), lines: make(chan string, 1000)}
+	// At the test's end, stopped as an operator stops it (SIGTERM), so it
+	// removes its shared memory regions as it exits; SIGKILL only if it
+	// has not exited 30 s later (a killed worker's regions stay behind).
+	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
+	p.cmd.WaitDelay = 30 * time.Second
 	p.cmd.Env = append(append(os.Environ(), "FLEETSCRIBE_TEST_RUN_WORKER=1", "FLEETSCRIBE_METRICS_ADDR=127.0.0.1:0",
 		"FLEETSCRIBE_WAIT_TIME=1s", "FLEETSCRIBE_TRITON_HEALTH_INTERVAL=200ms", "FLEETSCRIBE_CONCURRENCY=1"), env...)
 	stderr, err := p.cmd.StderrPipe()
@@ -78,7 +84,7 @@ func startWorker(t *testing.T, env ...string) *proc {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	t.Cleanup(func() { _ = p.cmd.Wait() }) // after t.Context() ends, which signals it
 	go func() {
 		defer close(p.lines)
 		sc := bufio.NewScanner(stderr)
