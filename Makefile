@@ -9,10 +9,10 @@ WORKER_CPUS ?=
 # Expanded when used (=, not :=): make deps may install go first.
 GOBIN = $(shell $(GO) env GOPATH)/bin
 export GOTOOLCHAIN ?= auto
-TAGS := pocketsphinx
-# Debian's python3 (with python3-numpy from make deps), for the tests of the
-# Triton model; not a virtualenv's.
-PYTHON ?= /usr/bin/python3
+# The Python of real Triton's Python backend (the virtual environment make
+# deps makes, with the pinned numpy and pocketsphinx), for the tests of the
+# Triton model.
+PYTHON ?= .triton/venv/bin/python
 BIN := bin
 
 .DEFAULT_GOAL := help
@@ -26,23 +26,23 @@ deps: ## install apt packages, the local AWS emulator (npm) and Go modules, if m
 	@scripts/deps.sh
 
 .PHONY: build
-build: deps ## build worker, enqueue, asrserver (pocketsphinx) and demo into bin/
+build: deps ## build worker, enqueue and demo into bin/
 	$(GO) build -o $(BIN)/ ./cmd/worker ./cmd/enqueue ./cmd/demo
-	$(GO) build -tags $(TAGS) -o $(BIN)/ ./cmd/asrserver
 
 .PHONY: demo
-demo: build ## transcribe synthesised speech end to end on local SQS/S3 and pocketsphinx
+demo: build ## transcribe synthesised speech end to end: local SQS/S3, four real Triton partitions serving pocketsphinx, the worker
 	$(BIN)/demo -bin $(BIN)
 
 .PHONY: test
-test: deps tflint ## vet, format check, terraform checks and all tests with -race
+test: deps tflint ## vet, format check, terraform checks and all tests with -race (real Triton among them)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet -tags $(TAGS) ./...
+	$(GO) vet ./...
+	$(GO) vet -tags chaos,accuracy ./chaos ./worker
 	$(MAKE) --no-print-directory tf-lint
 	$(MAKE) --no-print-directory tf-validate
-	FLEETSCRIBE_REQUIRE_PROMTOOL=1 $(GO) test -race -count=1 -tags $(TAGS) ./...
+	FLEETSCRIBE_REQUIRE_PROMTOOL=1 FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -race -count=1 ./...
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s deploy/triton/tests
-	$(GO) test -count=1 -tags $(TAGS),chaos -run TestChaosShort -v ./chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
+	FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -tags chaos -run TestChaosShort -v ./chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
 
 .PHONY: tflint
 tflint:
@@ -89,7 +89,7 @@ bench-longform: deps ## one 60-minute recording through the worker with one part
 .PHONY: bench-accuracy
 bench-accuracy: deps ## a 20-minute recording of synthesised sentences (3 voices, some in noise) through the worker and pocketsphinx: stitched WER beside each sentence alone, sentence start times (about 20 minutes)
 	@mkdir -p $(BIN)
-	@rc=0; $(GO) test -count=1 -timeout 90m -tags $(TAGS),accuracy -run TestLongFormAccuracy -v ./worker -args -accuracy-minutes $${MINUTES:-20} > $(BIN)/accuracy.log 2>&1 || rc=$$?; \
+	@rc=0; $(GO) test -count=1 -timeout 90m -tags accuracy -run TestLongFormAccuracy -v ./worker -args -accuracy-minutes $${MINUTES:-20} > $(BIN)/accuracy.log 2>&1 || rc=$$?; \
 		grep -v '^RESULT' $(BIN)/accuracy.log; grep '^RESULT' $(BIN)/accuracy.log; exit $$rc
 
 .PHONY: bench-worker
@@ -97,8 +97,13 @@ bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into fou
 	$(GO) run ./bench/worker -worker-bin $(BIN)/worker -worker-cpus "$(WORKER_CPUS)"
 
 .PHONY: chaos
-chaos: build ## 1000 jobs through two real workers while workers are killed, partitions crash and S3/SQS fail; table and RESULT line
-	$(GO) run ./cmd/chaos -worker-bin $(BIN)/worker -asr-bin $(BIN)/asrserver
+chaos: build ## 1000 jobs through two real workers and three real Triton partitions while workers are killed, partitions are SIGKILLed and S3/SQS fail; table and RESULT line
+	$(GO) run ./cmd/chaos -worker-bin $(BIN)/worker
+
+.PHONY: conformance
+conformance: deps ## one set of scenarios against real Triton and the in-process fake: table and RESULT line
+	@mkdir -p $(BIN); FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -run TestConformance -v ./triton/conformance > $(BIN)/conformance.log 2>&1 || rc=$$?; \
+	  grep -E '^(scenario|[a-zA-Z].*  (pass|FAIL|not run) )|^RESULT|^--- FAIL|_test.go' $(BIN)/conformance.log; exit $${rc:-0}
 
 .PHONY: bench-gpu
 bench-gpu: deps ## GPU benchmark on this host's GPU 0 (needs nvidia-smi, python3 with torch/grpcio/protobuf); results into docs/benchmarks/

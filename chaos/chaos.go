@@ -39,6 +39,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/internal/shm"
+	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
@@ -47,7 +48,7 @@ import (
 type Config struct {
 	Jobs             int           // all jobs; about a tenth are bad inputs of six kinds
 	Workers          int           // worker processes on the same queue
-	Partitions       int           // pocketsphinx partitions
+	Partitions       int           // Triton Inference Server partitions (pocketsphinx)
 	Kills            int           // SIGKILLs of a worker, each restarted
 	PartitionCrashes int           // single partitions killed and restarted
 	AllDown          time.Duration // once, every partition down together this long
@@ -56,7 +57,7 @@ type Config struct {
 	Timeout          time.Duration
 	Seed             uint64
 	WorkerBin        string // the worker binary
-	ASRBin           string // the asrserver binary (pocketsphinx)
+	ModelRepo        string // the partitions' model repository (empty: deploy/triton/cpu)
 	Dir              string // scratch: clips and logs
 	Log              io.Writer
 }
@@ -176,13 +177,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	// Partitions on fixed ports, so a restarted one comes back where the
 	// workers look for it.
-	parts := &partitions{bin: cfg.ASRBin, dir: cfg.Dir}
-	for range cfg.Partitions {
-		port, err := freePort()
+	repo := cfg.ModelRepo
+	if repo == "" {
+		root, err := tritonproc.Root()
 		if err != nil {
 			return nil, err
 		}
-		parts.addrs = append(parts.addrs, "127.0.0.1:"+strconv.Itoa(port))
+		repo = filepath.Join(root, "deploy", "triton", "cpu")
+	}
+	parts, err := newPartitions(repo, cfg.Dir, cfg.Partitions)
+	if err != nil {
+		return nil, err
 	}
 	defer parts.stopAll()
 	for i := range parts.addrs {
@@ -323,9 +328,11 @@ func schedule(ctx context.Context, cfg Config, rng *rand.Rand, ws *workerSet, ps
 				rep.PartitionKills++
 			}
 			time.Sleep(cfg.AllDown)
+			var wg sync.WaitGroup
 			for i := range ps.addrs {
-				_ = ps.start(ctx, i)
+				wg.Go(func() { _ = ps.start(ctx, i) })
 			}
+			wg.Wait()
 		case "sigterm":
 			i := rng.IntN(len(ws.procs))
 			logf("%.0f%% done: SIGTERM worker %d; it drains and exits", 100*done, i)
@@ -627,49 +634,61 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// partitions are asrserver processes.
+// partitions are real Triton Inference Server processes serving the CPU
+// model repository (pocketsphinx), each on fixed ports so that a restarted
+// one comes back where the workers look for it.
 type partitions struct {
-	bin, dir string
-	addrs    []string
-	mu       sync.Mutex
-	procs    map[int]*exec.Cmd
+	repo, dir string
+	addrs     []string
+	ports     [][3]int // gRPC, HTTP, metrics
+	mu        sync.Mutex
+	servers   map[int]*tritonproc.Server
 }
 
-func (p *partitions) start(ctx context.Context, i int) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.procs == nil {
-		p.procs = map[int]*exec.Cmd{}
+func newPartitions(repo, dir string, n int) (*partitions, error) {
+	p := &partitions{repo: repo, dir: dir, servers: map[int]*tritonproc.Server{}}
+	for range n {
+		var ports [3]int
+		for k := range ports {
+			port, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			ports[k] = port
+		}
+		p.ports = append(p.ports, ports)
+		p.addrs = append(p.addrs, "127.0.0.1:"+strconv.Itoa(ports[0]))
 	}
+	return p, nil
+}
+
+// start runs partition i and waits until it is ready.
+func (p *partitions) start(ctx context.Context, i int) error {
 	logf, err := os.OpenFile(filepath.Join(p.dir, fmt.Sprintf("partition-%d.log", i)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, p.bin, "-listen", p.addrs[i], "-decoders", "2")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// The port may linger a moment after a kill.
-	for try := 0; ; try++ {
-		if err = cmd.Start(); err == nil || try == 20 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	s, err := tritonproc.Start(ctx, tritonproc.Options{Repo: p.repo, GRPCPort: p.ports[i][0], HTTPPort: p.ports[i][1],
+		MetricsPort: p.ports[i][2], Log: logf, ReadyTimeout: 2 * time.Minute})
 	if err != nil {
+		_ = logf.Close()
 		return err
 	}
-	p.procs[i] = cmd
-	go func() { _ = cmd.Wait(); _ = logf.Close() }()
+	p.mu.Lock()
+	p.servers[i] = s
+	p.mu.Unlock()
 	return nil
 }
 
+// kill ends partition i with SIGKILL, in whatever batch it is running.
 func (p *partitions) kill(i int) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c := p.procs[i]; c != nil && c.Process != nil {
-		_ = c.Process.Kill()
+	s := p.servers[i]
+	delete(p.servers, i)
+	p.mu.Unlock()
+	if s != nil {
+		s.Kill()
 	}
-	delete(p.procs, i)
 }
 
 func (p *partitions) stopAll() {

@@ -1,4 +1,4 @@
-//go:build pocketsphinx && chaos
+//go:build chaos
 
 package chaos
 
@@ -9,23 +9,25 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 )
 
 // The short chaos run of make test (a step of its own, after the other
 // tests, so its load does not disturb their timing): 60 jobs (six of them
 // bad inputs, one of each kind) through two real workers and
-// two pocketsphinx partitions, with two SIGKILLs, a partition crash, every
+// two partitions of real Triton Inference Server (pocketsphinx), with two SIGKILLs, a partition crash, every
 // partition down for 3 s, a SIGTERM drain and 3% of S3/SQS requests
 // failing. make chaos runs the full suite (1000 jobs).
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the real binaries")
 	}
+	tritonproc.Require(t)
 	dir := t.TempDir()
 	root, _ := filepath.Abs("..")
 	for _, b := range [][]string{
 		{"build", "-o", dir + "/", "./cmd/worker"},
-		{"build", "-tags", "pocketsphinx", "-o", dir + "/", "./cmd/asrserver"},
 	} {
 		cmd := exec.CommandContext(t.Context(), "go", b...)
 		cmd.Dir = root
@@ -37,7 +39,7 @@ func TestChaosShort(t *testing.T) {
 	rep, err := Run(context.Background(), Config{
 		Jobs: 60, Workers: 2, Partitions: 2, Kills: 2, PartitionCrashes: 1, AllDown: 3 * time.Second,
 		FaultRate: 0.03, MaxReceives: 4, Timeout: 4 * time.Minute, Seed: uint64(time.Now().UnixNano()),
-		WorkerBin: filepath.Join(dir, "worker"), ASRBin: filepath.Join(dir, "asrserver"), Dir: dir, Log: &log,
+		WorkerBin: filepath.Join(dir, "worker"), Dir: dir, Log: &log,
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())

@@ -33,7 +33,17 @@ type Partition struct {
 	// MemLimit caps the device memory the partition may pin
 	// (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, e.g. "20G"); empty: no cap.
 	MemLimit string
+	// Sharing is how the partitions of a GPU share it: SharingMPS (MPS
+	// clients of one daemon) or SharingTimeSliced (plain processes, no
+	// daemon, also how partitions run on a host without GPUs).
+	Sharing string
 }
+
+// How partitions share a GPU.
+const (
+	SharingMPS        = "mps"
+	SharingTimeSliced = "timesliced"
+)
 
 // Name is a stable identifier, e.g. "gpu0-p2".
 func (p Partition) Name() string { return fmt.Sprintf("gpu%d-p%d", p.GPU, p.Index) }
@@ -48,6 +58,8 @@ type PlanConfig struct {
 	// MemLimit caps each partition's pinned device memory ("20G", "512M");
 	// empty: no cap.
 	MemLimit string
+	// Sharing is SharingMPS (the default when empty) or SharingTimeSliced.
+	Sharing string
 }
 
 // Plan lays out partitions GPU by GPU. Partition k (counting across GPUs)
@@ -66,10 +78,21 @@ func Plan(c PlanConfig) ([]Partition, error) {
 		return nil, fmt.Errorf("thread percentage %d is outside 1..100", c.Percentage)
 	case c.MemLimit != "" && !validMemLimit(c.MemLimit):
 		return nil, fmt.Errorf("memory limit %q: want a number with a unit, such as 20G or 512M", c.MemLimit)
+	case c.Sharing != "" && c.Sharing != SharingMPS && c.Sharing != SharingTimeSliced:
+		return nil, fmt.Errorf("sharing %q: want %s or %s", c.Sharing, SharingMPS, SharingTimeSliced)
+	case c.Sharing == SharingTimeSliced && (c.Percentage != 0 || c.MemLimit != ""):
+		return nil, errors.New("a thread percentage or memory limit needs MPS sharing")
+	}
+	sharing := c.Sharing
+	if sharing == "" {
+		sharing = SharingMPS
 	}
 	pct := c.Percentage
 	if pct == 0 {
 		pct = max(1, 100/c.PerGPU)
+	}
+	if sharing == SharingTimeSliced {
+		pct = 100
 	}
 	seen := map[int]bool{}
 	var out []Partition
@@ -80,7 +103,7 @@ func Plan(c PlanConfig) ([]Partition, error) {
 		seen[g] = true
 		for i := range c.PerGPU {
 			port := c.BasePort + 3*len(out)
-			out = append(out, Partition{GPU: g, Index: i, ThreadPercentage: pct, GRPCPort: port, HTTPPort: port + 1, MetricsPort: port + 2, MemLimit: c.MemLimit})
+			out = append(out, Partition{GPU: g, Index: i, ThreadPercentage: pct, GRPCPort: port, HTTPPort: port + 1, MetricsPort: port + 2, MemLimit: c.MemLimit, Sharing: sharing})
 		}
 	}
 	return out, nil
@@ -104,7 +127,11 @@ type Dirs struct {
 
 // Env returns the environment a partition's process needs, as KEY=VALUE.
 // The process sees its GPU as device 0, so a memory limit names device 0.
+// A time-sliced partition gets only its device.
 func (p Partition) Env(d Dirs) []string {
+	if p.Sharing == SharingTimeSliced {
+		return []string{"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(p.GPU)}
+	}
 	env := []string{
 		"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(p.GPU),
 		"CUDA_MPS_PIPE_DIRECTORY=" + d.Pipe,

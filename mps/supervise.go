@@ -66,7 +66,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if len(s.Plan) == 0 || len(s.Command) == 0 {
 		return errors.New("supervise: nothing to run")
 	}
-	if s.StartDaemon {
+	mps := false
+	for _, p := range s.Plan {
+		mps = mps || p.Sharing != SharingTimeSliced
+	}
+	if s.StartDaemon && mps {
 		if err := s.Control.StartDaemon(ctx); err != nil {
 			return err
 		}
@@ -84,7 +88,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	for _, p := range s.Plan {
 		wg.Go(func() { s.keep(ctx, p) })
 	}
-	wg.Go(func() { s.watch(ctx) })
+	if mps { // time-sliced partitions have no daemon to watch
+		wg.Go(func() { s.watch(ctx) })
+	}
 	wg.Wait()
 	return nil
 }

@@ -9,12 +9,12 @@ need_apt=()
 # Commands, by the Debian package that provides them (promtool, from
 # prometheus, checks the alert rules and dashboard queries; a command that is
 # already on PATH, however it was installed, is left alone).
-for pair in ffmpeg:ffmpeg pkg-config:pkg-config gcc:gcc node:nodejs npm:npm protoc:protobuf-compiler pocketsphinx_continuous:pocketsphinx promtool:prometheus; do
+for pair in ffmpeg:ffmpeg gcc:gcc node:nodejs npm:npm protoc:protobuf-compiler promtool:prometheus; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
-# Libraries and data.
-# python3-numpy: the tests of the Triton Python-backend model (deploy/triton).
-for pkg in libpocketsphinx-dev pocketsphinx-en-us python3-numpy; do
+# Libraries: python3-venv and libpython3.11: the virtual environment of real Triton's
+# Python backend, whose stub embeds Debian's Python (scripts/triton-deps.sh).
+for pkg in python3-venv libpython3.11; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if ! command -v go >/dev/null 2>&1; then
@@ -63,3 +63,5 @@ fi
 
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 go mod download
+
+scripts/triton-deps.sh

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 )
@@ -226,7 +226,7 @@ func TestPoolWaitsOutBackpressure(t *testing.T) {
 func TestPoolPoisonInputDoesNotEject(t *testing.T) {
 	a, b := tritontest.Start(t), tritontest.Start(t)
 	for _, s := range []*tritontest.Server{a, b} {
-		s.SetRecognizer(asrserver.RecognizerFunc(func(_ context.Context, samples []float32, _ bool) (triton.Result, error) {
+		s.SetRecognizer(kserve.RecognizerFunc(func(_ context.Context, samples []float32, _ bool) (triton.Result, error) {
 			if len(samples) == 13 || len(samples) > 100 {
 				return triton.Result{}, status.Error(codes.Internal, "model crashed on this input")
 			}

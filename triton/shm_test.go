@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/internal/shm"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
@@ -49,7 +49,7 @@ func shmServer(t *testing.T, addr string) *tritontest.Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	srv.SetRecognizer(asrserver.RecognizerFunc(func(_ context.Context, s []float32, _ bool) (triton.Result, error) {
+	srv.SetRecognizer(kserve.RecognizerFunc(func(_ context.Context, s []float32, _ bool) (triton.Result, error) {
 		return triton.Result{Text: tritontest.Fingerprint(s)}, nil
 	}))
 	return srv

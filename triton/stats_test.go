@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 )
@@ -20,7 +20,7 @@ import (
 // add to the totals instead of being lost.
 func TestPoolCountsQueueAndComputeTimeFromTritonStatistics(t *testing.T) {
 	const latency = 30 * time.Millisecond
-	srv := tritontest.StartWith(t, tritontest.Options{Batch: &asrserver.BatchConfig{MaxBatchSize: 1, Instances: 1}})
+	srv := tritontest.StartWith(t, tritontest.Options{Batch: &kserve.BatchConfig{MaxBatchSize: 1, Instances: 1}})
 	srv.SetLatency(latency)
 	reg := prometheus.NewRegistry()
 	cfg := poolConfig(srv.Addr)
@@ -82,7 +82,7 @@ func TestPoolCountsQueueAndComputeTimeFromTritonStatistics(t *testing.T) {
 	// The partition restarts (an MPS fault takes it down): its counters
 	// start from zero, and what it serves afterwards still adds up.
 	srv.Close()
-	again, err := tritontest.ListenWith(addr, triton.DefaultModelIO(), tritontest.Options{Batch: &asrserver.BatchConfig{MaxBatchSize: 1, Instances: 1}})
+	again, err := tritontest.ListenWith(addr, triton.DefaultModelIO(), tritontest.Options{Batch: &kserve.BatchConfig{MaxBatchSize: 1, Instances: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-//go:build pocketsphinx && accuracy
+//go:build accuracy
 
 // The long-form accuracy measurement (make bench-accuracy): about 20
 // minutes of pocketsphinx, so not part of make test.
@@ -7,12 +7,10 @@ package worker_test
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,8 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
-	"github.com/fleetscribe/fleetscribe/asrserver/sphinx"
+	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/internal/wer"
 	"github.com/fleetscribe/fleetscribe/triton"
@@ -106,16 +103,24 @@ func TestLongFormAccuracy(t *testing.T) {
 	if _, err := exec.LookPath("ffmpeg"); err != nil {
 		t.Fatal("ffmpeg is required (make deps installs it)")
 	}
-	cfgS := sphinx.DefaultConfig()
-	cfgS.Decoders = 2
-	rec, err := sphinx.New(cfgS)
-	if errors.Is(err, sphinx.ErrNotBuilt) {
-		t.Skip(err)
+	// Real Triton serving the shipped CPU repository (pocketsphinx), with
+	// two model instances for this machine's two cores.
+	repo := t.TempDir()
+	cpu := tritonproc.ModelConfig{Engine: "pocketsphinx", MaxBatchSize: 8, MaxQueueDelay: 2 * time.Millisecond, QueueTimeout: time.Hour, Instances: 2}
+	if err := tritonproc.WriteRepo(repo, map[string]tritonproc.ModelConfig{"asr": cpu}); err != nil {
+		t.Fatal(err)
 	}
+	tritonproc.Require(t)
+	srv, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: repo})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rec.Close)
+	t.Cleanup(srv.Kill)
+	rec, err := triton.Dial(srv.Addr, triton.DefaultModelIO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rec.Close() })
 
 	// The recording: sentences and pauses of 0.6-1.6 s of faint noise.
 	rng := rand.New(rand.NewPCG(20, 26))
@@ -175,7 +180,7 @@ func TestLongFormAccuracy(t *testing.T) {
 	// as the worker levels a chunk.
 	alone := make([]string, len(texts))
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, cfgS.Decoders)
+	sem := make(chan struct{}, cpu.Instances)
 	for i, sp := range spans {
 		wg.Go(func() {
 			sem <- struct{}{}
@@ -183,7 +188,7 @@ func TestLongFormAccuracy(t *testing.T) {
 			lo, hi := max(0, sp[0]-3200), min(len(decoded.Samples), sp[1]+3200)
 			y := slices.Clone(decoded.Samples[lo:hi])
 			audio.Normalize(y)
-			r, err := rec.Recognize(context.Background(), y, false)
+			r, err := rec.Infer(context.Background(), triton.Request{Samples: y})
 			if err != nil {
 				t.Error(err)
 			}
@@ -194,15 +199,7 @@ func TestLongFormAccuracy(t *testing.T) {
 
 	// The whole recording through the worker.
 	e := newEnv(t, 0, 3)
-	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- asrserver.New(triton.DefaultModelIO(), rec, "asr").Serve(sctx, lis) }()
-	t.Cleanup(func() { stop(); <-served })
-	e.startPool([]string{lis.Addr().String()}, 5*time.Minute)
+	e.startPool([]string{srv.Addr}, 5*time.Minute)
 	e.put("long.mp3", mp3)
 	e.sendJob("long.mp3")
 	cfg := e.config()

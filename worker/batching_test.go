@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 )
@@ -35,7 +35,7 @@ func TestChunksFormBatchesInBothModes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t, 0, 3)
-			srv := tritontest.StartWith(t, tritontest.Options{Batch: &asrserver.BatchConfig{
+			srv := tritontest.StartWith(t, tritontest.Options{Batch: &kserve.BatchConfig{
 				MaxBatchSize: 8, PreferredSizes: []int{8}, MaxQueueDelay: 30 * time.Millisecond, Instances: 1, Ragged: c.ragged,
 			}})
 			srv.SetLatency(20 * time.Millisecond)
@@ -87,7 +87,7 @@ func TestOverloadNeverEjectsAndEveryRequestCompletes(t *testing.T) {
 	var servers []*tritontest.Server
 	var addrs []string
 	for range 2 {
-		s := tritontest.StartWith(t, tritontest.Options{Batch: &asrserver.BatchConfig{
+		s := tritontest.StartWith(t, tritontest.Options{Batch: &kserve.BatchConfig{
 			MaxBatchSize: 4, Instances: 1, MaxQueueSize: 2, Ragged: true,
 		}})
 		s.SetLatency(20 * time.Millisecond)

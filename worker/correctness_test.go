@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
@@ -501,8 +501,8 @@ func TestJobModelOverride(t *testing.T) {
 var errInternal = status.Error(codes.Internal, "injected: model crashed")
 
 // asrFunc adapts a function of the samples to a recognizer.
-func asrFunc(f func([]float32) (triton.Result, error)) asrserver.Recognizer {
-	return asrserver.RecognizerFunc(func(_ context.Context, samples []float32, _ bool) (triton.Result, error) {
+func asrFunc(f func([]float32) (triton.Result, error)) kserve.Recognizer {
+	return kserve.RecognizerFunc(func(_ context.Context, samples []float32, _ bool) (triton.Result, error) {
 		return f(samples)
 	})
 }

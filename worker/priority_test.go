@@ -18,7 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
@@ -73,7 +73,7 @@ func TestLiveBeforeBulkInOneWorker(t *testing.T) {
 	)
 	var addrs []string
 	for range 2 {
-		srv := tritontest.StartWith(t, tritontest.Options{Batch: &asrserver.BatchConfig{MaxBatchSize: 1, Instances: 1}})
+		srv := tritontest.StartWith(t, tritontest.Options{Batch: &kserve.BatchConfig{MaxBatchSize: 1, Instances: 1, PriorityLevels: 2}})
 		srv.SetLatency(25 * time.Millisecond)
 		addrs = append(addrs, srv.Addr)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
@@ -135,7 +135,7 @@ func (b *brokenBody) Read(p []byte) (int, error) {
 
 func fingerprintServers(e *env) {
 	for _, s := range e.servers {
-		s.SetRecognizer(asrserver.RecognizerFunc(func(_ context.Context, x []float32, _ bool) (triton.Result, error) {
+		s.SetRecognizer(kserve.RecognizerFunc(func(_ context.Context, x []float32, _ bool) (triton.Result, error) {
 			return triton.Result{Text: tritontest.Fingerprint(x)}, nil
 		}))
 	}

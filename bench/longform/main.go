@@ -18,10 +18,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -31,8 +29,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
@@ -52,31 +50,14 @@ func main() {
 }
 
 // gpuModel is a partition's model: a batch takes fixed + perRow for each
-// row (scaled by its length against 30 s), one batch at a time.
+// row (scaled by its length against 30 s), one batch at a time. It runs in
+// real Triton Inference Server, as model.py's echo engine.
 type gpuModel struct{ fixed, perRow time.Duration }
 
-func (g gpuModel) Recognize(ctx context.Context, samples []float32, _ bool) (triton.Result, error) {
-	r, err := g.RecognizeBatch(ctx, []asrserver.Row{{Samples: samples}})
-	if err != nil {
-		return triton.Result{}, err
-	}
-	return r[0], nil
-}
+// batchStats are the batches the partitions executed.
+type batchStats struct{ Batches, Rows uint64 }
 
-func (g gpuModel) RecognizeBatch(ctx context.Context, rows []asrserver.Row) ([]triton.Result, error) {
-	d := g.fixed
-	out := make([]triton.Result, len(rows))
-	for i, r := range rows {
-		d += time.Duration(float64(g.perRow) * float64(len(r.Samples)) / (30 * 16000))
-		out[i] = triton.Result{Text: fmt.Sprintf("samples %d", len(r.Samples))}
-	}
-	select {
-	case <-time.After(d):
-		return out, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
+func (b batchStats) MeanBatchSize() float64 { return float64(b.Rows) / float64(max(b.Batches, 1)) }
 
 func run(minutes float64, fixed, perRow time.Duration, parallel int) error {
 	ctx := context.Background()
@@ -90,7 +71,7 @@ func run(minutes float64, fixed, perRow time.Duration, parallel int) error {
 	fmt.Printf("%.0f-minute recording, %.0f MB; latency model: %v a batch + %v per 30 s row; chunk parallelism %d\n",
 		minutes, float64(len(wav))/1e6, fixed, perRow, parallel)
 	var times []time.Duration
-	var stats []asrserver.BatchStats
+	var stats []batchStats
 	for i, n := range []int{1, 4} {
 		q, err := emu.Provision(ctx, fmt.Sprintf("longform-%d", i), 3, fmt.Sprintf("lf-in-%d", i), fmt.Sprintf("lf-out-%d", i))
 		if err != nil {
@@ -114,31 +95,40 @@ func run(minutes float64, fixed, perRow time.Duration, parallel int) error {
 
 // once runs one job through a worker with n partitions and returns the
 // time from the message to the transcript.
-func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, out string, n int, model gpuModel, parallel int) (time.Duration, asrserver.BatchStats, error) {
+func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, out string, n int, model gpuModel, parallel int) (time.Duration, batchStats, error) {
+	dir, err := os.MkdirTemp("", "bench-longform-")
+	if err != nil {
+		return 0, batchStats{}, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	mcfg := tritonproc.ModelConfig{Engine: "echo", MaxBatchSize: 8, PreferredBatchSizes: []int{8}, MaxQueueDelay: 5 * time.Millisecond,
+		QueueTimeout: time.Hour, BatchDelay: model.fixed, RowDelay: model.perRow}
+	if err := tritonproc.WriteRepo(dir, map[string]tritonproc.ModelConfig{"asr": mcfg}); err != nil {
+		return 0, batchStats{}, err
+	}
 	var addrs []string
-	var servers []*asrserver.Server
-	sctx, stop := context.WithCancel(ctx)
-	var serving sync.WaitGroup
-	defer func() { stop(); serving.Wait() }()
-	for range n {
-		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, asrserver.BatchStats{}, err
+	var servers []*tritonproc.Server
+	defer func() {
+		for _, s := range servers {
+			s.Stop(5 * time.Second)
 		}
-		srv := asrserver.New(triton.DefaultModelIO(), model, "gpu-model")
-		srv.Batch = asrserver.BatchConfig{MaxBatchSize: 8, PreferredSizes: []int{8}, MaxQueueDelay: 5 * time.Millisecond, Ragged: true, Instances: 1}
+	}()
+	for range n {
+		srv, err := tritonproc.Start(ctx, tritonproc.Options{Repo: dir})
+		if err != nil {
+			return 0, batchStats{}, err
+		}
 		servers = append(servers, srv)
-		serving.Go(func() { _ = srv.Serve(sctx, lis) })
-		addrs = append(addrs, lis.Addr().String())
+		addrs = append(addrs, srv.Addr)
 	}
 	pool, err := triton.NewPool(triton.PoolConfig{Addrs: addrs, MaxInflight: 48, RequestTimeout: time.Minute, Attempts: 3,
 		BackoffBase: 10 * time.Millisecond, BackoffMax: time.Second, EjectAfter: 3, HealthInterval: time.Second}, triton.DefaultModelIO(), prometheus.NewRegistry())
 	if err != nil {
-		return 0, asrserver.BatchStats{}, err
+		return 0, batchStats{}, err
 	}
 	defer pool.Close()
 	if err := pool.WaitReady(ctx); err != nil {
-		return 0, asrserver.BatchStats{}, err
+		return 0, batchStats{}, err
 	}
 	cfg := worker.Config{
 		QueueURL: queueURL, OutputBucket: out, OutputPrefix: "transcripts/", Concurrency: 1, WaitTime: time.Second,
@@ -149,12 +139,12 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(cfg, "asr", sqsc, s3c, pool, zerolog.New(io.Discard), reg)
 	if err != nil {
-		return 0, asrserver.BatchStats{}, err
+		return 0, batchStats{}, err
 	}
 	body, _ := worker.Job{Bucket: in, Key: "call.wav"}.Encode()
 	start := time.Now()
 	if _, err := sqsc.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queueURL), MessageBody: aws.String(string(body))}); err != nil {
-		return 0, asrserver.BatchStats{}, err
+		return 0, batchStats{}, err
 	}
 	done := make(chan time.Duration, 1)
 	pctx, cancel := context.WithCancel(ctx)
@@ -174,7 +164,7 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 		}
 	}()
 	if err := w.Run(ctx); err != nil {
-		return 0, asrserver.BatchStats{}, err
+		return 0, batchStats{}, err
 	}
 	if mfs, err := reg.Gather(); err == nil {
 		for _, mf := range mfs {
@@ -187,11 +177,19 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 			}
 		}
 	}
-	var stats asrserver.BatchStats
-	for _, s := range servers {
-		b := s.BatchStats()
-		stats.Batches += b.Batches
-		stats.Rows += b.Rows
+	var stats batchStats
+	for _, a := range addrs {
+		c, err := triton.Dial(a, triton.DefaultModelIO())
+		if err != nil {
+			return 0, stats, err
+		}
+		st, err := c.Statistics(ctx)
+		_ = c.Close()
+		if err != nil {
+			return 0, stats, err
+		}
+		stats.Batches += st.Executions
+		stats.Rows += st.Rows
 	}
 	select {
 	case d := <-done:

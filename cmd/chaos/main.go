@@ -1,5 +1,5 @@
 // Command chaos runs the chaos suite (package chaos): real worker and
-// pocketsphinx partition binaries against the local SQS+S3 emulator while
+// real Triton Inference Server partitions (pocketsphinx) against the local SQS+S3 emulator while
 // workers are killed, partitions crash, S3 and SQS fail and a worker is
 // drained; then it prints a table of outcomes and a RESULT line, and
 // exits 1 if any job was lost, duplicated, mismatched or stranded.
@@ -21,7 +21,7 @@ func main() {
 	var cfg chaos.Config
 	flag.IntVar(&cfg.Jobs, "jobs", 1000, "jobs (about a tenth are bad inputs of six kinds)")
 	flag.IntVar(&cfg.Workers, "workers", 2, "worker processes on the same queue")
-	flag.IntVar(&cfg.Partitions, "partitions", 3, "pocketsphinx partitions")
+	flag.IntVar(&cfg.Partitions, "partitions", 3, "Triton Inference Server partitions (processes serving the CPU model repository)")
 	flag.IntVar(&cfg.Kills, "kills", 6, "SIGKILLs of a worker (each restarted)")
 	flag.IntVar(&cfg.PartitionCrashes, "partition-crashes", 4, "single partitions killed and restarted")
 	flag.DurationVar(&cfg.AllDown, "all-down", 20*time.Second, "once, every partition down together this long")
@@ -30,7 +30,7 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	flag.Uint64Var(&cfg.Seed, "seed", uint64(time.Now().UnixNano()), "random seed")
 	flag.StringVar(&cfg.WorkerBin, "worker-bin", "bin/worker", "worker binary")
-	flag.StringVar(&cfg.ASRBin, "asr-bin", "bin/asrserver", "asrserver binary (built with -tags pocketsphinx)")
+	flag.StringVar(&cfg.ModelRepo, "model-repository", "deploy/triton/cpu", "the partitions' Triton model repository")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "chaos-")
 	if err != nil {

@@ -1,6 +1,9 @@
 // Command demo runs the whole job end to end on this machine, with no AWS
-// account and no GPU: it starts the local SQS+S3 emulator and the
-// pocketsphinx inference server, synthesises English sentences with
+// account and no GPU: it starts the local SQS+S3 emulator and four
+// partitions of real Triton Inference Server (the way `worker mps run`
+// runs a plan, time-sliced, serving the CPU model repository
+// deploy/triton/cpu: pocketsphinx behind the worker's model contract),
+// synthesises English sentences with
 // ffmpeg's flite voices, uploads them, enqueues them with the enqueue
 // binary, runs the worker binary until the queue is drained, prints each
 // transcript beside its source text with the word error rate, and stops
@@ -15,10 +18,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/internal/wer"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
@@ -52,7 +58,10 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	binDir := flag.String("bin", "bin", "directory holding the worker, enqueue and asrserver binaries")
+	binDir := flag.String("bin", "bin", "directory holding the worker and enqueue binaries")
+	launcher := flag.String("tritonserver", "scripts/tritonserver", "command that runs Triton Inference Server (make deps installs it)")
+	repo := flag.String("model-repository", "deploy/triton/cpu", "Triton model repository the partitions serve")
+	partitions := flag.Int("partitions", 4, "Triton partitions (server processes)")
 	voice := flag.String("voice", "rms", "flite voice (kal, kal16, rms, slt, awb)")
 	maxWER := flag.Float64("max-wer", 0.15, "exit non-zero when overall WER is above this")
 	verbose := flag.Bool("v", false, "show the worker's and servers' logs")
@@ -81,21 +90,40 @@ func run(ctx context.Context) error {
 	}
 	fmt.Printf("   endpoint %s, queue %s (DLQ after 3 receives)\n", emu.Endpoint, q.URL)
 
-	step("starting the pocketsphinx inference server (KServe v2 gRPC)")
-	addrFile := filepath.Join(work, "asr.addr")
-	asr := exec.CommandContext(ctx, filepath.Join(*binDir, "asrserver"), "-listen", "127.0.0.1:0", "-addr-file", addrFile, "-decoders", "2")
-	asr.Stdout, asr.Stderr = logs, logs
-	asr.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	asr.Cancel = func() error { return asr.Process.Signal(syscall.SIGTERM) }
-	if err := asr.Start(); err != nil {
-		return fmt.Errorf("start asrserver (run `make build`): %w", err)
-	}
-	defer func() { _ = asr.Process.Signal(syscall.SIGTERM); _ = asr.Wait() }()
-	asrAddr, err := waitFile(ctx, addrFile, 60*time.Second)
+	step(fmt.Sprintf("starting %d Triton Inference Server %s partitions (worker mps run, time-sliced, model repository %s)", *partitions, tritonproc.Version, *repo))
+	absRepo, err := filepath.Abs(*repo)
 	if err != nil {
-		return fmt.Errorf("asrserver did not start: %w", err)
+		return err
 	}
-	fmt.Printf("   listening on %s\n", asrAddr)
+	base, err := freePortRange(3 * *partitions)
+	if err != nil {
+		return err
+	}
+	plan := []string{"mps", "run", "-sharing", "timesliced", "-gpus", "0", "-per-gpu", strconv.Itoa(*partitions), "-base-port", strconv.Itoa(base)}
+	triton := append(append(plan, "--", *launcher), tritonproc.Args(absRepo, 0, 0, 0)...)
+	triton = portTemplates(triton)
+	sup := exec.CommandContext(ctx, filepath.Join(*binDir, "worker"), triton...)
+	sup.Stdout, sup.Stderr = logs, logs
+	sup.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	sup.Cancel = func() error { return sup.Process.Signal(syscall.SIGTERM) }
+	if err := sup.Start(); err != nil {
+		return fmt.Errorf("start worker mps run (run `make build`): %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = sup.Wait(); close(exited) }()
+	defer func() { _ = sup.Process.Signal(syscall.SIGTERM); <-exited }()
+	var addrs []string
+	for i := range *partitions {
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(base+3*i))
+	}
+	started := time.Now()
+	for _, a := range addrs {
+		if err := tritonproc.WaitReady(ctx, a, []string{"asr"}, 120*time.Second, exited); err != nil {
+			return fmt.Errorf("%w (rerun with -v for the partitions' logs)", err)
+		}
+	}
+	fmt.Printf("   ready in %.1fs: %s\n", time.Since(started).Seconds(), strings.Join(addrs, ","))
+	asrAddr := strings.Join(addrs, ",")
 
 	step(fmt.Sprintf("synthesising and uploading %d sentences (flite voice %q)", len(sentences), *voice))
 	keys := make([]string, len(sentences))
@@ -131,7 +159,7 @@ func run(ctx context.Context) error {
 	}
 
 	step("running the worker until the queue is drained")
-	started := time.Now()
+	started = time.Now()
 	wk := exec.CommandContext(ctx, filepath.Join(*binDir, "worker"), append(common,
 		"-output-bucket", outBucket, "-input-buckets", bucket, "-triton-addrs", asrAddr, "-model-batch-dim=true",
 		"-concurrency", "4", "-wait-time", "1s", "-exit-when-idle", "3s", "-metrics-addr", "")...)
@@ -195,19 +223,50 @@ var uploadFormats = []struct {
 
 func step(s string) { fmt.Printf("==> %s\n", s) }
 
-func waitFile(ctx context.Context, path string, limit time.Duration) (string, error) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
-			return strings.TrimSpace(string(b)), nil
+// portTemplates turns the ports of tritonproc.Args into the plan's
+// templates, which `worker mps run` fills in for each partition.
+func portTemplates(argv []string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		switch {
+		case strings.HasPrefix(a, "--grpc-port="):
+			a = "--grpc-port={grpc_port}"
+		case strings.HasPrefix(a, "--http-port="):
+			a = "--http-port={http_port}"
+		case strings.HasPrefix(a, "--metrics-port="):
+			a = "--metrics-port={metrics_port}"
+		case strings.HasPrefix(a, "--backend-config=python,shm-region-prefix-name="):
+			a = "--backend-config=python,shm-region-prefix-name=" + tritonproc.ShmPrefix(0) + "{name}-"
 		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		out[i] = a
+	}
+	return out
+}
+
+// freePortRange finds n consecutive ports free on loopback now.
+func freePortRange(n int) (int, error) {
+	for try := 0; try < 50; try++ {
+		base, err := tritonproc.FreePort()
+		if err != nil {
+			return 0, err
+		}
+		if base+n > 65535 {
+			continue
+		}
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				ok = false
+				continue
+			}
+			_ = l.Close()
+		}
+		if ok {
+			return base, nil
 		}
 	}
-	return "", fmt.Errorf("%s not written within %s", path, limit)
+	return 0, fmt.Errorf("no %d consecutive free ports on loopback", n)
 }
 
 // readTranscript finds the transcript of key by its deterministic prefix.

@@ -42,7 +42,7 @@ type mpsFlags struct {
 	gpus, nvidiaSMI, control, pipe, logDir string
 	perGPU, pct, basePort                  int
 	memLimit                               string
-	projectDir, out, format, host          string
+	projectDir, out, format, host, sharing string
 	recover, partitions, startDaemon       bool
 	checkEvery                             time.Duration
 }
@@ -52,6 +52,7 @@ func (f *mpsFlags) register(fs *flag.FlagSet, sub string) {
 	fs.IntVar(&f.perGPU, "per-gpu", 4, "partitions (Triton servers, MPS clients) per GPU")
 	fs.IntVar(&f.pct, "percentage", 0, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of each partition (0: 100 / per-gpu)")
 	fs.IntVar(&f.basePort, "base-port", 8001, "gRPC port of the first partition; each takes three (gRPC, HTTP, metrics)")
+	fs.StringVar(&f.sharing, "sharing", mps.SharingMPS, "how a GPU's partitions share it: mps (clients of the MPS daemon) or timesliced (plain processes; also on hosts without GPUs)")
 	fs.StringVar(&f.memLimit, "mem-limit", "", "device memory each partition may pin (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), e.g. 30G (empty: no cap)")
 	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "nvidia-smi", "nvidia-smi binary, for -gpus auto")
 	fs.StringVar(&f.pipe, "pipe-dir", "/tmp/nvidia-mps", "CUDA_MPS_PIPE_DIRECTORY shared by the daemon and the partitions")
@@ -95,7 +96,7 @@ func (f *mpsFlags) plan(ctx context.Context) ([]mps.Partition, error) {
 			return nil, err
 		}
 	}
-	return mps.Plan(mps.PlanConfig{GPUs: gpus, PerGPU: f.perGPU, BasePort: f.basePort, Percentage: f.pct, MemLimit: f.memLimit})
+	return mps.Plan(mps.PlanConfig{GPUs: gpus, PerGPU: f.perGPU, BasePort: f.basePort, Percentage: f.pct, MemLimit: f.memLimit, Sharing: f.sharing})
 }
 
 func (f *mpsFlags) dirs() mps.Dirs { return mps.Dirs{Pipe: f.pipe, Log: f.logDir} }

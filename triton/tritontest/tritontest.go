@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
@@ -34,8 +34,8 @@ type Server struct {
 	started  chan struct{} // receives one value per request that reaches the recognizer
 	calls    atomic.Int64
 	models   map[string]int // requests per model name
-	srv      *asrserver.Server
-	recog    asrserver.Recognizer
+	srv      *kserve.Server
+	recog    kserve.Recognizer
 	stop     context.CancelFunc
 	serveErr chan error
 	close    sync.Once
@@ -72,7 +72,7 @@ func Start(t testing.TB) *Server {
 // Options configure a fake beyond its model contract.
 type Options struct {
 	Aliases []string               // further model names it answers for
-	Batch   *asrserver.BatchConfig // nil: asrserver.New's default
+	Batch   *kserve.BatchConfig // nil: kserve.New's default
 }
 
 // StartWith serves the default model contract with options until the test ends.
@@ -100,15 +100,15 @@ func ListenWith(addr string, io triton.ModelIO, opts Options) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{Addr: lis.Addr().String(), stop: cancel, serveErr: make(chan error, 1), started: make(chan struct{}, 1024), models: map[string]int{}}
-	s.recog = asrserver.RecognizerFunc(func(_ context.Context, samples []float32, timestamps bool) (triton.Result, error) {
+	s.recog = kserve.RecognizerFunc(func(_ context.Context, samples []float32, timestamps bool) (triton.Result, error) {
 		r := triton.Result{Text: Text(len(samples))}
 		if timestamps {
-			d := float64(len(samples)) / asrserver.SampleRate
+			d := float64(len(samples)) / kserve.SampleRate
 			r.Words = []triton.Word{{Word: "samples", Start: 0, End: d / 2}, {Word: fmt.Sprint(len(samples)), Start: d / 2, End: d}}
 		}
 		return r, nil
 	})
-	srv := asrserver.New(io, asrserver.RecognizerFunc(s.recognize), "tritontest")
+	srv := kserve.New(io, kserve.RecognizerFunc(s.recognize), "tritontest")
 	srv.Aliases = opts.Aliases
 	if opts.Batch != nil {
 		srv.Batch = *opts.Batch
@@ -135,7 +135,7 @@ func (s *Server) recognize(ctx context.Context, samples []float32, timestamps bo
 	default:
 	}
 	s.mu.Lock()
-	s.models[asrserver.Model(ctx)]++
+	s.models[kserve.Model(ctx)]++
 	var fault error
 	if len(s.faults) > 0 {
 		fault, s.faults = s.faults[0], s.faults[1:]
@@ -163,7 +163,7 @@ func (s *Server) recognize(ctx context.Context, samples []float32, timestamps bo
 }
 
 // SetRecognizer replaces the default recognizer.
-func (s *Server) SetRecognizer(r asrserver.Recognizer) {
+func (s *Server) SetRecognizer(r kserve.Recognizer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.recog = r
@@ -222,7 +222,7 @@ func (s *Server) ModelCalls(model string) int {
 }
 
 // BatchStats returns the batches the fake's batcher executed.
-func (s *Server) BatchStats() asrserver.BatchStats { return s.srv.BatchStats() }
+func (s *Server) BatchStats() kserve.BatchStats { return s.srv.BatchStats() }
 
 // Calls returns the number of rows recognised (a batch of n counts n).
 func (s *Server) Calls() int64 { return s.calls.Load() }

@@ -1,4 +1,17 @@
-"""Triton Python-backend model: NVIDIA Parakeet TDT 0.6B V2 through NeMo.
+"""Triton Python-backend model of the worker's speech contract.
+
+One model file, three engines chosen by the model config parameter
+"engine" (each repository's config.pbtxt names its own):
+
+  parakeet      NVIDIA Parakeet TDT 0.6B V2 through NeMo (deploy/triton/models,
+                the GPU repository; the default)
+  pocketsphinx  the CMU pocketsphinx recogniser from PyPI, on CPU
+                (deploy/triton/cpu: the demo, the tests, the chaos suite)
+  echo          answers "samples N" for N samples, after an optional delay
+                that models a GPU's batch time (conformance tests and
+                benchmarks of the serving path; never for real audio)
+
+The worker cannot tell the engines apart: they share everything below.
 
 Implements the worker's model contract (README, "Model contract") in the
 ragged batching mode of ../config.pbtxt: Triton's dynamic batcher hands
@@ -16,13 +29,14 @@ INVALID_ARGUMENT error of its own, which the worker treats as permanent;
 if the batch call fails, each request is retried alone so that one bad
 input cannot fail the others.
 
-The model comes from the model config parameter "model" or the environment
-variable PARAKEET_MODEL: a local .nemo file, or a model name for NeMo to
-download ("nvidia/parakeet-tdt-0.6b-v2", the default).
+Parakeet's model comes from the model config parameter "model" or the
+environment variable PARAKEET_MODEL: a local .nemo file, or a model name for
+NeMo to download ("nvidia/parakeet-tdt-0.6b-v2", the default).
 """
 
 import json
 import os
+import time
 
 import numpy as np
 
@@ -89,7 +103,10 @@ def hypothesis_words(hyp):
         start, end = w.get("start"), w.get("end")
         if not text or start is None or end is None:
             continue
-        words.append({"word": str(text), "start": round(float(start), 3), "end": round(float(end), 3)})
+        word = {"word": str(text), "start": round(float(start), 3), "end": round(float(end), 3)}
+        if w.get("confidence") is not None:
+            word["confidence"] = float(w["confidence"])
+        words.append(word)
     return words
 
 
@@ -97,16 +114,188 @@ def hypothesis_text(hyp):
     return (hyp.text if hasattr(hyp, "text") else str(hyp)).strip()
 
 
+class Hypothesis:
+    """A transcription result shaped as NeMo's: text, and word timings in
+    timestamp["word"] (dicts of word, start and end in seconds)."""
+
+    def __init__(self, text, words):
+        self.text = text
+        self.timestamp = {"word": words}
+
+
+# The initial cepstral mean of pocketsphinx's US-English model.
+SPHINX_CMNINIT = "41.00,-5.29,-0.12,5.09,2.48,-4.07,-1.37,-1.78,-5.08,-2.05,-6.45,-1.42,1.17"
+
+
+class SphinxModel:
+    """pocketsphinx (CMU Sphinx) with its US-English model, on CPU, with
+    NeMo's transcribe signature so that the contract code serves it as it
+    serves Parakeet. A batch is decoded row by row; run several model
+    instances (instance_group count) to use several cores.
+
+    Each request starts from the same decoder state (a new stream and the
+    initial cepstral mean), so its words never depend on the requests before
+    it. It is decoded as one utterance per stretch of speech, divided at
+    pauses of 0.5 s or more (see pause_cuts): decoded as one, sentences on
+    either side of a pause run together through the language model and
+    come out worse than each alone. Word times count from the request's
+    first sample, in 10 ms frames (pocketsphinx 5 counts each utterance's
+    frames from its own start).
+    """
+
+    FRAME_RATE = 100  # pocketsphinx's frames per second (-frate)
+    BLOCK = 2048  # samples a process_raw call gets, as pocketsphinx's tools feed it
+
+    def __init__(self, params):
+        import pocketsphinx  # only where this engine is used
+
+        path = params.get("sphinx_model") or os.path.join(pocketsphinx.get_model_path(), "en-us")
+        config = {
+            "hmm": os.path.join(path, "en-us"),
+            "lm": os.path.join(path, "en-us.lm.bin"),
+            "dict": os.path.join(path, "cmudict-en-us.dict"),
+            "loglevel": "FATAL",
+            # Where each utterance's cepstral mean starts. The en-us model's
+            # own feat.params carries this mean in other distributions of
+            # it; the wheel's lacks it and falls back to 40,3,-1, which costs
+            # short clips dearly (demo WER 0.15 against 0.05).
+            "cmninit": params.get("sphinx_cmninit") or SPHINX_CMNINIT,
+        }
+        self.decoder = pocketsphinx.Decoder(**config)
+        self.cmn_init = self.decoder.get_cmn()
+
+    def transcribe(self, audio, batch_size, timestamps, verbose):  # noqa: ARG002 - NeMo's signature
+        return [self.recognize(samples, timestamps) for samples in audio]
+
+    def recognize(self, samples, timestamps):
+        pcm = pcm16(samples)
+        d = self.decoder
+        d.start_stream()  # frame numbers from 0, noise statistics reset
+        texts, words = [], []
+        cuts = pause_cuts(samples) + [len(pcm)]
+        start = 0
+        for end in cuts:
+            text, ws = self.utterance(pcm[start:end], start / SAMPLE_RATE, timestamps)
+            if text:
+                texts.append(text)
+            words.extend(ws)
+            start = end
+        return Hypothesis(" ".join(texts), words)
+
+    def utterance(self, pcm, offset, timestamps):
+        """Decodes pcm, which starts offset seconds into the request, as one
+        utterance; pocketsphinx counts its frames from the utterance's start."""
+        d = self.decoder
+        d.set_cmn(self.cmn_init)  # the next voice may not be the last one's
+        d.start_utt()
+        for off in range(0, len(pcm), self.BLOCK):
+            d.process_raw(pcm[off:off + self.BLOCK].tobytes(), False, False)
+        d.end_utt()
+        hyp = d.hyp()
+        text = hyp.hypstr.strip() if hyp is not None else ""
+        words = []
+        if timestamps:
+            logmath = d.get_logmath()
+            for seg in d.seg():
+                word = clean_word(seg.word)
+                if word is None:
+                    continue
+                words.append({"word": word, "start": round(offset + seg.start_frame / self.FRAME_RATE, 3),
+                              "end": round(offset + (seg.end_frame + 1) / self.FRAME_RATE, 3),
+                              "confidence": round(float(logmath.exp(seg.prob)), 4)})
+        return text, words
+
+
+def pcm16(samples):
+    """16-bit samples of [-1, 1] floats, clipped, truncated toward zero."""
+    return (np.clip(samples, -1.0, 1.0) * 32767).astype(np.int16)
+
+
+def clean_word(w):
+    """A recognised word without fillers (<s>, <sil>, [NOISE]) or the "(2)"
+    of an alternate pronunciation; None for a filler."""
+    if not w or w[0] in "<[":
+        return None
+    i = w.find("(")
+    return w[:i] if i > 0 else w
+
+
+PAUSE_FRAME = 160  # 10 ms at 16 kHz
+MIN_PAUSE_FRAMES = 50  # 0.5 s of quiet frames
+
+
+def pause_cuts(x):
+    """Where x divides into utterances: the middle of every pause of at
+    least 0.5 s with sound on both sides. A pause is a run of 10 ms frames
+    quieter than both 6 dB above the recording's floor (its quietest tenth
+    of frames) and 30 dB below its speech (its loudest tenth)."""
+    n = len(x) // PAUSE_FRAME
+    if n < 2 * MIN_PAUSE_FRAMES:
+        return []
+    frames = np.asarray(x[: n * PAUSE_FRAME], dtype=np.float64).reshape(n, PAUSE_FRAME)
+    energy = (frames * frames).sum(axis=1) / PAUSE_FRAME
+    ordered = np.sort(energy)
+    floor, speech = ordered[n // 10], ordered[n - 1 - n // 10]
+    threshold = max(4 * floor, speech / 1000)
+    cuts, run = [], 0
+    for i, quiet in enumerate(energy < threshold):
+        if quiet:
+            run += 1
+            continue
+        if run >= MIN_PAUSE_FRAMES and run < i:  # not at the start
+            cuts.append((i - run // 2) * PAUSE_FRAME)
+        run = 0
+    return cuts  # a pause that runs to the end divides nothing
+
+
+class EchoModel:
+    """Answers "samples N" for N samples (two timed words: "samples" over
+    the first half, N over the second), so a test sees which input each
+    result came from. A batch takes batch_delay_ms, plus row_delay_ms for
+    each 30 s of audio in it (a row's share scaled by its length): a simple
+    model of a GPU's batch time, so that batching, queueing and priority
+    can be observed on a real server."""
+
+    ROW_SAMPLES = 30 * SAMPLE_RATE
+
+    def __init__(self, params):
+        self.batch_delay = float(params.get("batch_delay_ms") or 0) / 1000
+        self.row_delay = float(params.get("row_delay_ms") or 0) / 1000
+
+    def transcribe(self, audio, batch_size, timestamps, verbose):  # noqa: ARG002 - NeMo's signature
+        delay = self.batch_delay + self.row_delay * sum(a.size for a in audio) / self.ROW_SAMPLES
+        if delay > 0:
+            time.sleep(delay)
+        out = []
+        for samples in audio:
+            n = int(samples.size)
+            d = n / SAMPLE_RATE
+            words = [{"word": "samples", "start": 0.0, "end": d / 2}, {"word": str(n), "start": d / 2, "end": d}]
+            out.append(Hypothesis(f"samples {n}", words if timestamps else []))
+        return out
+
+
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
-        self.source = os.environ.get("PARAKEET_MODEL") or params.get("model") or DEFAULT_MODEL
+        self.engine = params.get("engine") or "parakeet"
         kind = args.get("model_instance_kind", "GPU")
         device = f"cuda:{args.get('model_instance_device_id', '0')}" if kind == "GPU" else "cpu"
         self.max_batch = int(config.get("max_batch_size", 32)) or 1
-        self.model = self._load(self.source, device)
-        self.warm_up()
+        if self.engine == "parakeet":
+            self.source = os.environ.get("PARAKEET_MODEL") or params.get("model") or DEFAULT_MODEL
+            self.model = self._load(self.source, device)
+        elif self.engine == "pocketsphinx":
+            self.source = "pocketsphinx"
+            self.model = SphinxModel(params)
+        elif self.engine == "echo":
+            self.source = "echo"
+            self.model = EchoModel(params)
+        else:
+            raise ValueError(f"model parameter engine={self.engine!r}: want parakeet, pocketsphinx or echo")
+        if self.engine == "parakeet":  # the others have nothing to warm
+            self.warm_up()
 
     def _load(self, source, device):  # replaced in tests
         return load_model(source, device)

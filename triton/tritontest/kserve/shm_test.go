@@ -1,4 +1,4 @@
-package asrserver_test
+package kserve_test
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func param[T int64 | string](v T) *pb.InferParameter {
 // to register again), a size past the region or a malformed parameter
 // INVALID_ARGUMENT.
 func TestSharedMemoryInputs(t *testing.T) {
-	key := fmt.Sprintf("/asrserver-test-%d", os.Getpid())
+	key := fmt.Sprintf("/kserve-test-%d", os.Getpid())
 	m, err := shm.Create(key, 4096)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package asrserver
+package kserve
 
 import (
 	"context"

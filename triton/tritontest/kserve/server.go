@@ -1,10 +1,12 @@
-// Package asrserver serves a speech model over the KServe v2 gRPC protocol
-// with the tensor contract of package triton: FP32 audio in, BYTES text and
-// word timestamps out. It turns any Recognizer into something a worker
-// cannot tell apart from a Triton server, which is how the project runs end
-// to end without a GPU (pocketsphinx behind it) and how tests inject faults
-// (package triton/tritontest).
-package asrserver
+// Package kserve is the in-process fake of Triton Inference Server behind
+// package tritontest: a KServe v2 gRPC server for the speech model contract
+// of package triton (FP32 audio in, BYTES text and word timestamps out)
+// around any Recognizer, with a copy of Triton's dynamic batcher, its
+// statistics and system shared memory extensions. It is held to the
+// conformance suite (package triton/conformance) that real Triton passes;
+// the demo, the integration tests and the chaos suite run real Triton.
+// Not for production code.
+package kserve
 
 import (
 	"context"
@@ -59,7 +61,8 @@ type Server struct {
 	Batch BatchConfig
 
 	mu        sync.Mutex
-	batcher   *batcher // while Serve runs
+	grpc      *grpc.Server // while Serve runs
+	batcher   *batcher     // while Serve runs
 	lastStats BatchStats
 
 	shmMu   sync.RWMutex
@@ -104,14 +107,14 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 	var batching sync.WaitGroup
 	batching.Go(func() { b.run(bctx) })
 	s.mu.Lock()
-	s.batcher = b
+	s.batcher, s.grpc = b, g
 	s.mu.Unlock()
 	defer func() {
 		stopBatcher()
 		batching.Wait()
 		s.closeRegions()
 		s.mu.Lock()
-		s.batcher, s.lastStats = nil, b.snapshot()
+		s.batcher, s.grpc, s.lastStats = nil, nil, b.snapshot()
 		s.mu.Unlock()
 	}()
 	errc := make(chan error, 1)
@@ -123,6 +126,17 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, opts ...grpc.Serve
 		g.GracefulStop()
 		<-errc
 		return nil
+	}
+}
+
+// Kill stops a serving server at once, as a crash would: connections
+// close and requests in flight fail. Serve returns.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	g := s.grpc
+	s.mu.Unlock()
+	if g != nil {
+		g.Stop()
 	}
 }
 
@@ -147,14 +161,11 @@ func (s *Server) checkModel(name, version string) error {
 }
 
 // ModelReady implements GRPCInferenceService. An unknown model or version
-// is NOT_FOUND, as in Triton.
+// ModelReady implements GRPCInferenceService. An unknown model or version
+// is not ready, without an error, as Triton answers.
 func (s *Server) ModelReady(_ context.Context, r *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
-	if err := s.checkModel(r.GetName(), r.GetVersion()); err != nil {
-		return nil, err
-	}
-	return &pb.ModelReadyResponse{Ready: true}, nil
+	return &pb.ModelReadyResponse{Ready: s.checkModel(r.GetName(), r.GetVersion()) == nil}, nil
 }
-
 // ModelMetadata implements GRPCInferenceService.
 func (s *Server) ModelMetadata(_ context.Context, r *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
 	if err := s.checkModel(r.GetName(), r.GetVersion()); err != nil {

@@ -1,4 +1,4 @@
-package asrserver_test
+package kserve_test
 
 import (
 	"context"
@@ -7,13 +7,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )
 
-func echo() *asrserver.Server {
-	return asrserver.New(triton.DefaultModelIO(), asrserver.RecognizerFunc(func(_ context.Context, s []float32, ts bool) (triton.Result, error) {
+func echo() *kserve.Server {
+	return kserve.New(triton.DefaultModelIO(), kserve.RecognizerFunc(func(_ context.Context, s []float32, ts bool) (triton.Result, error) {
 		r := triton.Result{Text: "one two three"}
 		if ts {
 			r.Words = []triton.Word{{Word: "one", Start: 0, End: 0.1}}

@@ -1,4 +1,4 @@
-package asrserver_test
+package kserve_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetscribe/fleetscribe/asrserver"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )
@@ -50,8 +50,10 @@ func TestTritonFidelity(t *testing.T) {
 		t.Errorf("raw and typed contents together: %v, want InvalidArgument", err)
 	}
 	for _, r := range []*pb.ModelReadyRequest{{Name: "nope"}, {Name: "asr", Version: "7"}} {
-		if _, err := srv.ModelReady(ctx, r); status.Code(err) != codes.NotFound {
-			t.Errorf("ModelReady(%v): %v, want NotFound", r, err)
+		// Triton answers that the model is not ready, without an error
+		// (the conformance suite's "unknown model").
+		if mr, err := srv.ModelReady(ctx, r); err != nil || mr.GetReady() {
+			t.Errorf("ModelReady(%v): %v, %v, want not ready", r, mr, err)
 		}
 	}
 	resp, err := srv.ModelInfer(ctx, batchRequest(3, 4))
@@ -70,7 +72,7 @@ func TestTritonFidelity(t *testing.T) {
 		}
 	}
 	// A model without batching takes no batch dimension.
-	plain := asrserver.New(noBatch, srv2rec(), "test")
+	plain := kserve.New(noBatch, srv2rec(), "test")
 	if _, err := plain.ModelInfer(ctx, noBatch.NewRequest(triton.Request{Samples: make([]float32, 4)})); err != nil {
 		t.Errorf("max_batch_size 0: %v", err)
 	}
@@ -79,14 +81,14 @@ func TestTritonFidelity(t *testing.T) {
 	}
 }
 
-func srv2rec() asrserver.Recognizer {
-	return asrserver.RecognizerFunc(func(context.Context, []float32, bool) (triton.Result, error) {
+func srv2rec() kserve.Recognizer {
+	return kserve.RecognizerFunc(func(context.Context, []float32, bool) (triton.Result, error) {
 		return triton.Result{Text: "x"}, nil
 	})
 }
 
 // serve runs srv on a loopback socket and returns a client for it.
-func serve(t *testing.T, srv *asrserver.Server, io triton.ModelIO) *triton.Client {
+func serve(t *testing.T, srv *kserve.Server, io triton.ModelIO) *triton.Client {
 	t.Helper()
 	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -135,8 +137,8 @@ func (g *gated) count(n int) int {
 func TestBatcherDropsAbandonedAndBoundsQueue(t *testing.T) {
 	g := &gated{calls: map[int]int{}, gate: make(chan struct{})}
 	io := triton.DefaultModelIO()
-	srv := asrserver.New(io, g, "test")
-	srv.Batch = asrserver.BatchConfig{MaxBatchSize: 4, Instances: 1, MaxQueueSize: 2}
+	srv := kserve.New(io, g, "test")
+	srv.Batch = kserve.BatchConfig{MaxBatchSize: 4, Instances: 1, MaxQueueSize: 2}
 	c := serve(t, srv, io)
 	busy := make(chan error, 1)
 	go func() {
@@ -174,7 +176,7 @@ func TestBatcherDropsAbandonedAndBoundsQueue(t *testing.T) {
 	}
 }
 
-func queued(srv *asrserver.Server) int { return srv.Queued() }
+func queued(srv *kserve.Server) int { return srv.Queued() }
 
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
@@ -193,15 +195,15 @@ func waitUntil(t *testing.T, cond func() bool) {
 func TestBatcherSemantics(t *testing.T) {
 	for _, ragged := range []bool{false, true} {
 		gate := make(chan struct{})
-		rec := asrserver.RecognizerFunc(func(_ context.Context, s []float32, _ bool) (triton.Result, error) {
+		rec := kserve.RecognizerFunc(func(_ context.Context, s []float32, _ bool) (triton.Result, error) {
 			if len(s) == 1 {
 				<-gate // the first request keeps the only instance busy
 			}
 			return triton.Result{Text: "x"}, nil
 		})
 		io := triton.DefaultModelIO()
-		srv := asrserver.New(io, rec, "test")
-		srv.Batch = asrserver.BatchConfig{MaxBatchSize: 8, PreferredSizes: []int{4, 8}, MaxQueueDelay: 300 * time.Millisecond, Instances: 1, Ragged: ragged}
+		srv := kserve.New(io, rec, "test")
+		srv.Batch = kserve.BatchConfig{MaxBatchSize: 8, PreferredSizes: []int{4, 8}, MaxQueueDelay: 300 * time.Millisecond, Instances: 1, Ragged: ragged}
 		c := serve(t, srv, io)
 		var wg sync.WaitGroup
 		infer := func(n int) {
@@ -211,10 +213,10 @@ func TestBatcherSemantics(t *testing.T) {
 		}
 		wg.Go(func() { infer(1) })
 		waitUntil(t, func() bool { return srv.BatchStats().Batches == 1 })
-		for i := range 8 {
-			wg.Go(func() { infer(100 + 100*(i%2)) }) // two lengths, four of each
+		for i := range 8 { // four of one length, then four of another, queued in turn
+			wg.Go(func() { infer(100 + 100*(i/4)) })
+			waitUntil(t, func() bool { return queued(srv) == i+1 })
 		}
-		waitUntil(t, func() bool { return queued(srv) == 8 })
 		close(gate)
 		wg.Wait()
 		st := srv.BatchStats()
@@ -233,13 +235,14 @@ func TestBatcherSemantics(t *testing.T) {
 	}
 }
 
-// Higher priority (1) overtakes queued requests without priority; a queue
+// Higher priority (1) overtakes queued requests at the default level (0 is
+// the default, 2 of 2, as in Triton); a queue
 // timeout answers "Request timeout expired".
 func TestBatcherPriorityAndQueueTimeout(t *testing.T) {
 	g := &gated{calls: map[int]int{}, gate: make(chan struct{})}
 	io := triton.DefaultModelIO()
-	srv := asrserver.New(io, g, "test")
-	srv.Batch = asrserver.BatchConfig{MaxBatchSize: 1, Instances: 1}
+	srv := kserve.New(io, g, "test")
+	srv.Batch = kserve.BatchConfig{MaxBatchSize: 1, Instances: 1, PriorityLevels: 2, DefaultQueueTimeout: time.Minute}
 	c := serve(t, srv, io)
 	var wg sync.WaitGroup
 	infer := func(n int, prio uint64) {

@@ -1,4 +1,4 @@
-package asrserver_test
+package kserve_test
 
 import (
 	"testing"

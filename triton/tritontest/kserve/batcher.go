@@ -1,4 +1,4 @@
-package asrserver
+package kserve
 
 import (
 	"context"
@@ -24,9 +24,15 @@ type BatchConfig struct {
 	// MaxQueueDelay is how long the oldest queued request may wait for a
 	// fuller batch (0: send what is queued at once).
 	MaxQueueDelay time.Duration
-	// MaxQueueSize bounds the requests waiting; beyond it a request gets
+	// MaxQueueSize bounds the requests waiting at each priority level
+	// apart, as Triton's queue policy does; beyond it a request gets
 	// UNAVAILABLE "Exceeds maximum queue size" (0: unbounded).
 	MaxQueueSize int
+	// PriorityLevels is Triton's priority_levels (0: no priorities) and
+	// DefaultPriority its default_priority_level, the level of a request
+	// that sets priority 0 (0: the last level). Priorities beyond the
+	// levels are taken as the default, as Triton does.
+	PriorityLevels, DefaultPriority int
 	// Ragged lets requests of different lengths share a batch (Triton's
 	// allow_ragged_batch on the audio input); without it only requests of
 	// identical shape are batched together.
@@ -34,9 +40,10 @@ type BatchConfig struct {
 	// Instances is how many batches execute at once (Triton's instance
 	// group count; for the CPU server, its decoders). At least 1.
 	Instances int
-	// DefaultQueueTimeout bounds a request's wait in the queue unless the
-	// request sets its own "timeout" parameter (0: none). Past it the
-	// request gets UNAVAILABLE "Request timeout expired".
+	// DefaultQueueTimeout bounds a request's wait in the queue (0: none);
+	// a request's own "timeout" parameter can only shorten it, as in
+	// Triton. Past it the request gets UNAVAILABLE "Request timeout
+	// expired".
 	DefaultQueueTimeout time.Duration
 }
 
@@ -133,21 +140,28 @@ func (b *batcher) changedLocked() {
 
 // submit queues a request and waits for its results.
 func (b *batcher) submit(ctx context.Context, rows []Row, shape int64, priority uint64, timeout time.Duration) ([]triton.Result, error) {
-	if timeout == 0 {
+	// As Triton's queue policy: a request's own timeout can only shorten
+	// the model's default, so without a default there is none.
+	if timeout == 0 || timeout > b.cfg.DefaultQueueTimeout {
 		timeout = b.cfg.DefaultQueueTimeout
 	}
-	p := &pending{ctx: ctx, rows: rows, shape: shape, priority: priority, done: make(chan batchResult, 1)}
-	if priority == 0 {
-		p.priority = ^uint64(0) // no priority: after every prioritised request
-	}
+	p := &pending{ctx: ctx, rows: rows, shape: shape, priority: b.level(priority), done: make(chan batchResult, 1)}
 	b.mu.Lock()
 	if b.stopped {
 		b.mu.Unlock()
 		return nil, status.Error(codes.Unavailable, "server is shutting down")
 	}
-	if b.cfg.MaxQueueSize > 0 && len(b.queue) >= b.cfg.MaxQueueSize {
-		b.mu.Unlock()
-		return nil, status.Error(codes.Unavailable, "Exceeds maximum queue size")
+	if b.cfg.MaxQueueSize > 0 {
+		at := 0
+		for _, q := range b.queue {
+			if q.priority == p.priority {
+				at++
+			}
+		}
+		if at >= b.cfg.MaxQueueSize {
+			b.mu.Unlock()
+			return nil, status.Error(codes.Unavailable, "Exceeds maximum queue size")
+		}
 	}
 	p.enqueued = b.now()
 	if timeout > 0 {
@@ -179,6 +193,23 @@ func (b *batcher) submit(ctx context.Context, rows []Row, shape int64, priority 
 		r := <-p.done // already executing: it finishes
 		return r.results, r.err
 	}
+}
+
+// level is the priority level a request's priority puts it at: 0 and
+// priorities past the levels mean the default level; without levels every
+// request is at one level.
+func (b *batcher) level(priority uint64) uint64 {
+	if b.cfg.PriorityLevels == 0 {
+		return 0
+	}
+	def := uint64(b.cfg.DefaultPriority)
+	if def == 0 {
+		def = uint64(b.cfg.PriorityLevels)
+	}
+	if priority == 0 || priority > uint64(b.cfg.PriorityLevels) {
+		return def
+	}
+	return priority
 }
 
 // remove takes p off the queue and reports whether it was still there.
@@ -258,7 +289,7 @@ func (b *batcher) form() (batch []*pending, wait time.Duration, wake <-chan stru
 	var picked []int
 	for i, p := range b.queue {
 		if !b.cfg.Ragged && p.shape != head.shape {
-			continue
+			break // Triton cuts a batch at the first request of another shape
 		}
 		if rows+len(p.rows) > b.cfg.MaxBatchSize {
 			break // the head always fits: decodeInputs refuses requests over the max
