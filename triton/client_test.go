@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

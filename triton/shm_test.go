@@ -14,11 +14,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/internal/shm"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 )
 
 // sizes records the size of each ModelInfer request as sent.

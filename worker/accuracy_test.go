@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/internal/wer"
 	"github.com/fleetscribe/fleetscribe/triton"
 )

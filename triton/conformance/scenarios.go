@@ -536,9 +536,9 @@ func sharedMemory(ctx context.Context, s Server) (Outcome, error) {
 	// A tensor past the region's end.
 	in := &pb.ModelInferRequest_InferInputTensor{Name: "audio", Datatype: "FP32", Shape: []int64{1, 1 << 20},
 		Parameters: map[string]*pb.InferParameter{
-			"shared_memory_region":     {ParameterChoice: &pb.InferParameter_StringParam{StringParam: st.Region}},
-			"shared_memory_byte_size":  {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 4 << 20}},
-			"shared_memory_offset":     {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 0}},
+			"shared_memory_region":    {ParameterChoice: &pb.InferParameter_StringParam{StringParam: st.Region}},
+			"shared_memory_byte_size": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 4 << 20}},
+			"shared_memory_offset":    {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 0}},
 		}}
 	_, err = rpc.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "asr", Inputs: []*pb.ModelInferRequest_InferInputTensor{in}})
 	out.Codes = append(out.Codes, status.Code(err))

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
+	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 )
 
 // Server is a running fake.
@@ -71,7 +71,7 @@ func Start(t testing.TB) *Server {
 
 // Options configure a fake beyond its model contract.
 type Options struct {
-	Aliases []string               // further model names it answers for
+	Aliases []string            // further model names it answers for
 	Batch   *kserve.BatchConfig // nil: kserve.New's default
 }
 

@@ -166,6 +166,7 @@ func (s *Server) checkModel(name, version string) error {
 func (s *Server) ModelReady(_ context.Context, r *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
 	return &pb.ModelReadyResponse{Ready: s.checkModel(r.GetName(), r.GetVersion()) == nil}, nil
 }
+
 // ModelMetadata implements GRPCInferenceService.
 func (s *Server) ModelMetadata(_ context.Context, r *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
 	if err := s.checkModel(r.GetName(), r.GetVersion()); err != nil {
