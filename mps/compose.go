@@ -9,7 +9,8 @@ import (
 
 // ComposeConfig says how partitions run as Docker Compose services.
 type ComposeConfig struct {
-	// Image is the Triton image; compose variables are kept as written.
+	// Image is the Triton image (24.10: Triton 2.51.0, the release the
+	// tests run, see docs/triton.md); compose variables are kept as written.
 	Image string
 	// ModelRepository is the host folder mounted at /models.
 	ModelRepository string
@@ -23,7 +24,7 @@ type ComposeConfig struct {
 // DefaultComposeConfig is what the project's compose file expects.
 func DefaultComposeConfig() ComposeConfig {
 	return ComposeConfig{
-		Image:           "${TRITON_IMAGE:-nvcr.io/nvidia/tritonserver:24.08-py3}",
+		Image:           "${TRITON_IMAGE:-nvcr.io/nvidia/tritonserver:24.10-py3}",
 		ModelRepository: "${MODEL_REPOSITORY:-./deploy/triton/models}",
 		Dirs:            Dirs{Pipe: "/tmp/nvidia-mps", Log: "/var/log/nvidia-mps"},
 	}

@@ -125,3 +125,28 @@ func TestControlCommands(t *testing.T) {
 		t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// Time-sliced partitions are plain processes: no MPS environment, the
+// whole GPU each, and no percentage or memory limit to give them.
+func TestPlanTimeSliced(t *testing.T) {
+	ps, err := Plan(PlanConfig{GPUs: []int{0, 1}, PerGPU: 4, BasePort: 8001, Sharing: SharingTimeSliced})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := ps[5].Env(Dirs{Pipe: "/tmp/mps-pipe", Log: "/tmp/mps-log"})
+	if !slices.Equal(env, []string{"CUDA_VISIBLE_DEVICES=1"}) || ps[5].ThreadPercentage != 100 || ps[5].Sharing != SharingTimeSliced {
+		t.Errorf("time-sliced partition %+v, env %v", ps[5], env)
+	}
+	if mpsPlan, _ := Plan(PlanConfig{GPUs: []int{0}, PerGPU: 4, BasePort: 8001}); mpsPlan[0].Sharing != SharingMPS {
+		t.Errorf("default sharing %q, want mps", mpsPlan[0].Sharing)
+	}
+	for name, c := range map[string]PlanConfig{
+		"percentage": {GPUs: []int{0}, PerGPU: 4, BasePort: 8001, Sharing: SharingTimeSliced, Percentage: 25},
+		"mem limit":  {GPUs: []int{0}, PerGPU: 4, BasePort: 8001, Sharing: SharingTimeSliced, MemLimit: "8G"},
+		"unknown":    {GPUs: []int{0}, PerGPU: 4, BasePort: 8001, Sharing: "mig"},
+	} {
+		if _, err := Plan(c); err == nil {
+			t.Errorf("%s: want error", name)
+		}
+	}
+}

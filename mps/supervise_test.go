@@ -210,3 +210,30 @@ func TestParseGPUs(t *testing.T) {
 		}
 	}
 }
+
+// A time-sliced plan runs its partitions without starting, asking or
+// quitting an MPS daemon (there may be none, as on a host without GPUs).
+func TestSupervisorTimeSlicedNeedsNoDaemon(t *testing.T) {
+	plan, err := Plan(PlanConfig{GPUs: []int{0}, PerGPU: 2, BasePort: 9101, Sharing: SharingTimeSliced})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := filepath.Join(t.TempDir(), "calls")
+	control := &Control{Bin: "sh", Args: []string{"-c", `echo called >>` + calls + `; exit 1`, "control"}, Dirs: Dirs{Pipe: t.TempDir(), Log: t.TempDir()}}
+	out := &syncBuffer{}
+	s := &Supervisor{Plan: plan, Control: control, StartDaemon: true, CheckEvery: 10 * time.Millisecond, Output: out,
+		Command: []string{"sh", "-c", `echo "port={grpc_port} mps=${CUDA_MPS_PIPE_DIRECTORY:-none}"; exec sleep 60`}, Log: zerolog.Nop()}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	waitFor(t, "both partitions running", func() bool {
+		return strings.Contains(out.String(), "port=9101 mps=none") && strings.Contains(out.String(), "port=9104 mps=none")
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(calls); err == nil {
+		t.Errorf("the MPS control was called: %s", b)
+	}
+}

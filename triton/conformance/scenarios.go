@@ -96,16 +96,17 @@ func Scenarios() []Scenario {
 		{Name: "ragged batches form", Model: Model{MaxBatchSize: 8, MaxQueueDelay: 50 * time.Millisecond, BatchDelay: 100 * time.Millisecond}, Run: one(raggedBatches)},
 		{Name: "bucket batches form", Model: Model{MaxBatchSize: 8, Buckets: true, MaxQueueDelay: 50 * time.Millisecond, BatchDelay: 100 * time.Millisecond}, Run: one(bucketBatches)},
 		{Name: "shapes never share a batch", Model: Model{MaxBatchSize: 8, Buckets: true, MaxQueueDelay: 100 * time.Millisecond, BatchDelay: 50 * time.Millisecond}, Run: one(shapesApart)},
-		{Name: "priority order", Model: Model{MaxBatchSize: 1, BatchDelay: 150 * time.Millisecond}, Run: one(priorityOrder)},
-		{Name: "priority 0 is the default level", Model: Model{MaxBatchSize: 1, BatchDelay: 150 * time.Millisecond, PriorityLevels: 3, DefaultPriority: 2}, Run: one(priorityDefault)},
+		{Name: "optional inputs split batches", Model: Model{MaxBatchSize: 8, MaxQueueDelay: 100 * time.Millisecond, BatchDelay: 50 * time.Millisecond}, Run: one(optionalInputsApart)},
+		{Name: "priority order", Model: Model{MaxBatchSize: 1, BatchDelay: 400 * time.Millisecond}, Run: one(priorityOrder)},
+		{Name: "priority 0 is the default level", Model: Model{MaxBatchSize: 1, BatchDelay: 400 * time.Millisecond, PriorityLevels: 3, DefaultPriority: 2}, Run: one(priorityDefault)},
 		{Name: "queue full is backpressure", Model: Model{MaxBatchSize: 1, BatchDelay: 150 * time.Millisecond, MaxQueueSize: 2}, Run: one(queueFull)},
-		{Name: "queue size per priority level", Model: Model{MaxBatchSize: 1, BatchDelay: 200 * time.Millisecond, MaxQueueSize: 1}, Run: one(queuePerLevel)},
-		{Name: "queue timeout", Model: Model{MaxBatchSize: 1, BatchDelay: 300 * time.Millisecond, QueueTimeout: 10 * time.Second}, Run: one(queueTimeout)},
+		{Name: "queue size per priority level", Model: Model{MaxBatchSize: 1, BatchDelay: 400 * time.Millisecond, MaxQueueSize: 1}, Run: one(queuePerLevel)},
+		{Name: "queue timeout", Model: Model{MaxBatchSize: 1, BatchDelay: 400 * time.Millisecond, QueueTimeout: 10 * time.Second}, Run: one(queueTimeout)},
 		{Name: "request timeout only shortens", Model: Model{MaxBatchSize: 1, BatchDelay: 300 * time.Millisecond}, Run: one(timeoutNeedsDefault)},
 		{Name: "unknown model", Model: Model{MaxBatchSize: 8}, Run: one(unknownModel)},
 		{Name: "invalid inputs", Model: Model{MaxBatchSize: 8}, Run: one(invalidInputs)},
 		{Name: "shared memory", Model: Model{MaxBatchSize: 8}, Run: one(sharedMemory)},
-		{Name: "client gives up", Model: Model{MaxBatchSize: 1, BatchDelay: 200 * time.Millisecond}, Run: one(clientGivesUp)},
+		{Name: "client gives up", Model: Model{MaxBatchSize: 1, BatchDelay: time.Second}, Run: one(clientGivesUp)},
 		{Name: "statistics: queue and compute", Model: Model{MaxBatchSize: 1, BatchDelay: 100 * time.Millisecond}, Run: one(statistics)},
 		{Name: "SIGKILL mid-batch, restart", Model: Model{MaxBatchSize: 8, MaxQueueDelay: 20 * time.Millisecond, BatchDelay: 300 * time.Millisecond}, Servers: 2, Run: killMidBatch},
 	}
@@ -212,6 +213,44 @@ func shapesApart(ctx context.Context, s Server) (Outcome, error) {
 	return Outcome{Detail: fmt.Sprintf("%d rows, %d executions", st.Rows, st.Executions)}, nil
 }
 
+// optionalInputsApart: requests that send the optional timestamps input
+// and requests that do not never share a batch, even ragged.
+func optionalInputsApart(ctx context.Context, s Server) (Outcome, error) {
+	rpc, closeConn, err := rawConn(s)
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer closeConn()
+	type tensor = pb.ModelInferRequest_InferInputTensor
+	errs := concurrently(8, func(i int) error {
+		n := 1000 + i
+		req := &pb.ModelInferRequest{ModelName: "asr", Inputs: []*tensor{{Name: "audio", Datatype: "FP32", Shape: []int64{1, int64(n)}}},
+			RawInputContents: [][]byte{make([]byte, 4*n)}}
+		if i%2 == 1 {
+			req.Inputs = append(req.Inputs, &tensor{Name: "timestamps", Datatype: "BOOL", Shape: []int64{1, 1}})
+			req.RawInputContents = append(req.RawInputContents, []byte{1})
+		}
+		_, err := rpc.ModelInfer(ctx, req)
+		return err
+	})
+	if err := firstErr(errs); err != nil {
+		return Outcome{}, err
+	}
+	c, err := dial(s, triton.DefaultModelIO())
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer c.Close()
+	st, err := stats(ctx, c)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if st.Executions < 2 {
+		return Outcome{}, fmt.Errorf("requests with and without timestamps in %d execution(s)", st.Executions)
+	}
+	return Outcome{Detail: fmt.Sprintf("%d rows, %d executions", st.Rows, st.Executions)}, nil
+}
+
 // order sends a blocker, then the given priorities one after another
 // while the blocker runs, and returns the completion order (indexes).
 func order(ctx context.Context, s Server, priorities []uint64) ([]int, error) {
@@ -244,7 +283,7 @@ func order(ctx context.Context, s Server, priorities []uint64) ([]int, error) {
 			done = append(done, i)
 			mu.Unlock()
 		})
-		time.Sleep(10 * time.Millisecond) // queued in this order
+		time.Sleep(20 * time.Millisecond) // queued in this order
 	}
 	wg.Wait()
 	close(errc)
@@ -622,7 +661,7 @@ func clientGivesUp(ctx context.Context, s Server) (Outcome, error) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		return Outcome{}, fmt.Errorf("cancelled request: %v, want DeadlineExceeded", err)
 	}
-	if gaveUp > 150*time.Millisecond {
+	if gaveUp > 500*time.Millisecond { // the request ahead of it runs for a second
 		return Outcome{}, fmt.Errorf("the client waited %s after giving up", gaveUp)
 	}
 	r, err := c.Infer(ctx, triton.Request{Samples: samples(102)})

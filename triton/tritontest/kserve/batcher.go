@@ -64,7 +64,8 @@ type BatchRecognizer interface {
 type pending struct {
 	ctx      context.Context
 	rows     []Row
-	shape    int64 // audio length per row, for shape matching
+	shape    int64  // audio length per row, for shape matching
+	inputs   string // its inputs' names, in request order
 	priority uint64
 	seq      uint64
 	enqueued time.Time
@@ -139,13 +140,13 @@ func (b *batcher) changedLocked() {
 }
 
 // submit queues a request and waits for its results.
-func (b *batcher) submit(ctx context.Context, rows []Row, shape int64, priority uint64, timeout time.Duration) ([]triton.Result, error) {
+func (b *batcher) submit(ctx context.Context, rows []Row, shape int64, inputs string, priority uint64, timeout time.Duration) ([]triton.Result, error) {
 	// As Triton's queue policy: a request's own timeout can only shorten
 	// the model's default, so without a default there is none.
 	if timeout == 0 || timeout > b.cfg.DefaultQueueTimeout {
 		timeout = b.cfg.DefaultQueueTimeout
 	}
-	p := &pending{ctx: ctx, rows: rows, shape: shape, priority: b.level(priority), done: make(chan batchResult, 1)}
+	p := &pending{ctx: ctx, rows: rows, shape: shape, inputs: inputs, priority: b.level(priority), done: make(chan batchResult, 1)}
 	b.mu.Lock()
 	if b.stopped {
 		b.mu.Unlock()
@@ -288,8 +289,10 @@ func (b *batcher) form() (batch []*pending, wait time.Duration, wake <-chan stru
 	rows := 0
 	var picked []int
 	for i, p := range b.queue {
-		if !b.cfg.Ragged && p.shape != head.shape {
-			break // Triton cuts a batch at the first request of another shape
+		if !b.cfg.Ragged && p.shape != head.shape || p.inputs != head.inputs {
+			// Triton cuts a batch at the first request of another shape,
+			// or with another set of (optional) inputs.
+			break
 		}
 		if rows+len(p.rows) > b.cfg.MaxBatchSize {
 			break // the head always fits: decodeInputs refuses requests over the max

@@ -202,7 +202,8 @@ func (s *Server) ModelMetadata(_ context.Context, r *pb.ModelMetadataRequest) (*
 // request is a decoded ModelInfer request.
 type request struct {
 	rows       []Row
-	shape      int64 // audio elements per row, for batch matching
+	shape      int64  // audio elements per row, for batch matching
+	inputs     string // the names of its inputs: only requests with the same set share a batch
 	timestamps bool
 	priority   uint64
 	timeout    time.Duration
@@ -284,6 +285,7 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 			return invalid("input %q: batch size %d differs from the other inputs' %d", in.GetName(), b, batch)
 		}
 		batch = b
+		out.inputs += in.GetName() + "\x00"
 		switch in.GetName() {
 		case s.io.AudioInput:
 			if in.GetDatatype() != triton.TypeFP32 {
@@ -378,7 +380,7 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 	}
 	var results []triton.Result
 	if b := s.running(); b != nil {
-		results, err = b.submit(ctx, req.rows, req.shape, req.priority, req.timeout)
+		results, err = b.submit(ctx, req.rows, req.shape, req.inputs, req.priority, req.timeout)
 	} else {
 		results, err = s.recognizeRows(ctx, req.rows)
 	}
