@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/triton/conformance"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
@@ -109,10 +111,7 @@ func report(t *testing.T, results map[string]map[string]cell, realOK bool) {
 		if !realOK {
 			detail = f.outcome.Detail
 		}
-		codes := fmt.Sprint(r.outcome.Codes)
-		if len(r.outcome.Codes) == 0 {
-			codes = "-"
-		}
+		codes := codeList(r.outcome.Codes)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sc.Name, mark(r, realOK), mark(f, true), codes, detail)
 	}
 	_ = tw.Flush()
@@ -122,4 +121,25 @@ func report(t *testing.T, results map[string]map[string]cell, realOK bool) {
 	}
 	fmt.Print(b.String())
 	fmt.Printf("RESULT scenarios=%d real_pass=%d fake_pass=%d triton_version=%s\n", n, realPass, fakePass, version)
+}
+
+// codeList writes codes compactly: "InvalidArgument×7, NotFound".
+func codeList(cs []codes.Code) string {
+	if len(cs) == 0 {
+		return "-"
+	}
+	var parts []string
+	for i := 0; i < len(cs); {
+		j := i
+		for j < len(cs) && cs[j] == cs[i] {
+			j++
+		}
+		p := cs[i].String()
+		if j-i > 1 {
+			p += fmt.Sprintf("×%d", j-i)
+		}
+		parts = append(parts, p)
+		i = j
+	}
+	return strings.Join(parts, ", ")
 }
