@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 )
 
@@ -432,16 +433,23 @@ func TestDownMixKeepsSpeech(t *testing.T) {
 // Normalize brings quiet and loud speech to -20 dBFS without clipping,
 // leaves silence alone and does not lift noise past +60 dB.
 func TestNormalize(t *testing.T) {
-	for _, db := range []float64{-50, -40, -20, -6} {
+	// +600 dB: a float recording scaled far past full scale, whose frame
+	// energies overflowed float32 (the gain became 0 and the chunk silent).
+	for _, db := range []float64{-50, -40, -20, -6, 60, 600} {
 		x := sine(16000, 300, 1)
-		g := float32(math.Pow(10, db/20))
+		g := float32(1e30)
+		if db < 600 {
+			g = float32(math.Pow(10, db/20))
+		}
 		for i := range x {
 			x[i] *= g
 			if (i/4000)%2 == 1 {
 				x[i] = 0 // pauses
 			}
 		}
-		Normalize(x)
+		if _, err := Normalize(x); err != nil {
+			t.Fatal(err)
+		}
 		var speech []float32
 		peak := 0.0
 		for i, v := range x {
@@ -455,15 +463,26 @@ func TestNormalize(t *testing.T) {
 		}
 	}
 	silence := make([]float32, 16000)
-	if g := Normalize(silence); g != 1 {
-		t.Errorf("silence: gain %v", g)
+	if g, err := Normalize(silence); g != 1 || err != nil {
+		t.Errorf("silence: gain %v, %v", g, err)
 	}
 	faint := make([]float32, 16000)
 	for i := range faint {
 		faint[i] = 1e-6 * float32(i%7-3)
 	}
-	if g := Normalize(faint); g > normMaxGain {
+	if g, _ := Normalize(faint); g > normMaxGain {
 		t.Errorf("faint noise: gain %v, over the limit", g)
+	}
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))} {
+		x := sine(16000, 300, 1)
+		x[8000] = bad
+		before := slices.Clone(x)
+		if _, err := Normalize(x); !errors.Is(err, ErrNonFinite) {
+			t.Errorf("a %v sample: %v, want ErrNonFinite", bad, err)
+		}
+		if !slices.EqualFunc(x, before, func(a, b float32) bool { return a == b || a != a && b != b }) {
+			t.Errorf("a %v sample: the chunk was changed", bad)
+		}
 	}
 }
 

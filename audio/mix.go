@@ -1,6 +1,7 @@
 package audio
 
 import (
+	"errors"
 	"math"
 	"slices"
 )
@@ -78,24 +79,34 @@ const (
 	normFrame   = 480    // 30 ms at 16 kHz
 )
 
+// ErrNonFinite is returned for samples that hold NaN or infinities: no
+// gain can level them, and a recogniser hears nothing in them.
+var ErrNonFinite = errors.New("audio has NaN or infinite samples")
+
+// normOverflow is the peak past which a chunk is first brought to full
+// scale: the float32 energy of a 30 ms frame overflows to infinity from
+// peaks of about 1e18 (squares past 3.4e38), which made the gain 0.
+const normOverflow = 1e6
+
 // Normalize scales x in place so that its speech (the louder half of its
 // 30 ms frames) has an RMS of -20 dBFS, without clipping and with at most
-// +60 dB of gain; silence is left as it is. It returns the gain applied.
-func Normalize(x []float32) float64 {
+// +60 dB of gain; silence is left as it is. It returns the gain applied,
+// or ErrNonFinite (x unchanged) when x holds NaN or infinities. Samples
+// far beyond full scale (float recordings scaled by 1e30, say) are levelled
+// like any other.
+func Normalize(x []float32) (float64, error) {
 	if len(x) == 0 {
-		return 1
+		return 1, nil
 	}
-	frames := make([]float64, 0, len(x)/normFrame+1)
-	var peakBits uint32
-	for start := 0; start < len(x); start += normFrame {
-		seg := x[start:min(start+normFrame, len(x))]
-		e, m := energyMax(seg)
-		peakBits = max(peakBits, m)
-		frames = append(frames, float64(e)/float64(len(seg)))
-	}
-	peak := float64(math.Float32frombits(peakBits))
+	frames, peak := frameEnergies(x)
 	if math.IsNaN(peak) || math.IsInf(peak, 0) {
-		return 1
+		return 1, ErrNonFinite
+	}
+	pre := 1.0
+	if peak > normOverflow {
+		pre = 1 / peak
+		scale(x, float32(pre))
+		frames, peak = frameEnergies(x)
 	}
 	slices.Sort(frames)
 	loud := frames[len(frames)/2:]
@@ -105,14 +116,28 @@ func Normalize(x []float32) float64 {
 	}
 	rms := math.Sqrt(sum / float64(len(loud)))
 	if rms < 1e-7 || peak == 0 {
-		return 1 // digital silence
+		return pre, nil // digital silence
 	}
 	gain := min(normTarget/rms, normMaxGain, normPeak/peak)
 	if math.Abs(gain-1) < 0.05 {
-		return 1
+		return pre, nil
 	}
 	scale(x, float32(gain))
-	return gain
+	return pre * gain, nil
+}
+
+// frameEnergies returns the mean energy of each 30 ms frame of x and the
+// largest magnitude (NaN if any sample is NaN, else infinite if any is).
+func frameEnergies(x []float32) ([]float64, float64) {
+	frames := make([]float64, 0, len(x)/normFrame+1)
+	var peakBits uint32
+	for start := 0; start < len(x); start += normFrame {
+		seg := x[start:min(start+normFrame, len(x))]
+		e, m := energyMax(seg)
+		peakBits = max(peakBits, m)
+		frames = append(frames, float64(e)/float64(len(seg)))
+	}
+	return frames, float64(math.Float32frombits(peakBits))
 }
 
 // energyMaxGeneric is energyMax without vector instructions: four

@@ -399,7 +399,7 @@ func prepareClips(ctx context.Context, dir, addr string) ([][]byte, []string, er
 			// Each clip is one chunk, which the workers level (-normalize,
 			// on by default) before sending: the reference text is of the
 			// same samples.
-			audio.Normalize(samples)
+			_, _ = audio.Normalize(samples) // synthesised speech: finite
 			var res triton.Result
 			for try := 0; ; try++ {
 				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -625,15 +625,6 @@ func getJSON(ctx context.Context, s3c *s3.Client, key string, v any) error {
 	return json.NewDecoder(out.Body).Decode(v)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // partitions are real Triton Inference Server processes serving the CPU
 // model repository (pocketsphinx), each on fixed ports so that a restarted
 // one comes back where the workers look for it.
@@ -650,7 +641,7 @@ func newPartitions(repo, dir string, n int) (*partitions, error) {
 	for range n {
 		var ports [3]int
 		for k := range ports {
-			port, err := freePort()
+			port, err := tritonproc.FreePort()
 			if err != nil {
 				return nil, err
 			}

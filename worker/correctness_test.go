@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -604,4 +605,66 @@ func (s *strictSQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.Ch
 		out.Failed = append(out.Failed, res.Failed...)
 	}
 	return out, nil
+}
+
+// floatWAV is a 32-bit float WAV (format 3) of samples at 16 kHz.
+func floatWAV(samples []float32) []byte {
+	var b bytes.Buffer
+	le := func(v any) { _ = binary.Write(&b, binary.LittleEndian, v) }
+	b.WriteString("RIFF")
+	le(uint32(36 + 4*len(samples)))
+	b.WriteString("WAVEfmt ")
+	le(uint32(16))
+	le(uint16(3)) // IEEE float
+	le(uint16(1))
+	le(uint32(16000))
+	le(uint32(16000 * 4))
+	le(uint16(4))
+	le(uint16(32))
+	b.WriteString("data")
+	le(uint32(4 * len(samples)))
+	le(samples)
+	return b.Bytes()
+}
+
+// A float recording of NaN samples gets a clear permanent error record,
+// and one scaled far past full scale (1e30) is levelled like any other:
+// before, the first ended "ok" with empty text and the second reached the
+// model as silence (its frame energies overflowed and the gain became 0).
+func TestNonFiniteAndHugeFloatRecordings(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	var heard []float64
+	var mu sync.Mutex
+	e.servers[0].SetRecognizer(asrFunc(func(x []float32) (triton.Result, error) {
+		var sum float64
+		for _, v := range x {
+			sum += float64(v) * float64(v)
+		}
+		mu.Lock()
+		heard = append(heard, math.Sqrt(sum/float64(len(x))))
+		mu.Unlock()
+		return triton.Result{Text: tritontest.Text(len(x))}, nil
+	}))
+	nan := make([]float32, 16000)
+	huge := make([]float32, 16000)
+	for i := range nan {
+		nan[i] = float32(math.NaN())
+		huge[i] = float32(1e30 * math.Sin(float64(i)*0.1))
+	}
+	e.put("nan.wav", floatWAV(nan))
+	e.put("huge.wav", floatWAV(huge))
+	e.sendJob("nan.wav")
+	e.sendJob("huge.wav")
+	e.run(e.config(), nil)
+	if rec, ok := e.errorRecord("nan.wav"); !ok || rec.Class != worker.ClassCorruptAudio || !strings.Contains(rec.Message, "NaN") {
+		t.Errorf("NaN recording: record %+v (found %v), want corrupt_audio naming NaN", rec, ok)
+	}
+	if _, ok := e.transcript("huge.wav"); !ok {
+		t.Error("the 1e30 recording has no transcript")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(heard) != 1 || math.Abs(heard[0]-0.1) > 0.02 {
+		t.Errorf("the model heard RMS %v, want one chunk at 0.1 (-20 dBFS)", heard)
+	}
 }

@@ -92,7 +92,9 @@ func (w *Worker) transcribeChunk(ctx context.Context, job jobValues, i int, samp
 		if copyFirst {
 			samples = append([]float32(nil), samples...)
 		}
-		audio.Normalize(samples)
+		if _, err := audio.Normalize(samples); err != nil {
+			return Permanent(ClassCorruptAudio, fmt.Errorf("chunk %d: %w", i, err))
+		}
 	}
 	res, err := w.tr.Transcribe(ctx, triton.Request{Samples: samples, Timestamps: w.cfg.Timestamps, Model: model, Priority: job.priority})
 	if err != nil {

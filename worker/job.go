@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // JobVersion is the current job message schema version.
@@ -44,10 +45,29 @@ func (j Job) Validate() error {
 	if j.Bucket == "" || j.Key == "" {
 		return errors.New("job needs bucket and key")
 	}
+	if err := checkKey(j.Key); err != nil {
+		return err
+	}
 	for _, f := range j.Formats {
 		if !slices.Contains(knownFormats, f) {
 			return fmt.Errorf("unknown output format %q (want one of %s)", f, strings.Join(knownFormats, ", "))
 		}
+	}
+	return nil
+}
+
+// checkKey refuses keys no S3 object can have, so that such a job is a bad
+// message at once instead of a read that fails on every receive until the
+// DLQ: longer than 1,024 bytes, not UTF-8, or holding a NUL (which S3's
+// XML responses cannot carry).
+func checkKey(key string) error {
+	switch {
+	case len(key) > MaxKeyBytes:
+		return fmt.Errorf("key of %d bytes: S3 keys are at most %d", len(key), MaxKeyBytes)
+	case !utf8.ValidString(key):
+		return errors.New("key is not UTF-8")
+	case strings.ContainsRune(key, 0):
+		return errors.New("key holds a NUL byte")
 	}
 	return nil
 }

@@ -64,6 +64,11 @@ func TestParseMessageRejects(t *testing.T) {
 		`{"v":1,"bucket":"in"}`,
 		`{"v":1,"bucket":"in","key":"k","formats":["docx"]}`,
 		`{"v":1,"bucket":"in","key":"k","extra":true}`,
+		// Keys no S3 object can have: a NUL, not UTF-8, over 1,024 bytes.
+		`{"v":1,"bucket":"in","key":"a\u0000b.wav"}`,
+		`{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"in"},"object":{"key":"a%00b.wav"}}}]}`,
+		`{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"in"},"object":{"key":"%FF%FE.wav"}}}]}`,
+		`{"v":1,"bucket":"in","key":"` + strings.Repeat("k", 1025) + `"}`,
 		`{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"in"},"object":{"key":"%zz"}}}]}`,
 		`{"Type":"Notification","Message":"{\"Type\":\"Notification\",\"Message\":\"{\\\"Type\\\":\\\"Notification\\\",\\\"Message\\\":\\\"{}\\\"}\"}"}`,
 	} {

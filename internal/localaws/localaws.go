@@ -27,6 +27,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
+	"github.com/fleetscribe/fleetscribe/internal/modroot"
 )
 
 // Server is a running emulator.
@@ -38,23 +39,13 @@ type Server struct {
 	stop     sync.Once
 }
 
-// ToolsDir finds tools/fauxqs by walking up from the working directory to
-// the module root.
+// ToolsDir finds tools/fauxqs in the module root.
 func ToolsDir() (string, error) {
-	dir, err := os.Getwd()
+	root, err := modroot.Find()
 	if err != nil {
 		return "", err
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "tools", "fauxqs"), nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("module root (go.mod) not found above the working directory")
-		}
-		dir = parent
-	}
+	return filepath.Join(root, "tools", "fauxqs"), nil
 }
 
 // Start launches the emulator on a free loopback port and waits until

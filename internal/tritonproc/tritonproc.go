@@ -13,7 +13,6 @@ package tritonproc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -31,6 +30,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fleetscribe/fleetscribe/internal/modroot"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )
 
@@ -43,22 +43,7 @@ const RequireEnv = "FLEETSCRIBE_REQUIRE_TRITON"
 
 // Root returns the module's root folder (the one holding go.mod), searched
 // upwards from the working directory.
-func Root() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("tritonproc: no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
+func Root() (string, error) { return modroot.Find() }
 
 // Launcher returns the path of scripts/tritonserver, which runs the pinned
 // server, after checking that the server is installed.
@@ -402,12 +387,12 @@ func (s *Server) signal(sig syscall.Signal, grace time.Duration) {
 	// The stubs of a killed server are in its process group; make sure
 	// they are gone too, then remove what they leave in /dev/shm.
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	RemoveShm(s.opts.GRPCPort)
+	removeShm(s.opts.GRPCPort)
 }
 
-// RemoveShm removes the Python backend's shared memory regions of the
+// removeShm removes the Python backend's shared memory regions of the
 // server on grpcPort.
-func RemoveShm(grpcPort int) {
+func removeShm(grpcPort int) {
 	left, _ := filepath.Glob(filepath.Join("/dev/shm", ShmPrefix(grpcPort)+"*"))
 	for _, f := range left {
 		_ = os.Remove(f)
@@ -418,55 +403,6 @@ func RemoveShm(grpcPort int) {
 func (s *Server) Restart(ctx context.Context) error {
 	s.Kill()
 	return s.start(ctx)
-}
-
-// StartAgain starts a stopped server without waiting for it to be ready.
-func (s *Server) StartAgain() error {
-	bin, err := Launcher()
-	if err != nil {
-		return err
-	}
-	o := s.opts
-	cmd := exec.Command(bin, append(Args(o.Repo, o.GRPCPort, o.HTTPPort, o.MetricsPort), o.Args...)...)
-	cmd.Env = append(os.Environ(), o.Env...)
-	if o.Log != nil {
-		cmd.Stdout, cmd.Stderr = o.Log, o.Log
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	s.mu.Lock()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
-	return nil
-}
-
-// Running reports whether the process is running.
-func (s *Server) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// PID returns the server's process ID (0 when it is not running).
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
 }
 
 // FreePort returns a TCP port free on loopback now.

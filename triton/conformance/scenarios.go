@@ -114,7 +114,21 @@ func Scenarios() []Scenario {
 
 // raggedBatches: chunks of different lengths sent at once share batches.
 func raggedBatches(ctx context.Context, s Server) (Outcome, error) {
+	return batchesForm(ctx, s, triton.DefaultModelIO(), func(i int) int { return 1600 + 160*i })
+}
+
+// bucketBatches: chunks padded to one bucket, with their true lengths,
+// share batches, and each answer is of its true length.
+func bucketBatches(ctx context.Context, s Server) (Outcome, error) {
 	io := triton.DefaultModelIO()
+	io.Buckets = []int{16000}
+	return batchesForm(ctx, s, io, func(i int) int { return 4000 + 100*i })
+}
+
+// batchesForm sends 16 chunks of length(i) samples at once and checks that
+// each answer is of its own chunk's true length and that they shared
+// batches (two rows an execution or more).
+func batchesForm(ctx context.Context, s Server, io triton.ModelIO, length func(i int) int) (Outcome, error) {
 	c, err := dial(s, io)
 	if err != nil {
 		return Outcome{}, err
@@ -122,9 +136,9 @@ func raggedBatches(ctx context.Context, s Server) (Outcome, error) {
 	defer c.Close()
 	const n = 16
 	errs := concurrently(n, func(i int) error {
-		r, err := c.Infer(ctx, triton.Request{Samples: samples(1600 + 160*i)})
-		if err == nil && r.Text != echo(1600+160*i) {
-			err = fmt.Errorf("request %d answered %q", i, r.Text)
+		r, err := c.Infer(ctx, triton.Request{Samples: samples(length(i))})
+		if err == nil && r.Text != echo(length(i)) {
+			err = fmt.Errorf("request %d answered %q: the model must see the true length", i, r.Text)
 		}
 		return err
 	})
@@ -138,38 +152,6 @@ func raggedBatches(ctx context.Context, s Server) (Outcome, error) {
 	mean := float64(st.Rows) / float64(max(st.Executions, 1))
 	if st.Rows != n || mean < 2 {
 		return Outcome{}, fmt.Errorf("%d rows in %d executions: batches did not form", st.Rows, st.Executions)
-	}
-	return Outcome{Detail: fmt.Sprintf("mean batch %.1f", mean)}, nil
-}
-
-// bucketBatches: chunks padded to one bucket, with their true lengths,
-// share batches, and each answer is of its true length.
-func bucketBatches(ctx context.Context, s Server) (Outcome, error) {
-	io := triton.DefaultModelIO()
-	io.Buckets = []int{16000}
-	c, err := dial(s, io)
-	if err != nil {
-		return Outcome{}, err
-	}
-	defer c.Close()
-	const n = 16
-	errs := concurrently(n, func(i int) error {
-		r, err := c.Infer(ctx, triton.Request{Samples: samples(4000 + 100*i)})
-		if err == nil && r.Text != echo(4000+100*i) {
-			err = fmt.Errorf("request %d answered %q: the model must see the true length", i, r.Text)
-		}
-		return err
-	})
-	if err := firstErr(errs); err != nil {
-		return Outcome{}, err
-	}
-	st, err := stats(ctx, c)
-	if err != nil {
-		return Outcome{}, err
-	}
-	mean := float64(st.Rows) / float64(max(st.Executions, 1))
-	if mean < 2 {
-		return Outcome{}, fmt.Errorf("%d rows in %d executions: bucket batches did not form", st.Rows, st.Executions)
 	}
 	return Outcome{Detail: fmt.Sprintf("mean batch %.1f", mean)}, nil
 }
@@ -202,21 +184,7 @@ func shapesApart(ctx context.Context, s Server) (Outcome, error) {
 		}
 		return err
 	})
-	if err != nil {
-		return Outcome{}, err
-	}
-	if err := firstErr(errs); err != nil {
-		return Outcome{}, err
-	}
-	st, err := stats(ctx, cs)
-	if err != nil {
-		return Outcome{}, err
-	}
-	// The warm-up, the blocker and one execution per queued request.
-	if st.Executions != 6 {
-		return Outcome{}, fmt.Errorf("%d rows in %d executions, want 6: the batch must be cut at each change of shape", st.Rows, st.Executions)
-	}
-	return Outcome{Detail: "alternating shapes: one execution each"}, nil
+	return oneExecutionEach(ctx, cs, errs, err, "shape")
 }
 
 // optionalInputsApart: a batch is also cut at the first request whose set
@@ -245,10 +213,14 @@ func optionalInputsApart(ctx context.Context, s Server) (Outcome, error) {
 		_, err := rpc.ModelInfer(ctx, req)
 		return err
 	})
-	if err != nil {
-		return Outcome{}, err
-	}
-	if err := firstErr(errs); err != nil {
+	return oneExecutionEach(ctx, c, errs, err, "input set")
+}
+
+// oneExecutionEach checks, after four requests of alternating kinds were
+// queued behind a blocker (errs, blockErr), that each ran in an execution
+// of its own: the warm-up, the blocker and four.
+func oneExecutionEach(ctx context.Context, c *triton.Client, errs []error, blockErr error, kind string) (Outcome, error) {
+	if err := errors.Join(blockErr, firstErr(errs)); err != nil {
 		return Outcome{}, err
 	}
 	st, err := stats(ctx, c)
@@ -256,9 +228,9 @@ func optionalInputsApart(ctx context.Context, s Server) (Outcome, error) {
 		return Outcome{}, err
 	}
 	if st.Executions != 6 {
-		return Outcome{}, fmt.Errorf("%d rows in %d executions, want 6: the batch must be cut where the inputs change", st.Rows, st.Executions)
+		return Outcome{}, fmt.Errorf("%d rows in %d executions, want 6: the batch must be cut at each change of %s", st.Rows, st.Executions, kind)
 	}
-	return Outcome{Detail: "alternating input sets: one execution each"}, nil
+	return Outcome{Detail: "alternating " + kind + "s: one execution each"}, nil
 }
 
 // Timing of the scenarios that queue requests behind a running one: the
@@ -300,6 +272,19 @@ func startBlocker(ctx context.Context, s Server, buckets bool) (wait func() erro
 	}()
 	time.Sleep(settle) // the blocker is executing
 	return func() error { return <-done }, nil
+}
+
+// blockedClient dials s and starts a blocker on it; wait returns the
+// blocker's error once it ends.
+func blockedClient(ctx context.Context, s Server) (c *triton.Client, wait func() error, err error) {
+	if c, err = dial(s, triton.DefaultModelIO()); err != nil {
+		return nil, nil, err
+	}
+	if wait, err = startBlocker(ctx, s, false); err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return c, wait, nil
 }
 
 // behindBlocker starts a blocker, then runs f(i) for i < n in turn, each
@@ -424,15 +409,11 @@ func queueFull(ctx context.Context, s Server) (Outcome, error) {
 // queuePerLevel: max_queue_size bounds each priority level apart, so a
 // full bulk level does not refuse live requests.
 func queuePerLevel(ctx context.Context, s Server) (Outcome, error) {
-	c, err := dial(s, triton.DefaultModelIO())
+	c, wait, err := blockedClient(ctx, s)
 	if err != nil {
 		return Outcome{}, err
 	}
 	defer c.Close()
-	wait, err := startBlocker(ctx, s, false)
-	if err != nil {
-		return Outcome{}, err
-	}
 	var wg sync.WaitGroup
 	results := make([]error, 3)
 	wg.Go(func() { _, results[0] = c.Infer(ctx, triton.Request{Samples: samples(101), Priority: 2}) }) // fills level 2
@@ -456,15 +437,11 @@ func queuePerLevel(ctx context.Context, s Server) (Outcome, error) {
 // UNAVAILABLE, which the client calls backpressure; a timeout longer than
 // the wait changes nothing.
 func queueTimeout(ctx context.Context, s Server) (Outcome, error) {
-	c, err := dial(s, triton.DefaultModelIO())
+	c, wait, err := blockedClient(ctx, s)
 	if err != nil {
 		return Outcome{}, err
 	}
 	defer c.Close()
-	wait, err := startBlocker(ctx, s, false)
-	if err != nil {
-		return Outcome{}, err
-	}
 	var wg sync.WaitGroup
 	var patientErr error
 	wg.Go(func() {
@@ -485,15 +462,11 @@ func queueTimeout(ctx context.Context, s Server) (Outcome, error) {
 // default queue timeout; where the model has none, it is ignored (so
 // -triton-queue-timeout needs default_timeout_microseconds in the model).
 func timeoutNeedsDefault(ctx context.Context, s Server) (Outcome, error) {
-	c, err := dial(s, triton.DefaultModelIO())
+	c, wait, err := blockedClient(ctx, s)
 	if err != nil {
 		return Outcome{}, err
 	}
 	defer c.Close()
-	wait, err := startBlocker(ctx, s, false)
-	if err != nil {
-		return Outcome{}, err
-	}
 	_, err = c.Infer(ctx, triton.Request{Samples: samples(102), QueueTimeout: 50 * time.Millisecond})
 	if blockErr := wait(); blockErr != nil {
 		return Outcome{}, fmt.Errorf("blocker: %w", blockErr)
@@ -688,15 +661,11 @@ func sharedMemory(ctx context.Context, s Server) (Outcome, error) {
 // clientGivesUp: a client that cancels a queued request gets its error at
 // once, and the server serves on.
 func clientGivesUp(ctx context.Context, s Server) (Outcome, error) {
-	c, err := dial(s, triton.DefaultModelIO())
+	c, wait, err := blockedClient(ctx, s)
 	if err != nil {
 		return Outcome{}, err
 	}
 	defer c.Close()
-	wait, err := startBlocker(ctx, s, false)
-	if err != nil {
-		return Outcome{}, err
-	}
 	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	start := time.Now()
 	_, err = c.Infer(cctx, triton.Request{Samples: samples(101)})
