@@ -156,40 +156,48 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, model string
 // with times from the recording's start.
 func stitch(spans []chunkSpan, results []*triton.Result, total int) Transcript {
 	t := Transcript{Schema: TranscriptSchema, Chunks: len(spans), DurationSec: float64(total) / ModelRate}
+	// Each chunk's words in recording time, and which of them it keeps:
+	// [from[i], to[i]). Where two chunks overlap, the join decides.
+	words := make([][]triton.Word, len(results))
+	from, to := make([]int, len(results)), make([]int, len(results))
+	for i, r := range results {
+		off := float64(spans[i].offset) / ModelRate
+		words[i] = make([]triton.Word, len(r.Words))
+		for k, wd := range r.Words {
+			wd.Start += off
+			wd.End += off
+			words[i][k] = wd
+		}
+		to[i] = len(words[i])
+	}
+	for i := 0; i+1 < len(results); i++ {
+		if spans[i+1].overlap > 0 {
+			start := float64(spans[i+1].offset) / ModelRate
+			to[i], from[i+1] = joinOverlap(words[i], words[i+1], start, start+float64(spans[i+1].overlap)/ModelRate)
+		}
+	}
 	var texts []string
 	for i, r := range results {
 		c := spans[i]
-		off := float64(c.offset) / ModelRate
-		// Where chunks overlap, each keeps the words whose middle lies on
-		// its side of the overlap's middle: none doubled, none lost.
-		lo, hi := math.Inf(-1), math.Inf(1)
-		if c.overlap > 0 {
-			lo = (float64(c.offset) + float64(c.overlap)/2) / ModelRate
-		}
-		if i+1 < len(spans) && spans[i+1].overlap > 0 {
-			hi = (float64(spans[i+1].offset) + float64(spans[i+1].overlap)/2) / ModelRate
-		}
-		var kept []string
-		for _, wd := range r.Words {
-			wd.Start += off
-			wd.End += off
-			if mid := (wd.Start + wd.End) / 2; mid < lo || mid >= hi {
-				continue
-			}
-			t.Words = append(t.Words, wd)
-			kept = append(kept, wd.Word)
-		}
+		kept := words[i][from[i]:max(from[i], to[i])] // a short chunk's joins may cross
+		t.Words = append(t.Words, kept...)
 		text := strings.TrimSpace(r.Text)
-		if len(r.Words) > 0 && (lo > math.Inf(-1) || hi < math.Inf(1)) {
-			text = strings.Join(kept, " ") // the chunk's own text would repeat the overlap
+		joined := c.overlap > 0 || i+1 < len(spans) && spans[i+1].overlap > 0
+		if len(r.Words) > 0 && joined {
+			// The chunk's own text would repeat the overlap.
+			names := make([]string, len(kept))
+			for k, wd := range kept {
+				names[k] = wd.Word
+			}
+			text = strings.Join(names, " ")
 		}
 		if text != "" {
 			texts = append(texts, text)
 		}
 		if len(r.Words) == 0 && text != "" {
 			// No timings from the model: one segment per chunk.
-			end := off + float64(c.length)/ModelRate
-			t.Segments = append(t.Segments, Segment{Start: off, End: end, Text: text})
+			off := float64(c.offset) / ModelRate
+			t.Segments = append(t.Segments, Segment{Start: off, End: off + float64(c.length)/ModelRate, Text: text})
 		}
 	}
 	t.Text = strings.Join(texts, " ")
@@ -202,4 +210,81 @@ func stitch(spans []chunkSpan, results []*triton.Result, total int) Transcript {
 		t.Segments = []Segment{}
 	}
 	return t
+}
+
+// joinSlack is how far apart two chunks may time the same word (their
+// middles, in seconds) and still be taken as one: each chunk hears the
+// word in a different context, and recognisers time it differently by a
+// tenth of a second or more.
+const joinSlack = 0.5
+
+// joinOverlap decides where two chunks that overlap in [lo, hi) (seconds
+// of the recording) hand over: the first keeps a[:keepA], the second
+// b[fromB:]. The words each heard around the overlap are aligned by text,
+// a pair matching only where their times are within joinSlack; the
+// handover is at the matched pair nearest the overlap's middle, the first
+// chunk keeping that word and the second everything after its copy, so a
+// word both heard is kept once whatever times each gave it. Where no word
+// matches, each keeps the words whose middle lies on its side of the
+// overlap's middle.
+func joinOverlap(a, b []triton.Word, lo, hi float64) (keepA, fromB int) {
+	mid := (lo + hi) / 2
+	wmid := func(w triton.Word) float64 { return (w.Start + w.End) / 2 }
+	// The words near the overlap: a's from the first ending past lo-slack,
+	// b's up to the last starting before hi+slack.
+	a0 := len(a)
+	for a0 > 0 && a[a0-1].End > lo-joinSlack {
+		a0--
+	}
+	b1 := 0
+	for b1 < len(b) && b[b1].Start < hi+joinSlack {
+		b1++
+	}
+	ta, tb := a[a0:], b[:b1]
+	// Longest common subsequence of the two runs, by word and time.
+	same := func(x, y triton.Word) bool {
+		return strings.EqualFold(x.Word, y.Word) && math.Abs(wmid(x)-wmid(y)) <= joinSlack
+	}
+	n, m := len(ta), len(tb)
+	lcs := make([][]int, n+1)
+	for i := range lcs {
+		lcs[i] = make([]int, m+1)
+	}
+	for i := n - 1; i >= 0; i-- {
+		for j := m - 1; j >= 0; j-- {
+			switch {
+			case same(ta[i], tb[j]):
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			case lcs[i+1][j] >= lcs[i][j+1]:
+				lcs[i][j] = lcs[i+1][j]
+			default:
+				lcs[i][j] = lcs[i][j+1]
+			}
+		}
+	}
+	bestA, bestB, bestD := -1, -1, math.Inf(1)
+	for i, j := 0, 0; i < n && j < m; {
+		switch {
+		case same(ta[i], tb[j]) && lcs[i][j] == lcs[i+1][j+1]+1:
+			if d := math.Abs((wmid(ta[i])+wmid(tb[j]))/2 - mid); d < bestD {
+				bestA, bestB, bestD = i, j, d
+			}
+			i, j = i+1, j+1
+		case lcs[i+1][j] >= lcs[i][j+1]:
+			i++
+		default:
+			j++
+		}
+	}
+	if bestA >= 0 {
+		return a0 + bestA + 1, bestB + 1
+	}
+	keepA = len(a)
+	for keepA > 0 && wmid(a[keepA-1]) >= mid {
+		keepA--
+	}
+	for fromB < len(b) && wmid(b[fromB]) < mid {
+		fromB++
+	}
+	return keepA, fromB
 }

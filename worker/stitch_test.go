@@ -129,3 +129,44 @@ func TestOverlappingChunksLevelledApart(t *testing.T) {
 		}
 	}
 }
+
+// Two chunks that time the words they share differently (each hears them
+// in another context): the word at the overlap's middle is kept once, not
+// doubled ("left left") when each copy's middle lies on its own side of
+// the overlap's middle, and not lost when each lies on the other's.
+func TestOverlapJoinAlignsSharedWords(t *testing.T) {
+	// Chunk 0 covers 140-165 s, chunk 1 starts at 164 s (1 s of overlap,
+	// middle 164.5 s). Times below are in each chunk's own time.
+	spans := []chunkSpan{{offset: 140 * ModelRate, length: 25 * ModelRate}, {offset: 164 * ModelRate, length: 20 * ModelRate, overlap: ModelRate}}
+	w := func(s string, start, end float64) triton.Word { return triton.Word{Word: s, Start: start, End: end} }
+	for name, c := range map[string]struct{ a, b []triton.Word }{
+		// The case seen on a noisy recording: 164.29-164.63 in the first
+		// chunk, 164.395-164.735 in the second.
+		"doubled by the middle rule": {
+			a: []triton.Word{w("turn", 23.80, 24.20), w("left", 24.29, 24.63), w("at", 24.70, 24.85)},
+			b: []triton.Word{w("left", 0.395, 0.735), w("at", 0.80, 0.95), w("the", 1.0, 1.1), w("light", 1.15, 1.5)},
+		},
+		"lost by the middle rule": {
+			a: []triton.Word{w("turn", 23.80, 24.20), w("left", 24.40, 24.75), w("at", 24.80, 24.95)},
+			b: []triton.Word{w("left", 0.25, 0.45), w("at", 0.55, 0.75), w("the", 1.0, 1.1), w("light", 1.15, 1.5)},
+		},
+	} {
+		results := []*triton.Result{{Text: "x", Words: c.a}, {Text: "y", Words: c.b}}
+		tr := stitch(spans, results, 184*ModelRate)
+		if tr.Text != "turn left at the light" {
+			t.Errorf("%s: %q, want each word once", name, tr.Text)
+		}
+		for i := 1; i < len(tr.Words); i++ {
+			if tr.Words[i].Start < tr.Words[i-1].Start {
+				t.Errorf("%s: words out of order: %+v", name, tr.Words)
+			}
+		}
+	}
+	// Nothing in common (a recogniser that heard other words in the
+	// overlap): the middle rule still keeps each side's own.
+	a := []triton.Word{w("one", 24.1, 24.3)}
+	b := []triton.Word{w("two", 0.7, 0.9)}
+	if tr := stitch(spans, []*triton.Result{{Words: a}, {Words: b}}, 184*ModelRate); tr.Text != "one two" {
+		t.Errorf("no shared word: %q, want \"one two\"", tr.Text)
+	}
+}
