@@ -92,6 +92,10 @@ bench-accuracy: deps ## a 20-minute recording of synthesised sentences (3 voices
 	@rc=0; $(GO) test -count=1 -timeout 90m -tags accuracy -run TestLongFormAccuracy -v ./worker -args -accuracy-minutes $${MINUTES:-20} > $(BIN)/accuracy.log 2>&1 || rc=$$?; \
 		grep -v '^RESULT' $(BIN)/accuracy.log; grep '^RESULT' $(BIN)/accuracy.log; exit $$rc
 
+.PHONY: bench-narrowband
+bench-narrowband: deps ## telephone audio (8 kHz, band-limited, mu-law, A-law) and room tone through the CPU recogniser: WER with the narrowband measures off and on, side by side
+	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) bench/narrowband/narrowband.py
+
 .PHONY: bench-worker
 bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into four zero-latency fake partitions: jobs/s, worker CPU per job, peak RSS, requests and connections per job, request cost
 	$(GO) run ./bench/worker -worker-bin $(BIN)/worker -worker-cpus "$(WORKER_CPUS)"

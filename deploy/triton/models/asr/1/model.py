@@ -138,7 +138,9 @@ class SphinxModel:
     it. It is decoded as one utterance per stretch of speech, divided at
     pauses of 0.5 s or more (see pause_cuts): decoded as one, sentences on
     either side of a pause run together through the language model and
-    come out worse than each alone. Word times count from the request's
+    come out worse than each alone. Each utterance is decoded from its first
+    to its last sound (speech_span), and narrowband audio gets its empty
+    upper band filled (fill_band); word times stay those of the request. Word times count from the request's
     first sample, in 10 ms frames (pocketsphinx 5 counts each utterance's
     frames from its own start).
     """
@@ -163,11 +165,22 @@ class SphinxModel:
         }
         self.decoder = pocketsphinx.Decoder(**config)
         self.cmn_init = self.decoder.get_cmn()
+        # Narrowband audio (telephone: 8 kHz, G.711) has nothing above 4 kHz,
+        # where the wideband model expects some energy; band_fill adds noise
+        # there at this fraction of the request's RMS (0: off).
+        self.band_fill = float(params.get("sphinx_band_fill") or 0.03)
+        # Each utterance is decoded from its first to its last frame of
+        # sound, with this much margin (negative: the whole utterance),
+        # so no word is invented over quiet room tone around speech.
+        pad = params.get("sphinx_speech_pad_ms")
+        self.speech_pad = int((250 if pad in (None, "") else float(pad)) * SAMPLE_RATE / 1000)
 
     def transcribe(self, audio, batch_size, timestamps, verbose):  # noqa: ARG002 - NeMo's signature
         return [self.recognize(samples, timestamps) for samples in audio]
 
     def recognize(self, samples, timestamps):
+        if self.band_fill > 0 and narrowband(samples):
+            samples = fill_band(samples, self.band_fill)
         pcm = pcm16(samples)
         d = self.decoder
         d.start_stream()  # frame numbers from 0, noise statistics reset
@@ -175,7 +188,10 @@ class SphinxModel:
         cuts = pause_cuts(samples) + [len(pcm)]
         start = 0
         for end in cuts:
-            text, ws = self.utterance(pcm[start:end], start / SAMPLE_RATE, timestamps)
+            lo, hi = start, end
+            if self.speech_pad >= 0:
+                lo, hi = speech_span(samples, start, end, self.speech_pad)
+            text, ws = self.utterance(pcm[lo:hi], lo / SAMPLE_RATE, timestamps)
             if text:
                 texts.append(text)
             words.extend(ws)
@@ -227,16 +243,11 @@ MIN_PAUSE_FRAMES = 50  # 0.5 s of quiet frames
 def pause_cuts(x):
     """Where x divides into utterances: the middle of every pause of at
     least 0.5 s with sound on both sides. A pause is a run of 10 ms frames
-    quieter than both 6 dB above the recording's floor (its quietest tenth
-    of frames) and 30 dB below its speech (its loudest tenth)."""
-    n = len(x) // PAUSE_FRAME
-    if n < 2 * MIN_PAUSE_FRAMES:
+    quieter than quiet_threshold."""
+    energy = frame_energies(x)
+    if len(energy) < 2 * MIN_PAUSE_FRAMES:
         return []
-    frames = np.asarray(x[: n * PAUSE_FRAME], dtype=np.float64).reshape(n, PAUSE_FRAME)
-    energy = (frames * frames).sum(axis=1) / PAUSE_FRAME
-    ordered = np.sort(energy)
-    floor, speech = ordered[n // 10], ordered[n - 1 - n // 10]
-    threshold = max(4 * floor, speech / 1000)
+    threshold = quiet_threshold(energy)
     cuts, run = [], 0
     for i, quiet in enumerate(energy < threshold):
         if quiet:
@@ -246,6 +257,66 @@ def pause_cuts(x):
             cuts.append((i - run // 2) * PAUSE_FRAME)
         run = 0
     return cuts  # a pause that runs to the end divides nothing
+
+
+def frame_energies(x):
+    """Mean energy of each 10 ms frame of x (float64)."""
+    n = len(x) // PAUSE_FRAME
+    frames = np.asarray(x[: n * PAUSE_FRAME], dtype=np.float64).reshape(n, PAUSE_FRAME)
+    return (frames * frames).sum(axis=1) / PAUSE_FRAME
+
+
+def quiet_threshold(energy):
+    """The energy under which a frame is quiet: 6 dB above the floor (the
+    quietest tenth of frames) and 30 dB below speech (the loudest tenth)."""
+    n = len(energy)
+    ordered = np.sort(energy)
+    return max(4 * ordered[n // 10], ordered[n - 1 - n // 10] / 1000)
+
+
+def speech_span(x, start, end, pad):
+    """The part of x[start:end] from its first to its last frame of sound,
+    widened by pad samples each way, as (lo, hi) in x's samples; all of it
+    where it has no frame of sound or is too short to tell."""
+    seg = x[start:end]
+    if len(seg) < 20 * PAUSE_FRAME:
+        return start, end
+    energy = frame_energies(seg)
+    loud = np.nonzero(energy >= quiet_threshold(energy))[0]
+    if len(loud) == 0:
+        return start, end
+    lo = max(0, int(loud[0]) * PAUSE_FRAME - pad)
+    hi = min(len(seg), (int(loud[-1]) + 1) * PAUSE_FRAME + pad)
+    return start + lo, start + hi
+
+
+NARROW_HZ = 4200  # above a telephone band (8 kHz audio holds nothing past 4 kHz)
+
+
+def narrowband(x):
+    """Whether x (16 kHz) holds next to nothing above 4.2 kHz: less than a
+    ten-thousandth of its energy, as audio recorded at 8 kHz or through a
+    telephone band."""
+    if len(x) < 1024:
+        return False
+    spectrum = np.abs(np.fft.rfft(np.asarray(x, dtype=np.float64))) ** 2
+    freqs = np.fft.rfftfreq(len(x), 1 / SAMPLE_RATE)
+    total = spectrum.sum()
+    return total > 0 and spectrum[freqs > NARROW_HZ].sum() < 1e-4 * total
+
+
+def fill_band(x, level):
+    """x with white noise added between 4 and 8 kHz at level times its RMS,
+    the same noise for the same length (a request's words never depend on
+    chance). The wideband model's filters up to 6.8 kHz then see the noise
+    floor they were trained on instead of nothing."""
+    n = len(x)
+    noise = np.fft.rfft(np.random.default_rng(n).standard_normal(n))
+    noise[np.fft.rfftfreq(n, 1 / SAMPLE_RATE) < 4000] = 0
+    noise = np.fft.irfft(noise, n)
+    rms = np.sqrt(np.mean(np.asarray(x, dtype=np.float64) ** 2))
+    noise *= level * rms / (np.sqrt(np.mean(noise**2)) + 1e-20)
+    return (x + noise).astype(np.float32)
 
 
 class EchoModel:
