@@ -239,10 +239,10 @@ func oneExecutionEach(ctx context.Context, c *triton.Client, errs []error, block
 // milliseconds. The others are sent settle after the blocker, in turn,
 // spacing apart, and are all queued before it ends.
 const (
-	blockerTime    = time.Second
+	blockerTime    = 2 * time.Second
 	blockerSamples = 30 * 16000
-	settle         = 250 * time.Millisecond
-	spacing        = 40 * time.Millisecond
+	settle         = 300 * time.Millisecond
+	spacing        = 150 * time.Millisecond
 )
 
 // blocked is a model whose 30 s chunks take blockerTime, batched by size
@@ -316,7 +316,8 @@ func order(ctx context.Context, s Server, priorities []uint64) ([]int, error) {
 	var mu sync.Mutex
 	var done []int
 	errs, err := behindBlocker(ctx, s, false, len(priorities), func(i int) error {
-		if _, err := c.Infer(ctx, triton.Request{Samples: samples(200 + i), Priority: priorities[i]}); err != nil {
+		// 3 s of audio: 200 ms each, so that they complete well apart.
+		if _, err := c.Infer(ctx, triton.Request{Samples: samples(48000 + i), Priority: priorities[i]}); err != nil {
 			return err
 		}
 		mu.Lock()
@@ -414,21 +415,36 @@ func queuePerLevel(ctx context.Context, s Server) (Outcome, error) {
 		return Outcome{}, err
 	}
 	defer c.Close()
+	// Two bulk requests at once into a level that holds one: one is
+	// refused. Then a live one, at a level of its own, is taken.
+	var bulk []error
 	var wg sync.WaitGroup
-	results := make([]error, 3)
-	wg.Go(func() { _, results[0] = c.Infer(ctx, triton.Request{Samples: samples(101), Priority: 2}) }) // fills level 2
-	time.Sleep(spacing)
-	_, results[1] = c.Infer(ctx, triton.Request{Samples: samples(102), Priority: 2}) // level 2 full
-	wg.Go(func() { _, results[2] = c.Infer(ctx, triton.Request{Samples: samples(103), Priority: 1}) })
+	wg.Go(func() {
+		bulk = concurrently(2, func(i int) error {
+			_, err := c.Infer(ctx, triton.Request{Samples: samples(101 + i), Priority: 2})
+			return err
+		})
+	})
+	time.Sleep(spacing) // the bulk level is full
+	_, live := c.Infer(ctx, triton.Request{Samples: samples(103), Priority: 1})
 	wg.Wait()
 	if err := wait(); err != nil {
 		return Outcome{}, fmt.Errorf("blocker: %w", err)
 	}
-	if !errors.Is(results[1], triton.ErrOverloaded) {
-		return Outcome{}, fmt.Errorf("second bulk request into a full level: %v, want backpressure", results[1])
+	refused := 0
+	for _, err := range bulk {
+		switch {
+		case errors.Is(err, triton.ErrOverloaded):
+			refused++
+		case err != nil:
+			return Outcome{}, fmt.Errorf("bulk request: %w", err)
+		}
 	}
-	if results[0] != nil || results[2] != nil {
-		return Outcome{}, fmt.Errorf("bulk %v, live %v: a live request must not meet the bulk level's bound", results[0], results[2])
+	if refused != 1 {
+		return Outcome{}, fmt.Errorf("%d of two bulk requests into a level of one refused, want 1", refused)
+	}
+	if live != nil {
+		return Outcome{}, fmt.Errorf("live request: %v: a live request must not meet the bulk level's bound", live)
 	}
 	return Outcome{Detail: "bulk level full, live accepted", Codes: []codes.Code{codes.Unavailable}}, nil
 }
