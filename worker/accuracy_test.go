@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/audio"
-	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/internal/wer"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
@@ -103,19 +102,7 @@ func TestLongFormAccuracy(t *testing.T) {
 	if _, err := exec.LookPath("ffmpeg"); err != nil {
 		t.Fatal("ffmpeg is required (make deps installs it)")
 	}
-	// Real Triton serving the shipped CPU repository (pocketsphinx), with
-	// two model instances for this machine's two cores.
-	repo := t.TempDir()
-	cpu := tritonproc.ModelConfig{Engine: "pocketsphinx", MaxBatchSize: 8, MaxQueueDelay: 2 * time.Millisecond, QueueTimeout: time.Hour, Instances: 2}
-	if err := tritonproc.WriteRepo(repo, map[string]tritonproc.ModelConfig{"asr": cpu}); err != nil {
-		t.Fatal(err)
-	}
-	tritonproc.Require(t)
-	srv, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: repo})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Kill)
+	srv := cpuTriton(t)
 	rec, err := triton.Dial(srv.Addr, triton.DefaultModelIO())
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +167,7 @@ func TestLongFormAccuracy(t *testing.T) {
 	// as the worker levels a chunk.
 	alone := make([]string, len(texts))
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, cpu.Instances)
+	sem := make(chan struct{}, cpuInstances)
 	for i, sp := range spans {
 		wg.Go(func() {
 			sem <- struct{}{}

@@ -140,7 +140,7 @@ class SphinxModel:
     either side of a pause run together through the language model and
     come out worse than each alone. Each utterance is decoded from its first
     to its last sound (speech_span), and narrowband audio gets its empty
-    upper band filled (fill_band); word times stay those of the request. Word times count from the request's
+    upper band filled (fill_band). Word times count from the request's
     first sample, in 10 ms frames (pocketsphinx 5 counts each utterance's
     frames from its own start).
     """
@@ -160,14 +160,14 @@ class SphinxModel:
             # Where each utterance's cepstral mean starts. The en-us model's
             # own feat.params carries this mean in other distributions of
             # it; the wheel's lacks it and falls back to 40,3,-1, which costs
-            # short clips dearly (demo WER 0.15 against 0.05).
+            # short clips dearly (demo WER 0.16 against 0.11).
             "cmninit": params.get("sphinx_cmninit") or SPHINX_CMNINIT,
         }
         self.decoder = pocketsphinx.Decoder(**config)
         self.cmn_init = self.decoder.get_cmn()
         # Narrowband audio (telephone: 8 kHz, G.711) has nothing above 4 kHz,
         # where the wideband model expects some energy; band_fill adds noise
-        # there at this fraction of the request's RMS (0: off).
+        # there at this fraction of the request's RMS (0 or less: off).
         self.band_fill = float(params.get("sphinx_band_fill") or 0.03)
         # Each utterance is decoded from its first to its last frame of
         # sound, with this much margin (negative: the whole utterance),
