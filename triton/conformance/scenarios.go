@@ -86,8 +86,23 @@ func firstErr(errs []error) error {
 	return nil
 }
 
-func stats(ctx context.Context, c *triton.Client) (triton.ServerStats, error) {
-	return c.Statistics(ctx)
+// stats returns the server's statistics once they count at least
+// requests requests: Triton records a request's statistics as it releases
+// it, which can come after its response reached the client. It waits 10 s
+// at most, then returns what it has.
+func stats(ctx context.Context, c *triton.Client, requests uint64) (triton.ServerStats, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := c.Statistics(ctx)
+		if err != nil || st.Requests >= requests || time.Now().After(deadline) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Scenarios returns every scenario, in the table's order.
@@ -145,7 +160,7 @@ func batchesForm(ctx context.Context, s Server, io triton.ModelIO, length func(i
 	if err := firstErr(errs); err != nil {
 		return Outcome{}, err
 	}
-	st, err := stats(ctx, c)
+	st, err := stats(ctx, c, n)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -223,7 +238,7 @@ func oneExecutionEach(ctx context.Context, c *triton.Client, errs []error, block
 	if err := errors.Join(blockErr, firstErr(errs)); err != nil {
 		return Outcome{}, err
 	}
-	st, err := stats(ctx, c)
+	st, err := stats(ctx, c, 6)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -719,7 +734,7 @@ func statistics(ctx context.Context, s Server) (Outcome, error) {
 	if err := firstErr(errs); err != nil {
 		return Outcome{}, err
 	}
-	st, err := stats(ctx, c)
+	st, err := stats(ctx, c, 4)
 	if err != nil {
 		return Outcome{}, err
 	}
