@@ -100,8 +100,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	plan := []string{"mps", "run", "-sharing", "timesliced", "-gpus", "0", "-per-gpu", strconv.Itoa(*partitions), "-base-port", strconv.Itoa(base)}
-	triton := append(append(plan, "--", *launcher), tritonproc.Args(absRepo, 0, 0, 0)...)
-	triton = portTemplates(triton)
+	triton := append(append(plan, "--", *launcher), tritonproc.Args(absRepo, "{grpc_port}", "{http_port}", "{metrics_port}")...)
 	sup := exec.CommandContext(ctx, filepath.Join(*binDir, "worker"), triton...)
 	sup.Stdout, sup.Stderr = logs, logs
 	sup.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
@@ -222,26 +221,6 @@ var uploadFormats = []struct {
 }
 
 func step(s string) { fmt.Printf("==> %s\n", s) }
-
-// portTemplates turns the ports of tritonproc.Args into the plan's
-// templates, which `worker mps run` fills in for each partition.
-func portTemplates(argv []string) []string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		switch {
-		case strings.HasPrefix(a, "--grpc-port="):
-			a = "--grpc-port={grpc_port}"
-		case strings.HasPrefix(a, "--http-port="):
-			a = "--http-port={http_port}"
-		case strings.HasPrefix(a, "--metrics-port="):
-			a = "--metrics-port={metrics_port}"
-		case strings.HasPrefix(a, "--backend-config=python,shm-region-prefix-name="):
-			a = "--backend-config=python,shm-region-prefix-name=" + tritonproc.ShmPrefix(0) + "{name}-"
-		}
-		out[i] = a
-	}
-	return out
-}
 
 // freePortRange finds n consecutive ports free on loopback now.
 func freePortRange(n int) (int, error) {

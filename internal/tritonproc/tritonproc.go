@@ -6,7 +6,7 @@
 // ModelConfig, starts a server on free ports, waits until its models are
 // ready, and kills or restarts it.
 //
-// Tests call Require (or Available) first: on a laptop without `make deps`
+// Tests call Require first: on a laptop without `make deps`
 // they are skipped, in `make test` (FLEETSCRIBE_REQUIRE_TRITON=1) a missing
 // server fails them.
 package tritonproc
@@ -216,18 +216,14 @@ type Options struct {
 	// Models to wait for (none: every model directory in Repo).
 	Models []string
 	Log    io.Writer // the server's output (nil: discarded)
-	Env    []string  // added to the environment
-	Args   []string  // further tritonserver arguments
 	// ReadyTimeout bounds the wait for readiness (default 60 s).
 	ReadyTimeout time.Duration
 }
 
 // Server is one running tritonserver process.
 type Server struct {
-	Addr    string // gRPC, host:port
-	HTTP    string
-	Metrics string
-	opts    Options
+	Addr string // gRPC, host:port
+	opts Options
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -237,7 +233,7 @@ type Server struct {
 // ShmPrefix is the prefix of the shared memory regions the Python backend
 // of a server started here creates in /dev/shm; a server killed with
 // SIGKILL leaves them, and Kill removes them.
-func ShmPrefix(grpcPort int) string { return fmt.Sprintf("fleetscribe-tritonpy-%d-", grpcPort) }
+func ShmPrefix(grpcPort string) string { return "fleetscribe-tritonpy-" + grpcPort + "-" }
 
 // Start runs a server and waits until it and its models are ready.
 func Start(ctx context.Context, o Options) (*Server, error) {
@@ -264,21 +260,20 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 60 * time.Second
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(o.GRPCPort), HTTP: "127.0.0.1:" + strconv.Itoa(o.HTTPPort),
-		Metrics: "127.0.0.1:" + strconv.Itoa(o.MetricsPort), opts: o}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(o.GRPCPort), opts: o}
 	if err := s.start(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// Args returns the tritonserver arguments of a server on these ports.
-func Args(repo string, grpcPort, httpPort, metricsPort int) []string {
+// Args returns the tritonserver arguments of a server on these ports
+// (numbers, or the templates of `worker mps run`, such as {grpc_port}).
+func Args(repo, grpcPort, httpPort, metricsPort string) []string {
 	return []string{
 		"--model-repository=" + repo,
 		"--grpc-address=127.0.0.1", "--http-address=127.0.0.1",
-		"--grpc-port=" + strconv.Itoa(grpcPort), "--http-port=" + strconv.Itoa(httpPort),
-		"--metrics-port=" + strconv.Itoa(metricsPort),
+		"--grpc-port=" + grpcPort, "--http-port=" + httpPort, "--metrics-port=" + metricsPort,
 		// No GPU metrics on a CPU host: DCGM and NVML only log failures.
 		"--allow-gpu-metrics=false",
 		"--backend-config=python,shm-region-prefix-name=" + ShmPrefix(grpcPort),
@@ -292,9 +287,7 @@ func (s *Server) start(ctx context.Context) error {
 		return err
 	}
 	o := s.opts
-	args := append(Args(o.Repo, o.GRPCPort, o.HTTPPort, o.MetricsPort), o.Args...)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), o.Env...)
+	cmd := exec.Command(bin, Args(o.Repo, strconv.Itoa(o.GRPCPort), strconv.Itoa(o.HTTPPort), strconv.Itoa(o.MetricsPort))...)
 	if o.Log != nil {
 		cmd.Stdout, cmd.Stderr = o.Log, o.Log
 	}
@@ -393,7 +386,7 @@ func (s *Server) signal(sig syscall.Signal, grace time.Duration) {
 // removeShm removes the Python backend's shared memory regions of the
 // server on grpcPort.
 func removeShm(grpcPort int) {
-	left, _ := filepath.Glob(filepath.Join("/dev/shm", ShmPrefix(grpcPort)+"*"))
+	left, _ := filepath.Glob(filepath.Join("/dev/shm", ShmPrefix(strconv.Itoa(grpcPort))+"*"))
 	for _, f := range left {
 		_ = os.Remove(f)
 	}

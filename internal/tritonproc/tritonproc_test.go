@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,24 @@ import (
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
+
+// syncBuffer is a server's log, written by its process's copier.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 func infer(t *testing.T, addr string, io triton.ModelIO, samples []float32) triton.Result {
 	t.Helper()
@@ -59,11 +79,17 @@ func TestCPURepository(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: filepath.Join(root, "deploy", "triton", "cpu")})
+	var log syncBuffer
+	s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: filepath.Join(root, "deploy", "triton", "cpu"), Log: &log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Kill()
+	// The server is the release the project says it is tested against
+	// (it prints its version in its option table once ready).
+	if !regexp.MustCompile(`server_version\s*\|\s*` + regexp.QuoteMeta(tritonproc.Version) + `\s`).MatchString(log.String()) {
+		t.Errorf("the server's log names no server_version %s", tritonproc.Version)
+	}
 	r := infer(t, s.Addr, triton.DefaultModelIO(), dec.Samples)
 	if r.Text != text {
 		t.Errorf("recognised %q, want %q", r.Text, text)
