@@ -54,11 +54,6 @@ func main() {
 // real Triton Inference Server, as model.py's echo engine.
 type gpuModel struct{ fixed, perRow time.Duration }
 
-// batchStats are the batches the partitions executed.
-type batchStats struct{ Batches, Rows uint64 }
-
-func (b batchStats) MeanBatchSize() float64 { return float64(b.Rows) / float64(max(b.Batches, 1)) }
-
 func run(minutes float64, fixed, perRow time.Duration, parallel int) error {
 	ctx := context.Background()
 	emu, err := localaws.Start(ctx)
@@ -71,7 +66,7 @@ func run(minutes float64, fixed, perRow time.Duration, parallel int) error {
 	fmt.Printf("%.0f-minute recording, %.0f MB; latency model: %v a batch + %v per 30 s row; chunk parallelism %d\n",
 		minutes, float64(len(wav))/1e6, fixed, perRow, parallel)
 	var times []time.Duration
-	var stats []batchStats
+	var stats []triton.ServerStats
 	for i, n := range []int{1, 4} {
 		q, err := emu.Provision(ctx, fmt.Sprintf("longform-%d", i), 3, fmt.Sprintf("lf-in-%d", i), fmt.Sprintf("lf-out-%d", i))
 		if err != nil {
@@ -86,7 +81,7 @@ func run(minutes float64, fixed, perRow time.Duration, parallel int) error {
 			return err
 		}
 		times, stats = append(times, d), append(stats, bs)
-		fmt.Printf("  %d partition(s): %.2f s from message to transcript; %d batches, mean %.1f rows\n", n, d.Seconds(), bs.Batches, bs.MeanBatchSize())
+		fmt.Printf("  %d partition(s): %.2f s from message to transcript; %d batches, mean %.1f rows\n", n, d.Seconds(), bs.Executions, float64(bs.Rows)/float64(max(bs.Executions, 1)))
 	}
 	speedup := times[0].Seconds() / times[1].Seconds()
 	fmt.Printf("RESULT speedup=%.2f one_partition_s=%.2f four_partitions_s=%.2f minutes=%.0f\n", speedup, times[0].Seconds(), times[1].Seconds(), minutes)
@@ -95,16 +90,16 @@ func run(minutes float64, fixed, perRow time.Duration, parallel int) error {
 
 // once runs one job through a worker with n partitions and returns the
 // time from the message to the transcript.
-func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, out string, n int, model gpuModel, parallel int) (time.Duration, batchStats, error) {
+func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, out string, n int, model gpuModel, parallel int) (time.Duration, triton.ServerStats, error) {
 	dir, err := os.MkdirTemp("", "bench-longform-")
 	if err != nil {
-		return 0, batchStats{}, err
+		return 0, triton.ServerStats{}, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	mcfg := tritonproc.ModelConfig{Engine: "echo", MaxBatchSize: 8, PreferredBatchSizes: []int{8}, MaxQueueDelay: 5 * time.Millisecond,
 		QueueTimeout: time.Hour, BatchDelay: model.fixed, RowDelay: model.perRow}
 	if err := tritonproc.WriteRepo(dir, map[string]tritonproc.ModelConfig{"asr": mcfg}); err != nil {
-		return 0, batchStats{}, err
+		return 0, triton.ServerStats{}, err
 	}
 	var addrs []string
 	var servers []*tritonproc.Server
@@ -116,7 +111,7 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 	for range n {
 		srv, err := tritonproc.Start(ctx, tritonproc.Options{Repo: dir})
 		if err != nil {
-			return 0, batchStats{}, err
+			return 0, triton.ServerStats{}, err
 		}
 		servers = append(servers, srv)
 		addrs = append(addrs, srv.Addr)
@@ -124,11 +119,11 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 	pool, err := triton.NewPool(triton.PoolConfig{Addrs: addrs, MaxInflight: 48, RequestTimeout: time.Minute, Attempts: 3,
 		BackoffBase: 10 * time.Millisecond, BackoffMax: time.Second, EjectAfter: 3, HealthInterval: time.Second}, triton.DefaultModelIO(), prometheus.NewRegistry())
 	if err != nil {
-		return 0, batchStats{}, err
+		return 0, triton.ServerStats{}, err
 	}
 	defer pool.Close()
 	if err := pool.WaitReady(ctx); err != nil {
-		return 0, batchStats{}, err
+		return 0, triton.ServerStats{}, err
 	}
 	cfg := worker.Config{
 		QueueURL: queueURL, OutputBucket: out, OutputPrefix: "transcripts/", Concurrency: 1, WaitTime: time.Second,
@@ -139,12 +134,12 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(cfg, "asr", sqsc, s3c, pool, zerolog.New(io.Discard), reg)
 	if err != nil {
-		return 0, batchStats{}, err
+		return 0, triton.ServerStats{}, err
 	}
 	body, _ := worker.Job{Bucket: in, Key: "call.wav"}.Encode()
 	start := time.Now()
 	if _, err := sqsc.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queueURL), MessageBody: aws.String(string(body))}); err != nil {
-		return 0, batchStats{}, err
+		return 0, triton.ServerStats{}, err
 	}
 	done := make(chan time.Duration, 1)
 	pctx, cancel := context.WithCancel(ctx)
@@ -164,7 +159,7 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 		}
 	}()
 	if err := w.Run(ctx); err != nil {
-		return 0, batchStats{}, err
+		return 0, triton.ServerStats{}, err
 	}
 	if mfs, err := reg.Gather(); err == nil {
 		for _, mf := range mfs {
@@ -177,7 +172,7 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 			}
 		}
 	}
-	var stats batchStats
+	var stats triton.ServerStats
 	for _, a := range addrs {
 		c, err := triton.Dial(a, triton.DefaultModelIO())
 		if err != nil {
@@ -188,7 +183,7 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 		if err != nil {
 			return 0, stats, err
 		}
-		stats.Batches += st.Executions
+		stats.Executions += st.Executions
 		stats.Rows += st.Rows
 	}
 	select {

@@ -52,13 +52,13 @@ func (f *mpsFlags) register(fs *flag.FlagSet, sub string) {
 	fs.IntVar(&f.perGPU, "per-gpu", 4, "partitions (Triton servers, MPS clients) per GPU")
 	fs.IntVar(&f.pct, "percentage", 0, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of each partition (0: 100 / per-gpu)")
 	fs.IntVar(&f.basePort, "base-port", 8001, "gRPC port of the first partition; each takes three (gRPC, HTTP, metrics)")
-	fs.StringVar(&f.sharing, "sharing", mps.SharingMPS, "how a GPU's partitions share it: mps (clients of the MPS daemon) or timesliced (plain processes; also on hosts without GPUs)")
 	fs.StringVar(&f.memLimit, "mem-limit", "", "device memory each partition may pin (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), e.g. 30G (empty: no cap)")
 	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "nvidia-smi", "nvidia-smi binary, for -gpus auto")
 	fs.StringVar(&f.pipe, "pipe-dir", "/tmp/nvidia-mps", "CUDA_MPS_PIPE_DIRECTORY shared by the daemon and the partitions")
 	fs.StringVar(&f.logDir, "log-dir", "/var/log/nvidia-mps", "CUDA_MPS_LOG_DIRECTORY")
 	switch sub {
 	case "plan":
+		fs.StringVar(&f.sharing, "sharing", mps.SharingMPS, "how a GPU's partitions share it: mps or timesliced (see worker mps run)")
 		fs.StringVar(&f.format, "format", "table", "table, json, addrs (the worker's -triton-addrs for -host) or compose-addrs")
 		fs.StringVar(&f.host, "host", "127.0.0.1", "host of the partitions' addresses, for -format addrs")
 	case "compose", "up":
@@ -67,6 +67,9 @@ func (f *mpsFlags) register(fs *flag.FlagSet, sub string) {
 	case "down":
 		fs.StringVar(&f.projectDir, "project-dir", ".", "folder of docker-compose.yml")
 	case "run":
+		// Only plan and run take it: the compose rendering always runs the
+		// MPS daemon beside the partitions.
+		fs.StringVar(&f.sharing, "sharing", mps.SharingMPS, "how a GPU's partitions share it: mps (clients of the MPS daemon) or timesliced (plain processes, no daemon; also on hosts without GPUs)")
 		fs.StringVar(&f.control, "mps-control", "nvidia-cuda-mps-control", "nvidia-cuda-mps-control binary")
 		fs.BoolVar(&f.startDaemon, "start-daemon", true, "start the MPS control daemon (and quit it at the end)")
 		fs.DurationVar(&f.checkEvery, "check-interval", 5*time.Second, "how often the daemon's servers are checked for FAULT")

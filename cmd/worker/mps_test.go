@@ -70,3 +70,22 @@ func TestMPSStatusAndRecover(t *testing.T) {
 		t.Errorf("json: %v\n%s", err, out)
 	}
 }
+
+// Only plan and run take -sharing: the compose rendering always runs the
+// MPS daemon beside the partitions, so a time-sliced compose file would
+// still put them under MPS.
+func TestSharingOnlyWherePlanned(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := runMPS(t.Context(), []string{"plan", "-gpus", "0", "-sharing", "timesliced", "-format", "json"}, &stdout, &stderr); err != nil {
+		t.Fatalf("plan: %v: %s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), `"Sharing": "timesliced"`) || strings.Contains(stdout.String(), "CUDA_MPS") {
+		t.Errorf("time-sliced plan:\n%s", stdout.String())
+	}
+	for _, sub := range []string{"compose", "up", "status"} {
+		stderr.Reset()
+		if err := runMPS(t.Context(), []string{sub, "-gpus", "0", "-sharing", "timesliced"}, &stdout, &stderr); err == nil {
+			t.Errorf("%s accepted -sharing timesliced", sub)
+		}
+	}
+}

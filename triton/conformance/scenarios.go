@@ -34,8 +34,6 @@ type Scenario struct {
 	Name string
 	// Model is the model the scenario's server serves.
 	Model Model
-	// FakeLimit, if set, says what the fake cannot model of this scenario.
-	FakeLimit string
 	// Servers is how many servers of the model the scenario needs (0: 1).
 	Servers int
 	Run     func(ctx context.Context, ss []Server) (Outcome, error)
