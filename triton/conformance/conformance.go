@@ -3,7 +3,8 @@
 // worker: batching (ragged and buckets), priority, backpressure, queue
 // timeouts, unknown models, invalid inputs, system shared memory, clients
 // that give up, statistics, and a partition killed mid-batch. Each
-// scenario drives the project's own client and pool. The same scenarios
+// scenario drives the project's own client and pool, and raw gRPC only for
+// requests the client never sends (malformed inputs, inputs left out). The same scenarios
 // run against real Triton (the pinned build, through package tritonproc)
 // and against the in-process fake (package tritontest), which earns its
 // place in unit tests by passing them with the same gRPC codes.

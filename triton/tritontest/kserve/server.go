@@ -3,9 +3,11 @@
 // of package triton (FP32 audio in, BYTES text and word timestamps out)
 // around any Recognizer, with a copy of Triton's dynamic batcher, its
 // statistics and system shared memory extensions. It is held to the
-// conformance suite (package triton/conformance) that real Triton passes;
-// the demo, the integration tests and the chaos suite run real Triton.
-// Not for production code.
+// conformance suite (package triton/conformance) that real Triton passes.
+// The worker's unit and integration tests use it for speed and fault
+// injection; the demo, the chaos suite, the conformance suite and the
+// tests of the shipped model repositories run real Triton. Not for
+// production code.
 package kserve
 
 import (
