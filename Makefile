@@ -109,16 +109,23 @@ conformance: deps ## one set of scenarios against real Triton and the in-process
 	@mkdir -p $(BIN); FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -run TestConformance -v ./triton/conformance > $(BIN)/conformance.log 2>&1 || rc=$$?; \
 	  grep -E '^(scenario|[a-zA-Z].*  (pass|FAIL|not run) )|^RESULT|^--- FAIL|_test.go' $(BIN)/conformance.log; exit $${rc:-0}
 
+# The GPU benchmark's arrangements (bench/gpu/gpubench: single, instances-N,
+# timesliced-N, mpsP-N), each on real Triton with the shipped model.py.
+GPU_ARRANGEMENTS ?= single,timesliced-4,instances-4,mps100-4,mps50-4,mps25-4,timesliced-2,instances-2,mps100-2,mps50-2,mps25-2,timesliced-8,mps100-8,mps50-8,mps25-8
+# Where the Python backend finds torch and numpy 1.x (bench/gpu/run.sh).
+TRITON_VENV ?=
+
 .PHONY: bench-gpu
-bench-gpu: deps ## GPU benchmark on this host's GPU 0 (needs nvidia-smi, python3 with torch/grpcio/protobuf); results into docs/benchmarks/
+bench-gpu: deps ## GPU benchmark on this host's GPU 0 through real Triton (needs nvidia-smi, torch, TRITON_VENV=a venv with torch and numpy<2); results into docs/benchmarks/
 	@command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { \
-	  echo "bench-gpu needs an NVIDIA GPU (nvidia-smi), python3 with torch (CUDA), grpcio and protobuf, and"; \
-	  echo "nvidia-cuda-mps-control for the MPS configurations. On a machine without Go, build the driver"; \
-	  echo "elsewhere (CGO_ENABLED=0 go build -o bin/gpubench ./bench/gpu/gpubench) and run bench/gpu/run.sh."; \
-	  echo "make bench-gpu-report reads the committed results without a GPU."; exit 1; }
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpubench ./bench/gpu/gpubench
+	  echo "bench-gpu needs an NVIDIA GPU (nvidia-smi), python3 with torch (CUDA), and a Python environment for"; \
+	  echo "Triton's Python backend with torch and numpy 1.x (TRITON_VENV=...); nvidia-cuda-mps-control for the mps"; \
+	  echo "arrangements. On a GPU machine without Go or network, bench/gpu/carry.sh packs what it needs into .gpu/"; \
+	  echo "here and bench/gpu/run.sh unpacks it there. make bench-gpu-report reads the committed results without a GPU."; exit 1; }
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./bench/gpu/gpubench ./cmd/worker
 	rm -f docs/benchmarks/results.csv
-	GPUBENCH=$(BIN)/gpubench DUR=6s WARM=2s bench/gpu/run.sh docs/benchmarks launch offline timesliced-4 mps12-8 mps25-4 mps100-4 mps25-8 mix single
+	FLEETSCRIBE_TRITON_VENV=$(TRITON_VENV) bench/gpu/run.sh docs/benchmarks check test offline anchor \
+	  clips:$(GPU_ARRANGEMENTS) mix:mps50-8,mps50-8/unbatched
 	$(MAKE) --no-print-directory bench-gpu-report
 
 .PHONY: bench-gpu-report
@@ -126,12 +133,15 @@ bench-gpu-report: deps ## table, plot and RESULT line from the committed GPU ben
 	$(GO) run ./bench/gpu/gpubench report -results docs/benchmarks/results.csv -offline docs/benchmarks/offline.json \
 	  -table docs/benchmarks/table.md -plot docs/benchmarks/throughput-p99.png
 
+.PHONY: bench-gpu-test
+bench-gpu-test: ## the GPU stand-in's decoder tests (needs python3 with torch; on a GPU also CUDA-graph replay against eager)
+	cd bench/gpu && PYTHONDONTWRITEBYTECODE=1 $${PYTHON_TORCH:-python3} -m unittest -v test_standin
+
 .PHONY: proto
 proto: ## regenerate the KServe v2 gRPC code from triton/inference/grpc_service.proto
 	@scripts/tools.sh protoc-gen-go protoc-gen-go-grpc
 	PATH="$(GOBIN):$$PATH" protoc --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative triton/inference/grpc_service.proto
-	protoc --descriptor_set_out=bench/gpu/kserve.pb --include_imports triton/inference/grpc_service.proto
 
 .PHONY: clean
 clean: ## remove build outputs

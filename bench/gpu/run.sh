@@ -1,90 +1,113 @@
 #!/usr/bin/env bash
-# GPU benchmark: run the configurations named on the command line on this
-# host's GPU 0, appending to OUTDIR/results.csv (see docs/benchmarks.md).
+# GPU benchmark on this host's GPUs: real Triton Inference Server serving the
+# shipped model.py, partitions started by `worker mps run`, load from the
+# project's triton.Pool (bench/gpu/gpubench). Results go to OUTDIR
+# (docs/benchmarks/ for the committed run; see docs/benchmarks.md).
 #
-#   bench/gpu/run.sh OUTDIR launch offline timesliced-4 mps12-8 mps25-4 mps100-4 mps25-8 mix single
+#   bench/gpu/run.sh OUTDIR STEP...
 #
-# Needs python3 with torch (CUDA), grpcio and protobuf, nvidia-smi, the
-# gpubench binary (GPUBENCH, default bin/gpubench) and, for the mps*
-# configurations, nvidia-cuda-mps-control (found on PATH or in the driver's
-# folders). DUR and WARM set each point's measured and warm-up time.
+# Steps, run in order:
+#   check            GPU, Python with torch, the Python backend's stub and its
+#                    libpython, MPS control, /dev/shm (prints, fails on none)
+#   test             the stand-in's decoder tests, CUDA-graph replay against eager
+#   offline          one process, no server, batch 1-256 -> OUTDIR/offline.json
+#   anchor           real NeMo, Parakeet-TDT-shaped, random weights: transcribe()
+#                    at batch 1-128 with and without CUDA graphs -> OUTDIR/nemo.json,
+#                    and the model as $NEMO_MODEL for the nemo step
+#   clips:A,B,...    45-s clips over arrangements (single, instances-N,
+#                    timesliced-N, mpsP-N; /eager) -> OUTDIR/results.csv
+#   mix:A,B,...      the realistic length mix, chunked as the worker does
+#   nemo:A,B,...     like clips, with the shipped engine (NeMo) serving $NEMO_MODEL
+#
+# Needs: nvidia-smi; python3 with torch (CUDA); the pinned Triton server
+# (make deps, or FLEETSCRIBE_TRITONSERVER); a Python environment for its
+# Python backend with torch and numpy 1.x (FLEETSCRIBE_TRITON_VENV; Triton
+# 2.51's stub cannot return strings with numpy 2); nvidia-cuda-mps-control
+# for mps arrangements; bin/gpubench and bin/worker (GPUBENCH, WORKER), built
+# where Go is: CGO_ENABLED=0 go build -o bin/ ./bench/gpu/gpubench ./cmd/worker.
+#
+# On a machine with none of that but the GPU, torch and the files of
+# prepare_carried below (a folder CARRY, default .gpu), the step check
+# unpacks them first.
+#
+# DUR and WARM set each point's measured and warm-up time; CONC and MIX_CONC
+# the concurrencies; GPUS the plan's GPUs; INSTANCE_KIND=KIND_CPU checks the
+# steps on a host without GPUs (with a fake nvidia-smi, and PARAMS=size=tiny:
+# PARAMS are further model parameters, key=value,...).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
 out="$(mkdir -p "$1" && cd "$1" && pwd)"; shift
-bench="${GPUBENCH:-$here/../../bin/gpubench}"
 py="${PYTHON:-python3}"
-dur="${DUR:-10s}"; warm="${WARM:-3s}"
-server_args="${SERVER_ARGS:-}"
-stats="$(mktemp -d)"
-pipe=/tmp/fleetscribe-mps-pipe; mpslog=/tmp/fleetscribe-mps-log
+dur="${DUR:-5s}"; warm="${WARM:-2s}"
+conc="${CONC:-64,128,256,512}"; mixconc="${MIX_CONC:-8,32}"
+gpus="${GPUS:-0}"
+carry="${CARRY:-$root/.gpu}"
+work="${WORKDIR:-/tmp/fleetscribe-gpu}"
+export NEMO_MODEL="${NEMO_MODEL:-$work/parakeet-tdt-shaped.nemo}"
+bench="${GPUBENCH:-$root/bin/gpubench}"
+worker="${WORKER:-$root/bin/worker}"
+
+log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$out/run.log"; }
+
 mpsbin="$(command -v nvidia-cuda-mps-control || true)"
 for d in /usr/local/nvidia/bin /usr/bin /usr/local/bin /usr/lib/nvidia/bin; do
   [[ -z "$mpsbin" && -x "$d/nvidia-cuda-mps-control" ]] && mpsbin="$d/nvidia-cuda-mps-control"
 done
-pids=()
 
-log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$out/run.log"; }
+# shellcheck source=bench/gpu/env.sh
+source "$here/env.sh"
 
-start_servers() { # count percentage(0: no MPS) extra-args...
-  local n=$1 pct=$2; shift 2
-  rm -f "$stats"/*.json
-  for ((i = 0; i < n; i++)); do
-    (
-      if ((pct > 0)); then eval "$("$bench" mps env -gpu 0 -index "$i" -pct "$pct" -pipe "$pipe" -log "$mpslog")"; else export CUDA_VISIBLE_DEVICES=0; fi
-      exec "$py" "$here/server.py" --port $((9100 + i)) --stats-file "$stats/stats-$i.json" $server_args "$@"
-    ) >>"$out/servers.log" 2>&1 &
-    pids+=($!)
-  done
-  addrs=$(seq -s, -f "127.0.0.1:%g" 9100 $((9100 + n - 1)))
+check() {
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$out/run.log"
+  "$py" -c 'import torch, numpy; print("torch", torch.__version__, "cuda", torch.version.cuda, "numpy", numpy.__version__, "gpus", torch.cuda.device_count())' | tee -a "$out/run.log"
+  log "tritonserver: ${FLEETSCRIBE_TRITONSERVER:-scripts default}; stub env: ${FLEETSCRIBE_TRITON_VENV:-.triton/venv}; mps control: ${mpsbin:-none}"
+  local server stub
+  server=${FLEETSCRIBE_TRITONSERVER:-$(echo "$root"/.triton/venv/lib/python3*/site-packages/pytriton/tritonserver/bin/tritonserver)}
+  stub=$(dirname "$server")/../backends/python/triton_python_backend_stub
+  [[ -x "$stub" ]] && { ldd "$stub" | grep -E "python|not found" | tee -a "$out/run.log" || true; }
+  if [[ -n "${FLEETSCRIBE_TRITON_VENV:-}" ]]; then
+    "$FLEETSCRIBE_TRITON_VENV/bin/python3" -c 'import numpy, torch; print("stub env: numpy", numpy.__version__, "torch", torch.__version__)' | tee -a "$out/run.log"
+  fi
+  df -h /dev/shm | tail -1 | tee -a "$out/run.log"
+  nproc | sed 's/^/cpus /' | tee -a "$out/run.log"
 }
 
-stop_servers() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
+arrangements() { # workload list extra-args...
+  local workload=$1 list=$2; shift 2
+  local c="$conc"; [[ $workload == mix ]] && c="$mixconc"
+  log "$workload: ${list//,/ }"
+  mkdir -p /tmp/fleetscribe-mps-pipe /tmp/fleetscribe-mps-log
+  # shellcheck disable=SC2086
+  "$bench" run -worker "$worker" -tritonserver "$root/scripts/tritonserver" -mps-control "${mpsbin:-nvidia-cuda-mps-control}" \
+    -model-config "$root/deploy/triton/models/asr/config.pbtxt" -model-dir "$root/deploy/triton/models/asr/1" \
+    -gpus "$gpus" -instance-kind "${INSTANCE_KIND:-KIND_GPU}" -workload "$workload" -concurrency "$c" -duration "$dur" -warmup "$warm" \
+    -out "$out/results.csv" -log "$out/partitions" ${PARAMS:+-param "$PARAMS"} "$@" ${list//,/ } 2>&1 | tee -a "$out/run.log" ||
+    log "$workload: some arrangements failed (above); the others were measured"
 }
 
-mps_on() {
-  [[ -n "$mpsbin" ]] || { log "nvidia-cuda-mps-control not found"; return 1; }
-  mkdir -p "$pipe" "$mpslog"
-  "$bench" mps start -bin "$mpsbin" -pipe "$pipe" -log "$mpslog"
-}
-mps_off() { [[ -n "$mpsbin" ]] && "$bench" mps stop -bin "$mpsbin" -pipe "$pipe" -log "$mpslog" 2>/dev/null || true; }
-mps_status() { "$bench" mps status -bin "$mpsbin" -pipe "$pipe" -log "$mpslog" | tee -a "$out/run.log" || true; }
-
-sweep() { # config concurrencies
-  log "sweep $1 over $2"
-  "$bench" sweep -addrs "$addrs" -config "$1" -concurrency "$2" -duration "$dur" -warmup "$warm" \
-    -stats "$stats/*.json" -out "$out/results.csv" | tee -a "$out/run.log"
+prepare_carried
+anchor() { # nemo_anchor.py arguments...
+  PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/nemo_anchor.py" "$@" 2>&1 |
+    { grep -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log"
 }
 
-trap 'stop_servers; mps_off' EXIT
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$out/run.log" || true
-
-for c in "$@"; do
-  case "$c" in
-    offline) log "offline reference"; "$py" "$here/offline.py" --out "$out/offline.json" 2>&1 | tee -a "$out/run.log" ;;
-    launch) log "launch overhead"; "$py" "$here/launch_overhead.py" "$out/launch.json" 2>&1 | grep -v -e Warning -e _VF | tee -a "$out/run.log" ;;
-    single) start_servers 1 0 --ragged; sweep single 1,2,3,4,8,32; stop_servers ;;
-    timesliced-4) start_servers 4 0 --ragged; sweep timesliced-4 4,8,12,16,32,128; stop_servers ;;
-    mps*-*)
-      pct="${c#mps}"; pct="${pct%-*}"; n="${c##*-}"
-      mps_on; start_servers "$n" "$pct" --ragged
-      sweep "$c" "$n,$((2 * n)),$((3 * n)),$((4 * n)),$((8 * n)),$((32 * n))"
-      mps_status; stop_servers; mps_off ;;
-    mix)
-      mps_on
-      start_servers 4 25 --ragged
-      log "mix, batching (ragged)"
-      "$bench" mix -addrs "$addrs" -config mix-batched -concurrency 8,32 -duration "$dur" -warmup "$warm" \
-        -stats "$stats/*.json" -out "$out/results.csv" | tee -a "$out/run.log"
-      stop_servers
-      start_servers 4 25
-      log "mix, no batching mode (chunks at their own length, batcher without ragged batching)"
-      "$bench" mix -addrs "$addrs" -config mix-unbatched -concurrency 8,32 -duration "$dur" -warmup "$warm" \
-        -stats "$stats/*.json" -out "$out/results.csv" | tee -a "$out/run.log"
-      stop_servers; mps_off ;;
-    *) log "unknown configuration $c"; exit 2 ;;
+# A step that fails is logged and the next one runs: one broken step should
+# not cost the others' measurements.
+for step in "$@"; do
+  case "$step" in
+    check) check || log "check failed" ;;
+    test) log "stand-in decoder tests"; (cd "$here" && "$py" -m unittest -v test_standin 2>&1 | tee -a "$out/run.log") || log "tests failed" ;;
+    offline) log "offline reference"; (cd "$here" && "$py" offline.py --out "$out/offline.json" 2>&1 | tee -a "$out/run.log") || log "offline failed" ;;
+    anchor) log "NeMo anchor"; anchor --out "$out/nemo.json" --save "$NEMO_MODEL" || log "anchor failed" ;;
+    clips:*) arrangements clip "${step#clips:}" ;;
+    mix:*) arrangements mix "${step#mix:}" ;;
+    nemo:*)
+      if [[ ! -f "$NEMO_MODEL" ]]; then
+        log "building the NeMo model"; anchor --out "$work/nemo-build.json" --save "$NEMO_MODEL" --batches "" --eager-batches "" || log "NeMo model build failed"
+      fi
+      arrangements clip "${step#nemo:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=45" ;;
+    *) log "unknown step $step"; exit 2 ;;
   esac
 done
 log "done"

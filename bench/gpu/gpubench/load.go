@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,18 +17,32 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fleetscribe/fleetscribe/audio"
-	"github.com/fleetscribe/fleetscribe/internal/flagext"
 	"github.com/fleetscribe/fleetscribe/internal/synth"
 	"github.com/fleetscribe/fleetscribe/triton"
+	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )
 
 const rate = 16000
 
 // Columns of the results CSV.
-var columns = []string{"config", "workload", "concurrency", "completed", "seconds", "req_per_s", "audio_s_per_s",
-	"p50_ms", "p95_ms", "p99_ms", "mean_batch", "gpu_util", "errors", "overloaded"}
+var columns = []string{"arrangement", "kind", "decoder", "workload", "concurrency", "completed", "seconds", "req_per_s",
+	"audio_s_per_s", "p50_ms", "p95_ms", "p99_ms", "mean_batch", "gpu_util", "errors", "overloaded", "queue_ms", "input_ms",
+	"infer_ms", "output_ms"}
+
+// loadConfig is one workload against one arrangement's partitions.
+type loadConfig struct {
+	addrs        []string
+	mix          bool    // recordings of the realistic length mix, chunked as the worker does; else fixed clips
+	clipSeconds  float64 // fixed clips
+	chunkSeconds float64 // the worker's -chunk-seconds (mix)
+	chunkPar     int     // the worker's -chunk-parallelism (mix)
+	warm, dur    time.Duration
+	concurrency  []int // requests (clips) or recordings (mix) in flight
+}
 
 type point struct {
 	completed    int
@@ -41,125 +52,91 @@ type point struct {
 	errors       int
 }
 
-func sweep(args []string, mix bool) error {
-	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	var addrs, concs flagext.StringSliceCSV
-	fs.Var(&addrs, "addrs", "partition addresses")
-	fs.Var(&concs, "concurrency", "concurrencies to sweep (requests, or recordings for mix)")
-	config := fs.String("config", "", "configuration name for the CSV")
-	workload := fs.String("workload", "", "workload name for the CSV (default clip45 or mix)")
-	clip := fs.Float64("clip-seconds", 45, "clip length (sweep)")
-	dur := fs.Duration("duration", 15*time.Second, "measured time per point")
-	warm := fs.Duration("warmup", 4*time.Second, "unmeasured time before each point")
-	statsGlob := fs.String("stats", "", "glob of the servers' batch statistics files")
-	out := fs.String("out", "results.csv", "CSV to append to")
-	buckets := fs.String("buckets", "", "bucket lengths in seconds (bucket mode); empty: ragged")
-	chunkSeconds := fs.Float64("chunk-seconds", 30, "the worker's -chunk-seconds (mix)")
-	chunkPar := fs.Int("chunk-parallelism", 8, "the worker's -chunk-parallelism (mix)")
-	maxInflight := fs.Int("max-inflight", 48, "the pool's -triton-max-inflight")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *workload == "" {
-		*workload = "clip45"
-		if mix {
-			*workload = "mix"
-		}
-	}
-	io := triton.DefaultModelIO()
-	io.TimestampsInput, io.WordsOutput = "", ""
-	if *buckets != "" {
-		for _, s := range strings.Split(*buckets, ",") {
-			v, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				return err
-			}
-			io.Buckets = append(io.Buckets, int(v*rate))
-		}
+// measure runs the workload at each concurrency through the project's own
+// triton.Pool (shared memory, word timestamps, as the worker sends) and
+// returns one row per point (columns from "workload" on).
+func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
+	maxSamples := int(lc.clipSeconds * rate)
+	if lc.mix {
+		maxSamples = int(lc.chunkSeconds * rate)
 	}
 	reg := prometheus.NewRegistry()
 	pool, err := triton.NewPool(triton.PoolConfig{
-		Addrs: addrs, MaxInflight: *maxInflight, RequestTimeout: 2 * time.Minute, Attempts: 5,
+		Addrs: lc.addrs, MaxInflight: slices.Max(lc.concurrency) * max(1, lc.chunkPar), RequestTimeout: 2 * time.Minute, Attempts: 5,
 		BackoffBase: 5 * time.Millisecond, BackoffMax: 200 * time.Millisecond, EjectAfter: 3, HealthInterval: 5 * time.Second,
-	}, io, reg)
+		SharedMemory: true, ChunkSamples: maxSamples,
+	}, triton.DefaultModelIO(), reg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer pool.Close()
-	ctx := context.Background()
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	err = pool.WaitReady(wctx)
 	cancel()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rctx, stopHealth := context.WithCancel(ctx)
 	var health sync.WaitGroup
 	health.Go(func() { _ = pool.Run(rctx) })
 	defer func() { stopHealth(); health.Wait() }()
+	stats, err := dialStats(lc.addrs)
+	if err != nil {
+		return nil, err
+	}
+	defer stats.close()
 
 	rng := rand.New(rand.NewPCG(1, 2))
-	clipSamples := synth.SpeechLike(rng, int(*clip*rate), rate)
-	for _, c := range concs {
-		n, err := strconv.Atoi(c)
-		if err != nil {
-			return err
+	clip := synth.SpeechLike(rng, int(lc.clipSeconds*rate), rate)
+	var rows [][]string
+	for _, n := range lc.concurrency {
+		work := clipRequest(pool, clip)
+		workload := fmt.Sprintf("clip%g", lc.clipSeconds)
+		if lc.mix {
+			work, workload = mixJob(pool, lc.chunkSeconds, lc.chunkPar), "mix"
 		}
-		var work func(ctx context.Context, worker int, p *point, mu *sync.Mutex) error
-		if mix {
-			work = mixJob(pool, *chunkSeconds, *chunkPar)
-		} else {
-			work = clipRequest(pool, clipSamples)
-		}
-		before := batchStats(*statsGlob)
+		var before, after modelStats
 		overBefore := overloaded(reg)
-		util := startUtil()
-		p, err := run(ctx, n, *warm, *dur, work)
-		gpu := util()
-		if err != nil {
-			return err
-		}
-		after := batchStats(*statsGlob)
-		meanBatch := 0.0
-		if b := after.batches - before.batches; b > 0 {
-			meanBatch = float64(after.rows-before.rows) / float64(b)
-		}
-		row := []string{*config, *workload, c, strconv.Itoa(p.completed), f3(p.seconds),
+		p := run(ctx, n, lc.warm, lc.dur, work, func() { before = stats.sum(ctx) }, func() { after = stats.sum(ctx) })
+		meanBatch, queueMs, inputMs, inferMs, outputMs := perRequest(after, before)
+		row := []string{workload, strconv.Itoa(n), strconv.Itoa(p.completed), f3(p.seconds),
 			f3(float64(p.completed) / p.seconds), f3(p.audioSeconds / p.seconds),
 			ms(pct(p.latencies, 0.5)), ms(pct(p.latencies, 0.95)), ms(pct(p.latencies, 0.99)),
-			f3(meanBatch), f3(gpu), strconv.Itoa(p.errors), strconv.Itoa(int(overloaded(reg) - overBefore))}
-		fmt.Println(strings.Join(row, "\t"))
-		if err := appendCSV(*out, row); err != nil {
-			return err
-		}
+			f3(meanBatch), f3(p.util), strconv.Itoa(p.errors), strconv.Itoa(int(overloaded(reg) - overBefore)),
+			f3(queueMs), f3(inputMs), f3(inferMs), f3(outputMs)}
+		rows = append(rows, row)
 	}
-	return nil
+	if r, of := sharedMemory(reg); r < of || of == 0 {
+		fmt.Printf("# audio through shared memory to %d of %d partitions (the rest in the request)\n", r, of)
+	}
+	return rows, nil
 }
 
 // clipRequest sends the same clip as one request.
 func clipRequest(pool *triton.Pool, clip []float32) func(context.Context, int, *point, *sync.Mutex) error {
 	return func(ctx context.Context, _ int, p *point, mu *sync.Mutex) error {
 		start := time.Now()
-		_, err := pool.Transcribe(ctx, triton.Request{Samples: clip})
+		_, err := pool.Transcribe(ctx, triton.Request{Samples: clip, Timestamps: true})
 		record(p, mu, start, err, float64(len(clip))/rate)
 		return nil
 	}
 }
 
 // mixJob transcribes one recording from the length mix the way the worker
-// does: split at quiet points, chunks in parallel.
+// does: split at quiet points into chunks of at most chunkSeconds
+// (overlapping by a second where there is no pause), par chunks in flight.
 func mixJob(pool *triton.Pool, chunkSeconds float64, par int) func(context.Context, int, *point, *sync.Mutex) error {
 	return func(ctx context.Context, worker int, p *point, mu *sync.Mutex) error {
 		rng := rand.New(rand.NewPCG(uint64(worker), uint64(time.Now().UnixNano())))
 		sec := synth.RecordingSeconds(rng)
 		x := synth.SpeechLike(rng, int(sec*rate), rate)
-		chunks := audio.Split(x, audio.SplitConfig{Max: int(chunkSeconds * rate), Frame: rate * 30 / 1000})
+		chunks := audio.Split(x, audio.SplitConfig{Max: int(chunkSeconds * rate), Frame: rate * 30 / 1000, Overlap: rate})
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(par)
 		for _, c := range chunks {
 			g.Go(func() error {
 				t0 := time.Now()
-				_, err := pool.Transcribe(gctx, triton.Request{Samples: c.Samples})
+				_, err := pool.Transcribe(gctx, triton.Request{Samples: c.Samples, Timestamps: true})
 				record(p, mu, t0, err, float64(len(c.Samples))/rate) // per chunk: throughput counts audio as it completes
 				return err
 			})
@@ -179,16 +156,21 @@ func record(p *point, mu *sync.Mutex, start time.Time, err error, audioSec float
 		return
 	}
 	p.latencies = append(p.latencies, d)
-	if audioSec > 0 {
-		p.completed++
-		p.audioSeconds += audioSec
-	}
+	p.completed++
+	p.audioSeconds += audioSec
 }
 
-// run keeps n workers busy for warm+dur and measures what completes in dur.
-func run(ctx context.Context, n int, warm, dur time.Duration, work func(context.Context, int, *point, *sync.Mutex) error) (*point, error) {
+// measured is a point's figures plus the GPU utilisation over its window.
+type measured struct {
+	point
+	util float64
+}
+
+// run keeps n workers busy for warm+dur and measures what completes in dur;
+// begin and end run at the measured window's edges.
+func run(ctx context.Context, n int, warm, dur time.Duration, work func(context.Context, int, *point, *sync.Mutex) error, begin, end func()) measured {
 	var mu sync.Mutex
-	warmP, measured := &point{}, &point{}
+	warmP, cur := &point{}, &point{}
 	var phase atomic.Pointer[point]
 	phase.Store(warmP)
 	ctx, cancel := context.WithCancel(ctx)
@@ -200,40 +182,113 @@ func run(ctx context.Context, n int, warm, dur time.Duration, work func(context.
 			}
 		})
 	}
-	time.Sleep(warm)
+	sleep(ctx, warm)
+	begin()
+	util := startUtil()
 	start := time.Now()
-	phase.Store(measured)
-	time.Sleep(dur)
+	phase.Store(cur)
+	sleep(ctx, dur)
 	mu.Lock()
-	measured.seconds = time.Since(start).Seconds()
-	snapshot := *measured
-	snapshot.latencies = slices.Clone(measured.latencies)
+	cur.seconds = time.Since(start).Seconds()
+	out := measured{point: *cur, util: util()}
+	out.latencies = slices.Clone(cur.latencies)
 	mu.Unlock()
+	end()
 	cancel()
 	wg.Wait()
-	return &snapshot, nil
+	return out
 }
 
-type stats struct{ batches, rows int }
-
-func batchStats(glob string) stats {
-	var s stats
-	if glob == "" {
-		return s
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
-	files, _ := filepath.Glob(glob)
-	for _, f := range files {
-		b, err := os.ReadFile(f)
+}
+
+// partitionStats reads each partition's Triton statistics over gRPC: where
+// a request's time went (queue, input, infer, output), beside batch counts.
+type partitionStats struct {
+	conns []*grpc.ClientConn
+}
+
+// modelStats are the model's cumulative counts, summed over partitions.
+type modelStats struct {
+	requests, rows, executions          uint64
+	queueNs, inputNs, inferNs, outputNs uint64
+}
+
+func dialStats(addrs []string) (*partitionStats, error) {
+	s := &partitionStats{}
+	for _, a := range addrs {
+		c, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.conns = append(s.conns, c)
+	}
+	return s, nil
+}
+
+func (s *partitionStats) sum(ctx context.Context) modelStats {
+	var t modelStats
+	for _, c := range s.conns {
+		r, err := pb.NewGRPCInferenceServiceClient(c).ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: "asr"})
 		if err != nil {
 			continue
 		}
-		var v struct{ Batches, Rows int }
-		if json.Unmarshal(b, &v) == nil {
-			s.batches += v.Batches
-			s.rows += v.Rows
+		for _, m := range r.GetModelStats() {
+			is := m.GetInferenceStats()
+			t.requests += is.GetSuccess().GetCount() + is.GetFail().GetCount()
+			t.rows += m.GetInferenceCount()
+			t.executions += m.GetExecutionCount()
+			t.queueNs += is.GetQueue().GetNs()
+			t.inputNs += is.GetComputeInput().GetNs()
+			t.inferNs += is.GetComputeInfer().GetNs()
+			t.outputNs += is.GetComputeOutput().GetNs()
 		}
 	}
-	return s
+	return t
+}
+
+func (s *partitionStats) close() {
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+}
+
+// perRequest is after-before as mean batch and milliseconds per request.
+func perRequest(after, before modelStats) (meanBatch float64, queue, input, infer, output float64) {
+	req := float64(after.requests - before.requests)
+	if e := after.executions - before.executions; e > 0 {
+		meanBatch = float64(after.rows-before.rows) / float64(e)
+	}
+	if req == 0 {
+		return meanBatch, 0, 0, 0, 0
+	}
+	ms := func(a, b uint64) float64 { return float64(a-b) / req / 1e6 }
+	return meanBatch, ms(after.queueNs, before.queueNs), ms(after.inputNs, before.inputNs), ms(after.inferNs, before.inferNs), ms(after.outputNs, before.outputNs)
+}
+
+// sharedMemory is how many partitions the pool's audio reaches through
+// shared memory (registered regions), of how many.
+func sharedMemory(reg *prometheus.Registry) (registered, of int) {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "fleetscribe_triton_shared_memory" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			of++
+			if m.GetGauge().GetValue() == 1 {
+				registered++
+			}
+		}
+	}
+	return registered, of
 }
 
 func overloaded(reg *prometheus.Registry) float64 {

@@ -1,14 +1,18 @@
-// Command gpubench drives the GPU benchmark through the project's own
-// triton.Pool and chunking (the worker's code path):
+// Command gpubench drives the GPU benchmark through real Triton Inference
+// Server and the project's own triton.Pool and chunking (the worker's code
+// path):
 //
-//	gpubench sweep   closed loop of fixed clips over a sweep of concurrencies
-//	gpubench mix     closed loop of recordings from the realistic length mix,
-//	                 chunked by the worker's splitter
-//	gpubench mps     start/stop the MPS control daemon and print partition
-//	                 environments, through package mps
-//	gpubench report  read results, print the table and the RESULT line, plot
+//	gpubench run     for each arrangement of a GPU (single, instances-N,
+//	                 timesliced-N, mpsP-N): a model repository of the shipped
+//	                 configuration and model.py with the benchmark's engine,
+//	                 its partitions started by `worker mps run` (the MPS
+//	                 daemon included), a closed-loop sweep, the partitions
+//	                 stopped; one CSV row per point
+//	gpubench sweep   the same sweep against partitions already running
+//	gpubench repo    write the model repository one partition serves
+//	gpubench report  read the results, print the table and the RESULT line, plot
 //
-// Results are appended to a CSV; see docs/benchmarks.md.
+// See docs/benchmarks.md.
 package main
 
 import (
@@ -18,17 +22,17 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gpubench sweep|mix|mps|report [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gpubench run|sweep|repo|report [flags]")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
+	case "run":
+		err = runCmd(os.Args[2:])
 	case "sweep":
-		err = sweep(os.Args[2:], false)
-	case "mix":
-		err = sweep(os.Args[2:], true)
-	case "mps":
-		err = mpsCmd(os.Args[2:])
+		err = sweepCmd(os.Args[2:])
+	case "repo":
+		err = repoCmd(os.Args[2:])
 	case "report":
 		err = report(os.Args[2:])
 	default:

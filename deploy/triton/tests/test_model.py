@@ -120,7 +120,7 @@ class ModelTest(unittest.TestCase):
         fake = FakeParakeet()
         m = make(fake, max_batch=8)
         self.assertEqual(m.loaded, ("/models/parakeet.nemo", "cuda:1"))
-        self.assertEqual(fake.calls, [[16000] * 8], "warm-up: one full batch of a second of silence")
+        self.assertEqual(fake.calls, [[30 * 16000] * 8], "warm-up: one full batch of the longest chunk")
         os.environ["PARAKEET_MODEL"] = "nvidia/parakeet-tdt-0.6b-v2"
         try:
             self.assertEqual(make(FakeParakeet()).loaded[0], "nvidia/parakeet-tdt-0.6b-v2")
@@ -188,6 +188,95 @@ class ModelTest(unittest.TestCase):
         out = m.execute([pb.Request(audio=audio(n)) for n in (100, 200)])
         self.assertEqual([r.has_error() for r in out], [False, False])
         self.assertEqual(out[1].outputs["text"][0, 0].decode(), "len 200")
+
+
+class TimingsTest(unittest.TestCase):
+    def test_logged_every_n_batches_without_text(self):
+        lines = []
+        pb.Logger = types.SimpleNamespace(log_info=lines.append)
+        try:
+            m = model.TritonPythonModel()
+            m.initialize({"model_config": json.dumps({"max_batch_size": 4, "parameters": {
+                "engine": {"string_value": "echo"}, "log_timings": {"string_value": "2"}}}), "model_instance_kind": "CPU"})
+            for _ in range(5):
+                m.execute([pb.Request(audio=audio(160)), pb.Request(audio=audio(320))])
+        finally:
+            del pb.Logger
+        self.assertEqual(len(lines), 2, "one line per 2 batches, and not yet for the fifth")
+        self.assertIn("2 batches, 2.0 rows each", lines[0])
+        for part in ("read", "model", "respond"):
+            self.assertIn(part, lines[0])
+        self.assertNotIn("samples", "".join(lines), "no transcript text in the log")
+
+    def test_off_by_default(self):
+        lines = []
+        pb.Logger = types.SimpleNamespace(log_info=lines.append)
+        try:
+            m = model.TritonPythonModel()
+            m.initialize({"model_config": json.dumps({"max_batch_size": 4, "parameters": {"engine": {"string_value": "echo"}}}),
+                          "model_instance_kind": "CPU"})
+            for _ in range(3):
+                m.execute([pb.Request(audio=audio(160))])
+        finally:
+            del pb.Logger
+        self.assertEqual(lines, [])
+
+
+ENGINE = """
+class Engine:
+    def __init__(self, params, device):
+        self.params, self.device = params, device
+
+    def transcribe(self, audio, batch_size, timestamps, verbose):
+        return [Hyp("%s %d on %s" % (self.params["greeting"], a.size, self.device)) for a in audio]
+
+
+class Hyp:
+    def __init__(self, text):
+        self.text, self.timestamp = text, {"word": []}
+
+
+def load(params, device):
+    return Engine(params, device)
+"""
+
+
+class ModuleEngineTest(unittest.TestCase):
+    def initialize(self, module):
+        m = model.TritonPythonModel()
+        params = {"engine": {"string_value": "module"}, "greeting": {"string_value": "hello"}}
+        if module is not None:
+            params["module"] = {"string_value": module}
+        m.initialize({"model_config": json.dumps({"max_batch_size": 16, "parameters": params}),
+                      "model_instance_kind": "CPU"})
+        return m
+
+    def test_loads_the_named_file(self):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "engine.py")
+            with open(path, "w") as f:
+                f.write(ENGINE)
+            m = self.initialize(path)
+        self.assertEqual(m.model.params["max_batch"], "16", "the engine hears the model's max_batch_size")
+        out = m.execute([pb.Request(audio=audio(320))])
+        self.assertEqual(out[0].outputs["text"][0, 0].decode(), "hello 320 on cpu")
+
+    def test_relative_to_the_model_folder(self):
+        here = os.path.join(HERE, "..", "models", "asr", "1")
+        name = "test-engine-%d.py" % os.getpid()
+        with open(os.path.join(here, name), "w") as f:
+            f.write(ENGINE)
+        try:
+            m = self.initialize(name)
+        finally:
+            os.remove(os.path.join(here, name))
+        self.assertEqual(m.execute([pb.Request(audio=audio(5))])[0].outputs["text"][0, 0].decode(), "hello 5 on cpu")
+
+    def test_needs_a_module(self):
+        with self.assertRaisesRegex(ValueError, "needs the model parameter module"):
+            self.initialize(None)
 
 
 if __name__ == "__main__":

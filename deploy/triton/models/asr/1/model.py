@@ -1,6 +1,6 @@
 """Triton Python-backend model of the worker's speech contract.
 
-One model file, three engines chosen by the model config parameter
+One model file, four engines chosen by the model config parameter
 "engine" (each repository's config.pbtxt names its own):
 
   parakeet      NVIDIA Parakeet TDT 0.6B V2 through NeMo (deploy/triton/models,
@@ -10,6 +10,11 @@ One model file, three engines chosen by the model config parameter
   echo          answers "samples N" for N samples, after an optional delay
                 that models a GPU's batch time (conformance tests and
                 benchmarks of the serving path; never for real audio)
+  module        the engine of a Python file named by the parameter "module"
+                (absolute, or relative to this folder): its load(params,
+                device) returns an object with NeMo's transcribe signature
+                (the GPU benchmark's stand-in, bench/gpu/standin.py; or your
+                own model)
 
 The worker cannot tell the engines apart: they share everything below.
 
@@ -31,9 +36,16 @@ input cannot fail the others.
 
 Parakeet's model comes from the model config parameter "model" or the
 environment variable PARAKEET_MODEL: a local .nemo file, or a model name for
-NeMo to download ("nvidia/parakeet-tdt-0.6b-v2", the default).
+NeMo to download ("nvidia/parakeet-tdt-0.6b-v2", the default). A batch goes
+through the model's forward pass and its decoder directly (NemoEngine), with
+NeMo's greedy_batch decoding under CUDA graphs as the model configures it,
+in bf16 on a GPU (parameter "precision": bf16 or fp32). At start the model
+runs a batch of max_batch_size inputs of "warmup_seconds" (30, the worker's
+-chunk-seconds): NeMo captures its decoder's CUDA graphs for the longest
+input it has seen, so warming with the longest chunk captures them once.
 """
 
+import importlib.util
 import json
 import os
 import time
@@ -62,6 +74,72 @@ def load_model(source, device):
         model = nemo_asr.models.ASRModel.from_pretrained(model_name=source, map_location=device)
     model.eval()
     return model
+
+
+class NemoEngine:
+    """A NeMo transducer model (Parakeet TDT) as Triton calls it. NeMo's
+    transcribe() builds a dataloader for every call and changes the
+    decoding strategy (rebuilding the decoder and its CUDA graphs) whenever
+    the timestamps flag differs from the last call's; here the decoder is
+    configured once, with word timestamps, and each batch is padded into one
+    tensor and passed through forward() and the decoder. Models without a
+    transducer decoder go through transcribe()."""
+
+    def __init__(self, model, device, precision):
+        self.model, self.device = model, device
+        self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
+        if self.direct:
+            import torch
+            from omegaconf import open_dict
+
+            self.torch = torch
+            self.dtype = torch.bfloat16 if precision == "bf16" and str(device).startswith("cuda") else None
+            cfg = model.cfg.decoding
+            with open_dict(cfg):
+                cfg.compute_timestamps = True
+            model.change_decoding_strategy(cfg, verbose=False)
+            self.staging = torch.empty(0)
+
+    def batch(self, audio):
+        """The rows padded into one tensor on the model's device, written
+        once into a pinned staging buffer kept between batches (a batch's
+        copy has ended when its hypotheses are back on the host)."""
+        torch, cuda = self.torch, str(self.device).startswith("cuda")
+        rows, n = len(audio), max(a.size for a in audio)
+        if self.staging.numel() < rows * n:
+            self.staging = torch.empty(rows * n, dtype=torch.float32, pin_memory=cuda)
+        x = self.staging[:rows * n].view(rows, n)
+        host = x.numpy()
+        for i, a in enumerate(audio):
+            host[i, :a.size] = a
+            host[i, a.size:] = 0
+        return x.to(self.device, non_blocking=True) if cuda else x.clone()
+
+    def transcribe(self, audio, batch_size, timestamps, verbose):
+        if not self.direct:
+            return self.model.transcribe(audio, batch_size=batch_size, timestamps=timestamps, verbose=verbose)
+        from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
+
+        torch = self.torch
+        x = self.batch(audio)
+        lengths = torch.tensor([a.size for a in audio], device=self.device)
+        with torch.inference_mode(), torch.autocast("cuda", dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
+            enc, enc_len = self.model.forward(input_signal=x, input_signal_length=lengths)
+            hyps = self.model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True)
+        if timestamps:
+            hyps = process_timestamp_outputs(hyps, self.model.encoder.subsampling_factor,
+                                             self.model.cfg.preprocessor.window_stride)
+        return hyps
+
+
+def load_module(path, params, device):
+    """The engine of a Python file: its load(params, device)."""
+    spec = importlib.util.spec_from_file_location("fleetscribe_engine", path)
+    if spec is None:
+        raise ValueError(f"model parameter module={path!r}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.load(params, device)
 
 
 class RequestError(ValueError):
@@ -346,6 +424,36 @@ class EchoModel:
         return out
 
 
+class Timings:
+    """Where execute's time goes (reading and checking requests, the model,
+    building responses), logged every `every` batches (model parameter
+    log_timings; 0: never). Numbers only: no audio, no text."""
+
+    def __init__(self, every):
+        self.every = every
+        self.reset()
+
+    def reset(self):
+        self.batches, self.rows, self.read, self.model, self.respond = 0, 0, 0.0, 0.0, 0.0
+
+    def add(self, rows, read, model, respond):
+        if self.every <= 0:
+            return
+        self.batches += 1
+        self.rows += rows
+        self.read, self.model, self.respond = self.read + read, self.model + model, self.respond + respond
+        if self.batches >= self.every:
+            line = "execute timings: %d batches, %.1f rows each; per batch: read %.1f ms, model %.1f ms, respond %.1f ms" % (
+                self.batches, self.rows / self.batches, 1000 * self.read / self.batches,
+                1000 * self.model / self.batches, 1000 * self.respond / self.batches)
+            logger = getattr(pb_utils, "Logger", None)
+            if logger is not None:
+                logger.log_info(line)
+            else:
+                print(line, flush=True)
+            self.reset()
+
+
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
@@ -354,6 +462,7 @@ class TritonPythonModel:
         kind = args.get("model_instance_kind", "GPU")
         device = f"cuda:{args.get('model_instance_device_id', '0')}" if kind == "GPU" else "cpu"
         self.max_batch = int(config.get("max_batch_size", 32)) or 1
+        self.timings = Timings(int(params.get("log_timings") or 0))
         if self.engine == "parakeet":
             self.source = os.environ.get("PARAKEET_MODEL") or params.get("model") or DEFAULT_MODEL
             self.model = self._load(self.source, device)
@@ -363,24 +472,35 @@ class TritonPythonModel:
         elif self.engine == "echo":
             self.source = "echo"
             self.model = EchoModel(params)
+        elif self.engine == "module":
+            path = params.get("module") or ""
+            if not path:
+                raise ValueError("engine=module needs the model parameter module (a Python file)")
+            if not os.path.isabs(path):
+                path = os.path.join(os.path.dirname(os.path.abspath(__file__)), path)
+            self.source = path
+            self.model = load_module(path, dict(params, max_batch=str(self.max_batch)), device)
         else:
-            raise ValueError(f"model parameter engine={self.engine!r}: want parakeet, pocketsphinx or echo")
-        if self.engine == "parakeet":  # the others have nothing to warm
-            self.warm_up()
+            raise ValueError(f"model parameter engine={self.engine!r}: want parakeet, pocketsphinx, echo or module")
+        if self.engine == "parakeet":  # the others have nothing to warm, or warm themselves
+            self.model = NemoEngine(self.model, device, params.get("precision") or "bf16")
+            self.warm_up(float(params.get("warmup_seconds") or 30))
 
     def _load(self, source, device):  # replaced in tests
         return load_model(source, device)
 
-    def warm_up(self):
-        """One batch of silence at the largest batch size, so the first real
-        request does not pay for kernel selection and memory pools."""
-        silence = [np.zeros(SAMPLE_RATE, dtype=np.float32)] * self.max_batch
-        self.transcribe(silence, True)
+    def warm_up(self, seconds):
+        """One batch of the longest chunk at the largest batch size, so the
+        first real request pays neither for kernel selection and memory
+        pools nor for capturing the decoder's CUDA graphs."""
+        quiet = np.random.default_rng(0).standard_normal(int(seconds * SAMPLE_RATE)).astype(np.float32) * 1e-3
+        self.transcribe([quiet] * self.max_batch, True)
 
     def transcribe(self, batch, timestamps):
         return self.model.transcribe(batch, batch_size=len(batch), timestamps=timestamps, verbose=False)
 
     def execute(self, requests):
+        t0 = time.perf_counter()
         responses = [None] * len(requests)
         batch, where, want_ts = [], [], False
         for i, req in enumerate(requests):
@@ -392,9 +512,11 @@ class TritonPythonModel:
             batch.append(samples)
             where.append(i)
             want_ts = want_ts or ts
+        t1 = t2 = time.perf_counter()
         if batch:
             try:
                 hyps = list(self.transcribe(batch, want_ts))
+                t2 = time.perf_counter()
                 if len(hyps) != len(batch):
                     raise RuntimeError(f"model returned {len(hyps)} results for {len(batch)} inputs")
             except Exception:  # noqa: BLE001 - isolate the input that failed
@@ -412,6 +534,7 @@ class TritonPythonModel:
                     responses[i] = self.error(f"transcription failed: {hyp}", invalid=False)
                 else:
                     responses[i] = self.respond(hyp)
+        self.timings.add(len(requests), t1 - t0, t2 - t1, time.perf_counter() - t2)
         return responses
 
     def respond(self, hyp):

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"encoding/csv"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
+	"github.com/fleetscribe/fleetscribe/mps"
+)
+
+func TestParseArrangement(t *testing.T) {
+	for in, want := range map[string]arrangement{
+		"single":                  {name: "single", processes: 1, instances: 1, decoder: "cuda_graph"},
+		"instances-4":             {name: "instances-4", processes: 1, instances: 4, decoder: "cuda_graph"},
+		"timesliced-8/eager":      {name: "timesliced-8/eager", processes: 8, instances: 1, decoder: "eager"},
+		"mps50-8":                 {name: "mps50-8", processes: 8, instances: 1, percentage: 50, decoder: "cuda_graph"},
+		"mps25-4/unbatched":       {name: "mps25-4/unbatched", processes: 4, instances: 1, percentage: 25, decoder: "cuda_graph", unbatched: true},
+		"timesliced-4/maxbatch32": {name: "timesliced-4/maxbatch32", processes: 4, instances: 1, decoder: "cuda_graph", maxBatch: 32},
+	} {
+		got, err := parseArrangement(in)
+		if err != nil || got != want {
+			t.Errorf("%s: %+v %v, want %+v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "mps-4", "mps0-4", "mps101-2", "timesliced-0", "instances-0", "single/fast", "mps50-8/maxbatch0", "Single"} {
+		if _, err := parseArrangement(bad); err == nil {
+			t.Errorf("%q: want an error", bad)
+		}
+	}
+}
+
+// An arrangement's plan is the worker's plan for the same flags.
+func TestArrangementPlanIsTheWorkersPlan(t *testing.T) {
+	for _, name := range []string{"single", "timesliced-4", "mps50-8", "mps100-2"} {
+		a, _ := parseArrangement(name)
+		got, err := a.plan([]int{0, 1}, 9100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flags := a.planFlags([]int{0, 1}, 9100)
+		c := mps.PlanConfig{GPUs: []int{0, 1}, BasePort: 9100}
+		for i := 0; i+1 < len(flags); i += 2 {
+			v := flags[i+1]
+			switch flags[i] {
+			case "-per-gpu":
+				c.PerGPU, _ = strconv.Atoi(v)
+			case "-percentage":
+				c.Percentage, _ = strconv.Atoi(v)
+			case "-sharing":
+				c.Sharing = v
+			}
+		}
+		want, err := mps.Plan(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) || len(got) != 2*a.processes {
+			t.Fatalf("%s: %d partitions, flags give %d", name, len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("%s: partition %d %+v, flags give %+v", name, i, got[i], want[i])
+			}
+		}
+		if wantKind := map[string]string{"single": "single", "timesliced-4": "timesliced", "mps50-8": "mps", "mps100-2": "mps"}[name]; a.kind() != wantKind {
+			t.Errorf("%s: kind %s, want %s", name, a.kind(), wantKind)
+		}
+	}
+}
+
+// The repository is the shipped configuration with only the instance
+// group, the engine's parameters and the named variations changed.
+func TestWriteRepo(t *testing.T) {
+	shipped, _ := filepath.Abs("../../../deploy/triton/models/asr/config.pbtxt")
+	modelDir, _ := filepath.Abs("../../../deploy/triton/models/asr/1")
+	orig, err := os.ReadFile(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := parseArrangement("instances-4/unbatched/maxbatch16")
+	dir := t.TempDir()
+	if err := writeRepo(dir, shipped, modelDir, "KIND_GPU", a, map[string]string{"engine": "module", "decoder": "eager"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "asr", "config.pbtxt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := string(b)
+	for _, want := range []string{
+		"instance_group [ { count: 4 kind: KIND_GPU } ]",
+		"allow_ragged_batch: false",
+		"max_batch_size: 16",
+		"preferred_batch_size: [ 8, 16 ]",
+		`parameters: { key: "decoder" value: { string_value: "eager" } }`,
+		`parameters: { key: "engine" value: { string_value: "module" } }`,
+		"priority_levels: 2", "max_queue_size: 256", "max_queue_delay_microseconds: 5000", // kept as shipped
+	} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("repository config lacks %q:\n%s", want, cfg)
+		}
+	}
+	if strings.Count(cfg, "instance_group") != 1 {
+		t.Errorf("instance groups:\n%s", cfg)
+	}
+	if link, err := os.Readlink(filepath.Join(dir, "asr", "1")); err != nil || link != modelDir {
+		t.Errorf("version 1 is %q (%v), want the shipped %s", link, err, modelDir)
+	}
+	if strings.Contains(string(orig), "allow_ragged_batch: false") {
+		t.Fatal("the shipped configuration is not ragged any more; the test's premise is gone")
+	}
+	// A configuration with parameters of its own is refused, not merged.
+	withParams := filepath.Join(t.TempDir(), "config.pbtxt")
+	if err := os.WriteFile(withParams, append(orig, []byte("\nparameters: { key: \"engine\" value: { string_value: \"parakeet\" } }\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeRepo(t.TempDir(), withParams, modelDir, "KIND_GPU", a, nil); err == nil {
+		t.Error("a configuration with parameters: want an error")
+	}
+}
+
+func TestReportResultLine(t *testing.T) {
+	dir := t.TempDir()
+	results := filepath.Join(dir, "results.csv")
+	rows := [][]string{
+		{"single", "single", "cuda_graph", "clip45", "64", "100", "4", "25", "1125", "500", "600", "700", "16", "50", "0", "0", "1", "1", "1", "1"},
+		{"timesliced-4", "timesliced", "cuda_graph", "clip45", "64", "200", "4", "50", "2250", "500", "600", "800", "8", "99", "0", "0", "1", "1", "1", "1"},
+		{"mps50-8", "mps", "cuda_graph", "clip45", "64", "240", "4", "60", "2700", "500", "600", "900", "4", "99", "0", "0", "1", "1", "1", "1"},
+		{"mps50-8", "mps", "cuda_graph", "clip45", "128", "400", "4", "100", "4500", "900", "1500", "1600", "8", "99", "0", "0", "1", "1", "1", "1"}, // over 1 s
+		{"mps25-8", "mps", "cuda_graph", "clip45", "64", "300", "4", "75", "3375", "500", "600", "700", "4", "99", "3", "0", "1", "1", "1", "1"},     // errors
+		{"mps50-8/eager", "mps", "eager", "clip45", "64", "300", "4", "80", "3600", "500", "600", "700", "4", "99", "0", "0", "1", "1", "1", "1"},    // not the decoder of the headline
+		{"mps50-8", "mps", "cuda_graph", "mix", "32", "300", "4", "80", "3000", "500", "600", "1200", "20", "99", "0", "0", "1", "1", "1", "1"},
+		{"mps50-8/unbatched", "mps", "cuda_graph", "mix", "8", "30", "4", "8", "300", "500", "600", "1500", "1", "99", "0", "0", "1", "1", "1", "1"},
+	}
+	f, _ := os.Create(results)
+	w := csv.NewWriter(f)
+	_ = w.Write(columns)
+	_ = w.WriteAll(rows)
+	_ = f.Close()
+	offline := filepath.Join(dir, "offline.json")
+	_ = os.WriteFile(offline, []byte(`{"clip_seconds":45,"best_clips_per_s":50,"best_batch":64,"batch1_clips_per_s":10,"flops_per_clip":1e12,"matmul_tflops":500}`), 0o644)
+	out, err := exec.Command("go", "run", ".", "report", "-results", results, "-offline", offline).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	got := lines[len(lines)-1]
+	// best at p99 <= 1 s without errors, CUDA graphs: mps50-8 at 64 (2700);
+	// offline 50 clips/s x 45 s = 2250; FLOP bound 500 clips/s x 45 = 22500.
+	want := "RESULT server=triton decoder=cuda_graph best_mode=mps50-8 served_audio_s_per_s=2700 vs_offline=1.20 flop_fraction=0.12 p99_ms=900 mode_vs_timesliced=1.20 batching_speedup=10.00 best_timesliced=timesliced-4 best_mps=mps50-8 mps_vs_timesliced=1.20 best_instances=- instances_vs_timesliced=0.00"
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+// The whole benchmark on a host without GPUs: real Triton processes
+// started by `worker mps run`, model.py's echo engine, the pool's load,
+// Triton's statistics, one CSV row per point.
+func TestRunOnRealTriton(t *testing.T) {
+	tritonproc.Require(t)
+	if testing.Short() {
+		t.Skip("builds the worker and starts real servers")
+	}
+	dir := t.TempDir()
+	worker := filepath.Join(dir, "worker")
+	if out, err := exec.Command("go", "build", "-o", worker, "../../../cmd/worker").CombinedOutput(); err != nil {
+		t.Fatalf("build worker: %v: %s", err, out)
+	}
+	base, err := tritonproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := tritonproc.Root()
+	out := filepath.Join(dir, "results.csv")
+	err = runCmd([]string{"-worker", worker, "-tritonserver", filepath.Join(root, "scripts", "tritonserver"), "-base-port", strconv.Itoa(base),
+		"-model-config", filepath.Join(root, "deploy/triton/models/asr/config.pbtxt"), "-model-dir", filepath.Join(root, "deploy/triton/models/asr/1"),
+		"-instance-kind", "KIND_CPU", "-engine", "", "-param", "engine=echo,batch_delay_ms=20",
+		"-clip-seconds", "2", "-concurrency", "4", "-duration", "1500ms", "-warmup", "500ms", "-out", out,
+		"single", "timesliced-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := readResults(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 {
+		t.Fatalf("%d rows, want one per arrangement", len(rs))
+	}
+	for i, want := range []string{"single", "timesliced-2"} {
+		r := rs[i]
+		if r.arrangement != want || r.decoder != "cuda_graph" || r.workload != "clip2" || r.completed == 0 || r.errors != 0 ||
+			r.meanBatch < 1 || r.p99 <= 0 {
+			t.Errorf("row %d: %+v", i, r)
+		}
+	}
+}
