@@ -7,7 +7,8 @@ import (
 	"github.com/fleetscribe/fleetscribe/mps"
 )
 
-// Four partitions on one GPU, each an MPS client capped at 25% of the SMs.
+// Four partitions on one GPU, each an MPS client capped at the default 50%
+// of the SMs (a cap, not a share: the caps may add up to more than 100).
 func ExamplePlan() {
 	ps, err := mps.Plan(mps.PlanConfig{GPUs: []int{0}, PerGPU: 4, BasePort: 8001})
 	if err != nil {
@@ -19,9 +20,9 @@ func ExamplePlan() {
 	}
 	fmt.Println(strings.Join(mps.Addrs("localhost", ps), ","))
 	// Output:
-	// gpu0-p0 8001 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25
-	// gpu0-p1 8004 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25
-	// gpu0-p2 8007 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25
-	// gpu0-p3 8010 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25
+	// gpu0-p0 8001 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+	// gpu0-p1 8004 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+	// gpu0-p2 8007 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+	// gpu0-p3 8010 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
 	// localhost:8001,localhost:8004,localhost:8007,localhost:8010
 }

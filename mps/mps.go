@@ -1,9 +1,12 @@
 // Package mps plans CUDA MPS partitions of GPUs and drives the MPS control
 // daemon. A partition is one Triton server process that is an MPS client
 // limited to a share of the GPU's SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE);
-// four per GPU at 25% each is the default. The percentage is a cap, not a
-// reservation, and a fatal fault in one client takes down every client on
-// that GPU: the worker's pool is built to ride through that.
+// eight per GPU at 50% each is the default the GPU benchmark chose
+// (docs/benchmarks.md: on an H200 with CUDA-graph decoding through real
+// Triton, 8 MPS clients served the most audio at p99 <= 1 s, and 25, 50 and
+// 100% measured within a few per cent of each other). The percentage is a
+// cap, not a reservation, and a fatal fault in one client takes down every
+// client on that GPU: the worker's pool is built to ride through that.
 //
 // The cap is applied in whole TPCs (two SMs each): on an H200 with 132 SMs a
 // 25% client sees 32 SMs (TestRealMPSDaemon, FLEETSCRIBE_MPS_REAL=1).
@@ -53,13 +56,29 @@ type PlanConfig struct {
 	GPUs     []int // device indices
 	PerGPU   int   // partitions per GPU
 	BasePort int   // gRPC port of the first partition; each partition takes three ports
-	// Percentage overrides the thread percentage (0: 100/PerGPU).
+	// Percentage overrides the thread percentage (0: DefaultPercentage).
 	Percentage int
 	// MemLimit caps each partition's pinned device memory ("20G", "512M");
 	// empty: no cap.
 	MemLimit string
 	// Sharing is SharingMPS (the default when empty) or SharingTimeSliced.
 	Sharing string
+}
+
+// DefaultPerGPU is the number of partitions per GPU the GPU benchmark
+// measured best (docs/benchmarks.md).
+const DefaultPerGPU = 8
+
+// DefaultPercentage is the thread percentage of a partition when none is
+// given, as measured on an H200 (docs/benchmarks.md): no cap for one or
+// two partitions (two uncapped clients beat two at 50%), 50% from three
+// on (at four and eight clients 25, 50 and 100% served alike; 50 was the
+// best of eight). More than eight per GPU was not measured.
+func DefaultPercentage(perGPU int) int {
+	if perGPU <= 2 {
+		return 100
+	}
+	return 50
 }
 
 // Plan lays out partitions GPU by GPU. Partition k (counting across GPUs)
@@ -89,7 +108,7 @@ func Plan(c PlanConfig) ([]Partition, error) {
 	}
 	pct := c.Percentage
 	if pct == 0 {
-		pct = max(1, 100/c.PerGPU)
+		pct = DefaultPercentage(c.PerGPU)
 	}
 	if sharing == SharingTimeSliced {
 		pct = 100

@@ -19,7 +19,7 @@ func TestPlanFourPerGPU(t *testing.T) {
 	}
 	ports := map[int]bool{}
 	for i, p := range ps {
-		if p.ThreadPercentage != 25 || p.GPU != i/4 || p.Index != i%4 {
+		if p.ThreadPercentage != 50 || p.GPU != i/4 || p.Index != i%4 {
 			t.Errorf("partition %d: %+v", i, p)
 		}
 		for _, port := range []int{p.GRPCPort, p.HTTPPort, p.MetricsPort} {
@@ -33,7 +33,7 @@ func TestPlanFourPerGPU(t *testing.T) {
 		t.Errorf("addrs %v", got)
 	}
 	env := ps[5].Env(Dirs{Pipe: "/tmp/mps-pipe", Log: "/tmp/mps-log"})
-	for _, want := range []string{"CUDA_VISIBLE_DEVICES=1", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe"} {
+	for _, want := range []string{"CUDA_VISIBLE_DEVICES=1", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", "CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe"} {
 		if !slices.Contains(env, want) {
 			t.Errorf("env %v lacks %s", env, want)
 		}
@@ -56,8 +56,23 @@ func TestPlanRejects(t *testing.T) {
 		}
 	}
 	ps, err := Plan(PlanConfig{GPUs: []int{0}, PerGPU: 48, BasePort: 8001})
-	if err != nil || ps[0].ThreadPercentage != 2 {
+	if err != nil || ps[0].ThreadPercentage != 50 {
 		t.Errorf("48 partitions: %v %+v", err, ps[0])
+	}
+}
+
+// The default percentage is the measured one: no cap for one or two
+// partitions per GPU, 50% for more; a given percentage is kept.
+func TestPlanDefaultPercentage(t *testing.T) {
+	for perGPU, want := range map[int]int{1: 100, 2: 100, 3: 50, 4: 50, 8: 50} {
+		ps, err := Plan(PlanConfig{GPUs: []int{0}, PerGPU: perGPU, BasePort: 8001})
+		if err != nil || ps[0].ThreadPercentage != want {
+			t.Errorf("%d per GPU: %v %+v, want %d%%", perGPU, err, ps[0], want)
+		}
+	}
+	ps, err := Plan(PlanConfig{GPUs: []int{0}, PerGPU: 8, BasePort: 8001, Percentage: 25})
+	if err != nil || ps[7].ThreadPercentage != 25 {
+		t.Errorf("given 25%%: %v %+v", err, ps[7])
 	}
 }
 

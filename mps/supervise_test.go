@@ -98,7 +98,7 @@ func TestSupervisorRunsPlanAndRecoversFromFault(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"gpu0-p0 | port=9001 pct=50 mem=0=8G", "gpu1-p1 | port=9010 pct=50"} {
+	for _, want := range []string{"gpu0-p0 | port=9001 pct=100 mem=0=8G", "gpu1-p1 | port=9010 pct=100"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("partition output lacks %q:\n%s", want, out.String())
 		}

@@ -2,7 +2,7 @@
 // model, and a pool that spreads requests over several Triton partitions.
 //
 // A partition is one Triton server process with its own dynamic batcher; on a
-// GPU shared through CUDA MPS there are usually four per GPU. The Pool sends
+// GPU shared through CUDA MPS there are eight per GPU by default. The Pool sends
 // each request to the partition with the fewest requests outstanding, caps the
 // requests in flight per partition so every batcher stays fed without queueing
 // forever, ejects partitions that fail health checks, and retries overload

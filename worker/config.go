@@ -91,7 +91,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*flagext.StringSliceCSV)(&c.Models), "models", "comma-separated models a job may ask for besides -model (all served by the same Triton partitions)")
 	fs.DurationVar(&c.ClaimSettle, "claim-settle", 200*time.Millisecond, "after writing an in-progress claim for a job, wait this long and read it back, so two workers rarely compute one input at once (0: no claims)")
 	fs.Float64Var(&c.ChunkSeconds, "chunk-seconds", 30, "longest audio chunk sent to the model; cuts fall at quiet points")
-	fs.IntVar(&c.ChunkParallelism, "chunk-parallelism", 64, "chunks of one job in flight at once: enough for each of a GPU's four partitions to have a batch of 8 computing and the next one waiting, from one long recording (at 32, batches start half full)")
+	fs.IntVar(&c.ChunkParallelism, "chunk-parallelism", 64, "chunks of one job in flight at once: enough for each of a GPU's eight partitions to have a batch of 8 from one long recording (and with four, a batch of 8 computing and the next one waiting; at 32, batches start half full)")
 	fs.BoolVar(&c.Timestamps, "timestamps", true, "ask the model for word timestamps")
 	fs.DurationVar(&c.ClaimMinAudio, "claim-min-audio", 5*time.Minute, "claim only recordings at least this long: a claim costs an S3 PUT and GET per job, more than computing a short recording twice in the rare overlap it guards against (0: claim every job)")
 	fs.StringVar(&c.FFmpeg, "ffmpeg", "ffmpeg", "ffmpeg binary (name on PATH or path) that decodes everything but WAV: MP3 and FLAC (faster than their Go decoders, which serve without it), and Ogg/Opus, M4A/AAC, WebM, AMR, CAF, WMA, AIFF, RF64; empty or not found: those without a Go decoder get an unsupported_audio record naming the format")

@@ -59,19 +59,19 @@ func workerFlags() map[string]bool {
 
 func TestComposeStackShape(t *testing.T) {
 	p := loadCompose(t)
-	mps, err := p.GetService("mps")
+	daemon, err := p.GetService("mps")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pipe := env(mps, "CUDA_MPS_PIPE_DIRECTORY")
-	if pipe == "" || mps.Ipc != "host" || !slices.Contains(mps.Command, "nvidia-cuda-mps-control") {
-		t.Fatalf("mps service: ipc %q, pipe %q, command %v", mps.Ipc, pipe, mps.Command)
+	pipe := env(daemon, "CUDA_MPS_PIPE_DIRECTORY")
+	if pipe == "" || daemon.Ipc != "host" || !slices.Contains(daemon.Command, "nvidia-cuda-mps-control") {
+		t.Fatalf("mps service: ipc %q, pipe %q, command %v", daemon.Ipc, pipe, daemon.Command)
 	}
 	w, err := p.GetService("worker")
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkPartitions(t, p, pipe, []int{0}, 4)
+	checkPartitions(t, p, pipe, []int{0}, mps.DefaultPerGPU)
 	if w.StopGracePeriod == nil {
 		t.Error("worker has no stop_grace_period to drain in")
 	}
@@ -217,9 +217,9 @@ func checkPartitions(t *testing.T, p *types.Project, pipe string, gpus []int, pe
 		if err != nil {
 			t.Fatal(err)
 		}
-		if env(tr, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != strconv.Itoa(100/perGPU) || env(tr, "CUDA_MPS_PIPE_DIRECTORY") != pipe ||
+		if pct := mps.DefaultPercentage(perGPU); env(tr, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") != strconv.Itoa(pct) || env(tr, "CUDA_MPS_PIPE_DIRECTORY") != pipe ||
 			env(tr, "CUDA_VISIBLE_DEVICES") != strconv.Itoa(part.GPU) || tr.Ipc != "host" {
-			t.Errorf("%s is not a %d%% MPS client of the shared daemon on GPU %d: %v ipc=%q", name, 100/perGPU, part.GPU, tr.Environment, tr.Ipc)
+			t.Errorf("%s is not a %d%% MPS client of the shared daemon on GPU %d: %v ipc=%q", name, pct, part.GPU, tr.Environment, tr.Ipc)
 		}
 		mounted := false
 		for _, v := range tr.Volumes {
@@ -269,7 +269,7 @@ func TestMPSComposeForEveryGPUCount(t *testing.T) {
 			for i := range all {
 				all[i] = i
 			}
-			checkPartitions(t, p, "/tmp/nvidia-mps", all, 4)
+			checkPartitions(t, p, "/tmp/nvidia-mps", all, mps.DefaultPerGPU)
 			// The plan's own view of the worker's addresses is the same list.
 			stdout.Reset()
 			if err := runMPS(t.Context(), []string{"plan", "-gpus", gpus, "-format", "compose-addrs"}, &stdout, &stderr); err != nil {

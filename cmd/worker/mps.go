@@ -49,8 +49,8 @@ type mpsFlags struct {
 
 func (f *mpsFlags) register(fs *flag.FlagSet, sub string) {
 	fs.StringVar(&f.gpus, "gpus", "auto", "GPUs to partition: auto (every GPU nvidia-smi lists), device indices (0,1,3) or a range (0-7)")
-	fs.IntVar(&f.perGPU, "per-gpu", 4, "partitions (Triton servers, MPS clients) per GPU")
-	fs.IntVar(&f.pct, "percentage", 0, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of each partition (0: 100 / per-gpu)")
+	fs.IntVar(&f.perGPU, "per-gpu", mps.DefaultPerGPU, "partitions (Triton servers, MPS clients) per GPU (8: the GPU benchmark's best, docs/benchmarks.md)")
+	fs.IntVar(&f.pct, "percentage", 0, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of each partition (0: 100 for one or two per GPU, 50 for more, as measured)")
 	fs.IntVar(&f.basePort, "base-port", 8001, "gRPC port of the first partition; each takes three (gRPC, HTTP, metrics)")
 	fs.StringVar(&f.memLimit, "mem-limit", "", "device memory each partition may pin (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), e.g. 30G (empty: no cap)")
 	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "nvidia-smi", "nvidia-smi binary, for -gpus auto")

@@ -22,8 +22,8 @@ variable "instance_types" {
 
 variable "partitions_per_gpu" {
   type        = number
-  description = "MPS partitions (Triton servers) per GPU, each capped at 100 / partitions_per_gpu per cent of the SMs."
-  default     = 4
+  description = "MPS partitions (Triton servers) per GPU, each capped at worker mps plan's measured percentage (100 for one or two per GPU, 50 for more); 8 served the most on an H200 (docs/benchmarks.md): check GPU memory for 8 copies of the model on smaller GPUs."
+  default     = 8
 
   validation {
     condition     = var.partitions_per_gpu >= 1 && var.partitions_per_gpu <= 48

@@ -161,7 +161,7 @@ run "eight_gpu_instances" {
     error_message = "backlog per GPU of 8-GPU instances"
   }
   assert {
-    condition     = strcontains(module.fleet.user_data, "mps up -gpus auto -per-gpu 4")
+    condition     = strcontains(module.fleet.user_data, "mps up -gpus auto -per-gpu 8")
     error_message = "the instance does not render its partitions from the GPUs present"
   }
 }
