@@ -207,7 +207,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	workers := &workerSet{bin: cfg.WorkerBin, dir: cfg.Dir, env: []string{
-		"FLEETSCRIBE_AWS_ENDPOINT=" + proxyURL, "FLEETSCRIBE_QUEUE_URL=" + q.URL, "FLEETSCRIBE_OUTPUT_BUCKET=" + outBucket,
+		"FLEETSCRIBE_AWS_ENDPOINT=" + proxyURL, "FLEETSCRIBE_QUEUE_URL=" + q.URL, "FLEETSCRIBE_OUTPUT_BUCKET=" + outBucket, "FLEETSCRIBE_INPUT_BUCKETS=" + inBucket,
 		"FLEETSCRIBE_TRITON_ADDRS=" + strings.Join(parts.addrs, ","), "FLEETSCRIBE_MAX_RECEIVES=" + strconv.Itoa(cfg.MaxReceives),
 		"FLEETSCRIBE_VISIBILITY_TIMEOUT=10s", "FLEETSCRIBE_RETRY_BACKOFF=1s", "FLEETSCRIBE_WAIT_TIME=1s",
 		"FLEETSCRIBE_CONCURRENCY=4", "FLEETSCRIBE_DRAIN_TIMEOUT=20s", "FLEETSCRIBE_METRICS_ADDR=",

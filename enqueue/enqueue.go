@@ -125,7 +125,7 @@ func (o *Options) Validate() error {
 		return errors.New("-skip-done needs the model: -job-model or -worker-model")
 	}
 	job := o.Job
-	job.V, job.Bucket, job.Key = worker.JobVersion, "b", "k"
+	job.V, job.Bucket, job.Key = worker.JobVersion, "placeholder", "k" // checks the template's own fields
 	if err := job.Validate(); err != nil {
 		return err
 	}

@@ -34,7 +34,7 @@ type Config struct {
 	MaxObjectBytes     int64
 	MaxAudioSeconds    float64       // longer recordings get a too_large record
 	MemoryBudget       int64         // bytes that jobs in hand may hold together (estimated); 0: automatic
-	InputBuckets       []string      // allowed "bucket" or "bucket/prefix"; empty: any bucket
+	InputBuckets       []string      // allowed "bucket" or "bucket/prefix"; "*" alone: any bucket; required
 	OutputPrefixes     []string      // prefixes a job's output_prefix must lie under; empty: OutputPrefix only
 	Models             []string      // models a job may ask for besides the worker's own
 	ClaimSettle        time.Duration // wait between writing an in-progress claim and reading it back; 0: no claims
@@ -86,7 +86,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxObjectBytes, "max-object-bytes", 8<<30, "larger input objects get a too_large error record (recordings stream: memory does not grow with the object; formats ffmpeg reads are first copied to a temporary file)")
 	fs.Float64Var(&c.MaxAudioSeconds, "max-audio-seconds", 4*3600, "longer recordings get a too_large error record (read from the header before download where it says, else counted as they decode)")
 	fs.Int64Var(&c.MemoryBudget, "memory-budget", 0, "bytes the jobs in hand may hold together, by estimate; jobs wait for room, and a job that alone exceeds it gets a too_large record (0: 60% of the memory limit)")
-	fs.Var((*flagext.StringSliceCSV)(&c.InputBuckets), "input-buckets", "comma-separated input buckets, each optionally with a key prefix (bucket/prefix/); jobs for others get a bad_message record (empty: any bucket)")
+	fs.Var((*flagext.StringSliceCSV)(&c.InputBuckets), "input-buckets", "comma-separated input buckets jobs may read, each optionally with a key prefix (bucket/prefix/); jobs for others get a bad_message record; required: * accepts any bucket the worker's credentials can read")
 	fs.Var((*flagext.StringSliceCSV)(&c.OutputPrefixes), "output-prefixes", "comma-separated prefixes under which a job's own output_prefix must lie (empty: only under -output-prefix)")
 	fs.Var((*flagext.StringSliceCSV)(&c.Models), "models", "comma-separated models a job may ask for besides -model (all served by the same Triton partitions)")
 	fs.DurationVar(&c.ClaimSettle, "claim-settle", 200*time.Millisecond, "after writing an in-progress claim for a job, wait this long and read it back, so two workers rarely compute one input at once (0: no claims)")
@@ -137,10 +137,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("output prefixes: %w", err)
 		}
 	}
-	for _, b := range c.InputBuckets {
-		if name, _, _ := strings.Cut(b, "/"); name == "" {
-			return fmt.Errorf("input buckets: %q has no bucket name", b)
-		}
+	if err := checkInputBuckets(c.InputBuckets); err != nil {
+		return err
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = c.VisibilityTimeout / 3
@@ -148,10 +146,37 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// AnyInputBucket, as -input-buckets, accepts jobs for any bucket the
+// worker's credentials can read. It must be given on purpose: without an
+// allow-list a worker would transcribe whatever bucket a message names and
+// write the result into its own output tree.
+const AnyInputBucket = "*"
+
+// checkInputBuckets requires an allow-list: bucket names by S3's rules,
+// each optionally with a key prefix, or AnyInputBucket alone.
+func checkInputBuckets(list []string) error {
+	if len(list) == 0 {
+		return errors.New("input buckets are required: name the buckets jobs may read (-input-buckets bucket or bucket/prefix/), or give * to accept any bucket the worker's credentials can read")
+	}
+	for _, b := range list {
+		if b == AnyInputBucket {
+			if len(list) > 1 {
+				return errors.New("input buckets: * accepts any bucket; give it alone")
+			}
+			continue
+		}
+		name, _, _ := strings.Cut(b, "/")
+		if err := CheckBucketName(name); err != nil {
+			return fmt.Errorf("input buckets: %q: %w", b, err)
+		}
+	}
+	return nil
+}
+
 // InputAllowed reports whether the input lies in an allowed bucket and
-// prefix. An empty allow-list allows every bucket.
+// prefix.
 func (c *Config) InputAllowed(bucket, key string) bool {
-	if len(c.InputBuckets) == 0 {
+	if len(c.InputBuckets) == 1 && c.InputBuckets[0] == AnyInputBucket {
 		return true
 	}
 	for _, a := range c.InputBuckets {

@@ -49,8 +49,16 @@ type env struct {
 
 func newEnv(t *testing.T, partitions, maxReceives int, aliases ...string) *env {
 	t.Helper()
+	return newEnvOn(t, emulator, partitions, maxReceives, aliases...)
+}
+
+// newEnvOn is newEnv on another local server (motoServer: S3's conditional
+// writes, which claims rest on).
+func newEnvOn(t *testing.T, srv *localaws.Server, partitions, maxReceives int, aliases ...string) *env {
+	t.Helper()
 	ctx := context.Background()
 	n := testSeq.Add(1)
+	emulator := srv
 	sqsc, s3c := emulator.Clients()
 	e := &env{t: t, sqs: sqsc, s3: s3c, in: fmt.Sprintf("in-%d", n), out: fmt.Sprintf("out-%d", n), reg: prometheus.NewRegistry()}
 	var err error
@@ -95,7 +103,7 @@ func (e *env) startPool(addrs []string, timeout time.Duration) {
 
 func (e *env) config() worker.Config {
 	return worker.Config{
-		QueueURL: e.queue.URL, OutputBucket: e.out, OutputPrefix: "transcripts/",
+		QueueURL: e.queue.URL, OutputBucket: e.out, OutputPrefix: "transcripts/", InputBuckets: []string{e.in},
 		Concurrency: 4, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second,
 		JobTimeout: time.Minute, DrainTimeout: 30 * time.Second, MaxReceives: 3,
 		RetryBackoff: time.Second, MaxObjectBytes: 1 << 24, MaxAudioSeconds: 3600, MemoryBudget: 1 << 30,

@@ -45,6 +45,14 @@ func (j Job) Validate() error {
 	if j.Bucket == "" || j.Key == "" {
 		return errors.New("job needs bucket and key")
 	}
+	if err := CheckBucketName(j.Bucket); err != nil {
+		return err
+	}
+	if endsLikeOutput(j.Bucket) {
+		// A legal name, but the bucket is a segment of the job's output
+		// keys, which could then lie under another job's transcript.
+		return fmt.Errorf("bucket %q ends like an output file (%s); its outputs could lie under another input's", j.Bucket, strings.Join(outputSuffixes, ", "))
+	}
 	if err := checkKey(j.Key); err != nil {
 		return err
 	}
@@ -54,6 +62,70 @@ func (j Job) Validate() error {
 		}
 	}
 	return nil
+}
+
+// CheckBucketName refuses what S3's naming rules for general purpose
+// buckets refuse: shorter than 3 or longer than 63 characters; anything but
+// lower-case letters, digits, dots and hyphens; not starting and ending
+// with a letter or digit; two dots together; the form of an IPv4 address;
+// the reserved prefixes (xn--, sthree-, amzn-s3-demo-) and suffixes
+// (-s3alias, --ol-s3, .mrap, --x-s3, --table-s3). So a job's bucket never
+// holds a '/' or a "..", and the keys built from it (KeysFor) cannot reach
+// into another input's output tree. (Buckets made before March 2018 in
+// us-east-1 could break these rules; such a bucket's jobs are refused.)
+func CheckBucketName(b string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("bucket %q is not an S3 bucket name: %s", truncate(b, 80), why)
+	}
+	if len(b) < 3 || len(b) > 63 {
+		return bad("it must be 3 to 63 characters")
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return bad("only lower-case letters, digits, dots and hyphens")
+		}
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	switch {
+	case !alnum(b[0]) || !alnum(b[len(b)-1]):
+		return bad("it must start and end with a letter or digit")
+	case strings.Contains(b, ".."):
+		return bad("two dots together")
+	case isIPv4(b):
+		return bad("it has the form of an IP address")
+	}
+	for _, p := range []string{"xn--", "sthree-", "amzn-s3-demo-"} {
+		if strings.HasPrefix(b, p) {
+			return bad("the prefix " + p + " is reserved")
+		}
+	}
+	for _, suf := range []string{"-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"} {
+		if strings.HasSuffix(b, suf) {
+			return bad("the suffix " + suf + " is reserved")
+		}
+	}
+	return nil
+}
+
+func isIPv4(s string) bool {
+	parts := strings.Split(s, ".")
+	if len(parts) != 4 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > 3 || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // checkKey refuses keys no S3 object can have, so that such a job is a bad

@@ -20,6 +20,12 @@ func TestKeysFor(t *testing.T) {
 		{InputRef{Bucket: "in", Key: "a//x.wav"}, "t/in/a/%2Fx.wav/asr/unversioned.json"},
 		{InputRef{Bucket: "in", Key: "a/./x.wav"}, "t/in/a/%2E/x.wav/asr/unversioned.json"},
 		{InputRef{Bucket: "in", Key: "a/"}, "t/in/a%2F/asr/unversioned.json"},
+		// A segment ending like an output file keeps its last dot escaped,
+		// so no output key lies under another's as under a folder.
+		{InputRef{Bucket: "in", Key: "x/asr/unversioned.json/y"}, "t/in/x/asr/unversioned%2Ejson/y/asr/unversioned.json"},
+		{InputRef{Bucket: "in", Key: "notes.txt"}, "t/in/notes%2Etxt/asr/unversioned.json"},
+		{InputRef{Bucket: "in", Key: "a.error.json/b.wav"}, "t/in/a.error%2Ejson/b.wav/asr/unversioned.json"},
+		{InputRef{Bucket: "in", Key: ".json/x.wav"}, "t/in/.json/x.wav/asr/unversioned.json"},
 		{InputRef{Bucket: "in", Key: "100%\n"}, "t/in/100%25%0A/asr/unversioned.json"},
 	}
 	for _, c := range cases {

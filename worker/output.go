@@ -118,9 +118,11 @@ func (k OutputKeys) Key(format string) string { return k.Base + "." + format }
 //
 // The input key is kept as it is, except that '%', control characters, a
 // '/' that would start an empty path segment (leading, trailing or
-// doubled) and the dots of "." and ".." segments are percent-encoded, so
-// that ordinary keys read as themselves and no tool that treats keys as
-// paths can fold two outputs together. Where that key would pass
+// doubled), the dots of "." and ".." segments and the last dot of a
+// segment ending like an output file (".json", ".txt", ...) are
+// percent-encoded, so that ordinary keys read as themselves, no tool that
+// treats keys as paths can fold two outputs together, and no output key
+// lies under another's as under a folder. Where that key would pass
 // MaxKeyBytes, the key segment is replaced by "%hashed/" and the SHA-256
 // of the input key (and, if still too long, of the model and tag too).
 // prefix must be at most MaxPrefixBytes long (Config.Validate and
@@ -150,11 +152,29 @@ func KeysFor(prefix string, in InputRef, model string) OutputKeys {
 	return OutputKeys{Base: base, JSON: base + suffixJSON, Error: base + suffixError, Claim: base + suffixClaim}
 }
 
+// outputSuffixes end the last segment of every output key (and of the
+// error records of messages that are not jobs).
+var outputSuffixes = []string{suffixError, suffixJSON, suffixClaim, "." + FormatTXT, "." + FormatSRT, "." + FormatVTT}
+
+// endsLikeOutput reports whether a segment ends like the last segment of
+// an output key. No other segment of an output key may (escaped input keys
+// have that dot percent-encoded; prefixes and bucket names with such a
+// segment are refused), so no output key is a folder of another: a key
+// like "{prefix}a/x/asr/unversioned.json/..." cannot be made.
+func endsLikeOutput(seg string) bool {
+	for _, suf := range outputSuffixes {
+		if len(seg) > len(suf) && strings.HasSuffix(seg, suf) {
+			return true
+		}
+	}
+	return false
+}
+
 // EscapeKey returns the readable form of an input key used in output
 // keys (see KeysFor). UnescapeKey reverses it.
 func EscapeKey(key string) string {
 	var b strings.Builder
-	segStart := 0
+	segStart, lastDot := 0, segmentLastDot(key, 0)
 	for i := 0; i < len(key); i++ {
 		c := key[i]
 		switch {
@@ -166,7 +186,8 @@ func EscapeKey(key string) string {
 				b.WriteString("%2F")
 			}
 			segStart = i + 1
-		case c == '.' && dotSegment(key, segStart):
+			lastDot = segmentLastDot(key, segStart)
+		case c == '.' && (dotSegment(key, segStart) || i == lastDot):
 			b.WriteString("%2E")
 		case c == '%' || c < 0x20 || c == 0x7F:
 			fmt.Fprintf(&b, "%%%02X", c)
@@ -175,6 +196,21 @@ func EscapeKey(key string) string {
 		}
 	}
 	return b.String()
+}
+
+// segmentLastDot returns the index of the last '.' of the segment starting
+// at start when the segment ends like an output key (endsLikeOutput), so
+// that EscapeKey encodes it; -1 otherwise.
+func segmentLastDot(key string, start int) int {
+	end := strings.IndexByte(key[start:], '/')
+	if end < 0 {
+		end = len(key) - start
+	}
+	seg := key[start : start+end]
+	if !endsLikeOutput(seg) {
+		return -1
+	}
+	return start + strings.LastIndexByte(seg, '.')
 }
 
 // dotSegment reports whether the segment starting at start is "." or "..".
@@ -244,6 +280,9 @@ func CheckOutputPrefix(p string) error {
 	for _, seg := range strings.Split(strings.TrimSuffix(p, "/"), "/") {
 		if seg == "" || seg == "." || seg == ".." {
 			return fmt.Errorf("output prefix %q has an empty, '.' or '..' segment", p)
+		}
+		if endsLikeOutput(seg) {
+			return fmt.Errorf("output prefix %q has a segment %q ending like an output file (%s): outputs under it could lie under another input's", p, seg, strings.Join(outputSuffixes, ", "))
 		}
 		for _, r := range seg {
 			if r < 0x20 || r == 0x7F || r == '%' || r == '\\' {

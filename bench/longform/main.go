@@ -126,7 +126,7 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 		return 0, triton.ServerStats{}, err
 	}
 	cfg := worker.Config{
-		QueueURL: queueURL, OutputBucket: out, OutputPrefix: "transcripts/", Concurrency: 1, WaitTime: time.Second,
+		QueueURL: queueURL, OutputBucket: out, OutputPrefix: "transcripts/", InputBuckets: []string{in}, Concurrency: 1, WaitTime: time.Second,
 		VisibilityTimeout: time.Minute, JobTimeout: 10 * time.Minute, DrainTimeout: time.Minute, MaxReceives: 3,
 		RetryBackoff: time.Second, MaxObjectBytes: 1 << 30, MaxAudioSeconds: 4 * 3600, MemoryBudget: 4 << 30,
 		ChunkSeconds: 30, ChunkParallelism: parallel, Timestamps: false, ExitWhenIdle: time.Second, QueueStatsInterval: time.Hour,

@@ -137,7 +137,7 @@ func run(o options) error {
 	defer proxy.Close()
 
 	args := []string{
-		"-queue-url", q.URL, "-output-bucket", outBucket, "-aws-endpoint", proxy.URL,
+		"-queue-url", q.URL, "-output-bucket", outBucket, "-input-buckets", inBucket, "-aws-endpoint", proxy.URL,
 		"-triton-addrs", strings.Join(addrs, ","), "-concurrency", strconv.Itoa(o.concurrency),
 		"-metrics-addr", "", "-imds", "off", "-log-level", "warn", "-wait-time", "1s",
 	}

@@ -26,9 +26,14 @@ func loadCompose(t *testing.T, profiles ...string) *types.Project {
 
 func loadComposeFiles(t *testing.T, root string, files []string, profiles ...string) *types.Project {
 	t.Helper()
+	return loadComposeEnv(t, root, files, []string{"FLEETSCRIBE_QUEUE_URL=https://sqs.example/q", "FLEETSCRIBE_OUTPUT_BUCKET=out"}, profiles...)
+}
+
+func loadComposeEnv(t *testing.T, root string, files, environ []string, profiles ...string) *types.Project {
+	t.Helper()
 	opts, err := cli.NewProjectOptions(files,
 		cli.WithWorkingDirectory(root),
-		cli.WithEnv([]string{"FLEETSCRIBE_QUEUE_URL=https://sqs.example/q", "FLEETSCRIBE_OUTPUT_BUCKET=out"}),
+		cli.WithEnv(environ),
 		cli.WithProfiles(profiles),
 	)
 	if err != nil {
@@ -342,6 +347,52 @@ func TestComposeMonitoringProfile(t *testing.T) {
 			if !found {
 				t.Errorf("%s does not mount %s", name, target)
 			}
+		}
+	}
+}
+
+// Secure defaults of the stack: the worker's allow-list comes from the
+// input bucket (without one the worker refuses to start, rather than
+// reading any bucket), and its metrics and readiness are published on the
+// host's loopback unless a scraper elsewhere is named.
+func TestComposeSecureDefaults(t *testing.T) {
+	root, _ := filepath.Abs("../..")
+	files := []string{filepath.Join(root, "docker-compose.yml"), filepath.Join(root, "docker-compose.override.yml")}
+	base := []string{"FLEETSCRIBE_QUEUE_URL=https://sqs.example/q", "FLEETSCRIBE_OUTPUT_BUCKET=out"}
+	for _, c := range []struct {
+		extra       []string
+		wantBuckets string
+		wantHostIP  string
+	}{
+		{nil, "", "127.0.0.1"},
+		{[]string{"FLEETSCRIBE_INPUT_BUCKET=uploads"}, "uploads", "127.0.0.1"},
+		{[]string{"FLEETSCRIBE_INPUT_BUCKET=uploads", "FLEETSCRIBE_INPUT_BUCKETS=archive,phones/calls/"}, "archive,phones/calls/", "127.0.0.1"},
+		{[]string{"FLEETSCRIBE_INPUT_BUCKETS=*", "FLEETSCRIBE_METRICS_BIND=0.0.0.0"}, "*", "0.0.0.0"},
+	} {
+		p := loadComposeEnv(t, root, files, append(slices.Clone(base), c.extra...))
+		w, err := p.GetService("worker")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := env(w, "FLEETSCRIBE_INPUT_BUCKETS"); got != c.wantBuckets {
+			t.Errorf("%v: FLEETSCRIBE_INPUT_BUCKETS = %q, want %q", c.extra, got, c.wantBuckets)
+		}
+		var published []string
+		for _, port := range w.Ports {
+			published = append(published, port.HostIP+":"+port.Published+"->"+strconv.Itoa(int(port.Target)))
+		}
+		if want := []string{c.wantHostIP + ":9100->9100"}; !slices.Equal(published, want) {
+			t.Errorf("%v: worker ports %v, want %v", c.extra, published, want)
+		}
+		// What compose gives the worker is what the worker accepts.
+		var cfg config
+		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+		cfg.registerFlags(fs)
+		if err := fs.Parse([]string{"-queue-url", "q", "-output-bucket", "out", "-input-buckets", env(w, "FLEETSCRIBE_INPUT_BUCKETS")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.worker.Validate(); (err == nil) != (c.wantBuckets != "") {
+			t.Errorf("%v: worker config %v", c.extra, err)
 		}
 	}
 }

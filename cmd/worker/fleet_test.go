@@ -186,16 +186,16 @@ func setupQueue(t *testing.T, name string, keys ...string) (*localaws.Server, lo
 	}
 	t.Cleanup(emu.Stop)
 	sqsc, s3c := emu.Clients()
-	q, err := emu.Provision(ctx, name, 3, "in", "out")
+	q, err := emu.Provision(ctx, name, 3, "inbox", "out")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range keys {
 		wav := audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: make([]float32, 8000)})
-		if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("in"), Key: aws.String(k), Body: bytes.NewReader(wav)}); err != nil {
+		if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("inbox"), Key: aws.String(k), Body: bytes.NewReader(wav)}); err != nil {
 			t.Fatal(err)
 		}
-		body, _ := worker.Job{Bucket: "in", Key: k}.Encode()
+		body, _ := worker.Job{Bucket: "inbox", Key: k}.Encode()
 		if _, err := sqsc.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(string(body))}); err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +213,7 @@ func TestReadiness(t *testing.T) {
 	}
 	defer asr.Close()
 	p := startWorker(t, "FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint, "FLEETSCRIBE_QUEUE_URL="+q.URL,
-		"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr, "FLEETSCRIBE_IMDS=off")
+		"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_INPUT_BUCKETS=inbox", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr, "FLEETSCRIBE_IMDS=off")
 	base := "http://" + p.metricsAddr(t)
 	waitStatus(t, base+"/readyz", http.StatusOK)
 	asr.Close() // the only partition goes away
@@ -230,7 +230,7 @@ func TestReadinessWithoutQueues(t *testing.T) {
 	emu, q := setupQueue(t, "ready2")
 	asr := tritontest.Start(t)
 	p := startWorker(t, "FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint, "FLEETSCRIBE_QUEUE_URL="+q.URL,
-		"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr, "FLEETSCRIBE_IMDS=off")
+		"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_INPUT_BUCKETS=inbox", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr, "FLEETSCRIBE_IMDS=off")
 	base := "http://" + p.metricsAddr(t)
 	waitStatus(t, base+"/readyz", http.StatusOK)
 	emu.Stop()
@@ -256,7 +256,7 @@ func TestFleetSignalsDrainAndExit(t *testing.T) {
 			srv := httptest.NewServer(meta)
 			defer srv.Close()
 			p := startWorker(t, "FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint, "FLEETSCRIBE_QUEUE_URL="+q.URL,
-				"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr,
+				"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_INPUT_BUCKETS=inbox", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr,
 				"FLEETSCRIBE_IMDS=auto", "FLEETSCRIBE_IMDS_ENDPOINT="+srv.URL, "FLEETSCRIBE_IMDS_INTERVAL=50ms",
 				"FLEETSCRIBE_INTERRUPTION_MARGIN=1s", "FLEETSCRIBE_DRAIN_TIMEOUT=2s")
 			select {

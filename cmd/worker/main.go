@@ -54,7 +54,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	c.pool.RegisterFlags(fs)
 	c.model.RegisterFlags(fs)
 	c.aws.RegisterFlags(fs)
-	fs.StringVar(&c.metricsAddr, "metrics-addr", ":9100", "listen address of the /metrics, /healthz (liveness) and /readyz (queues reachable, a partition ready) HTTP server (empty: off)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", ":9100", "listen address of the /metrics, /healthz (liveness) and /readyz (queues reachable, a partition ready) HTTP server (empty: off); the default is every interface, as a container's published port needs: on a host, 127.0.0.1:9100 keeps it local")
 	fs.StringVar(&c.imds, "imds", "auto", "watch EC2 instance metadata (IMDSv2) for spot interruption notices, rebalance recommendations and Auto Scaling termination: on, off, or auto (on where IMDS answers)")
 	fs.StringVar(&c.imdsURL, "imds-endpoint", fleet.DefaultEndpoint, "instance metadata service address")
 	fs.DurationVar(&c.imdsEvery, "imds-interval", 5*time.Second, "how often instance metadata is polled")

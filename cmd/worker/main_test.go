@@ -56,7 +56,7 @@ func TestSIGTERMFinishesJobInHandAndStopsReceiving(t *testing.T) {
 		"FLEETSCRIBE_TEST_RUN_WORKER=1",
 		"FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint,
 		"FLEETSCRIBE_QUEUE_URL="+q.URL,
-		"FLEETSCRIBE_OUTPUT_BUCKET=out",
+		"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_INPUT_BUCKETS=inbox",
 		"FLEETSCRIBE_TRITON_ADDRS="+asr.Addr,
 		"FLEETSCRIBE_CONCURRENCY=1",
 		"FLEETSCRIBE_WAIT_TIME=1s",
@@ -115,7 +115,7 @@ func TestSIGTERMFinishesJobInHandAndStopsReceiving(t *testing.T) {
 
 	transcripts := 0
 	for _, k := range keys {
-		res, err := s3c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("out"), Prefix: aws.String("transcripts/in/" + k + "/")})
+		res, err := s3c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("out"), Prefix: aws.String("transcripts/inbox/" + k + "/")})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,7 +54,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	var cfg config
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	cfg.registerFlags(fs)
-	if err := fs.Parse([]string{"-queue-url", "https://sqs.example/q", "-output-bucket", "out"}); err != nil {
+	if err := fs.Parse([]string{"-queue-url", "https://sqs.example/q", "-output-bucket", "out", "-input-buckets", "inbox"}); err != nil {
 		t.Fatal(err)
 	}
 	reg := &namesRegisterer{Registerer: prometheus.NewRegistry(), names: map[string]bool{}}

@@ -117,11 +117,11 @@ variable "drain_timeout_seconds" {
 
 variable "worker_environment" {
   type        = map(string)
-  description = "Worker settings written to the instance's .env, by the worker's environment names: at least FLEETSCRIBE_QUEUE_URL and FLEETSCRIBE_OUTPUT_BUCKET."
+  description = "Worker settings written to the instance's .env, by the worker's environment names: at least FLEETSCRIBE_QUEUE_URL, FLEETSCRIBE_OUTPUT_BUCKET and FLEETSCRIBE_INPUT_BUCKETS (the buckets jobs may read; * for any, on purpose)."
 
   validation {
-    condition     = contains(keys(var.worker_environment), "FLEETSCRIBE_QUEUE_URL") && contains(keys(var.worker_environment), "FLEETSCRIBE_OUTPUT_BUCKET")
-    error_message = "worker_environment needs FLEETSCRIBE_QUEUE_URL and FLEETSCRIBE_OUTPUT_BUCKET."
+    condition     = alltrue([for k in ["FLEETSCRIBE_QUEUE_URL", "FLEETSCRIBE_OUTPUT_BUCKET", "FLEETSCRIBE_INPUT_BUCKETS"] : trimspace(lookup(var.worker_environment, k, "")) != ""])
+    error_message = "worker_environment needs FLEETSCRIBE_QUEUE_URL, FLEETSCRIBE_OUTPUT_BUCKET and FLEETSCRIBE_INPUT_BUCKETS (the worker refuses to start without an input allow-list; * accepts any bucket)."
   }
 }
 
