@@ -26,12 +26,22 @@ var (
 	emu     *localaws.Server
 	emuErr  error
 	names   atomic.Int64
+
+	// The servers that do what the fast emulator does not (see
+	// internal/localaws): moto for S3's conditional writes and byte-order
+	// listings, ElasticMQ for SQS move tasks. Started once, by the first
+	// test that needs them.
+	motoOnce, emqOnce sync.Once
+	moto, emq         *localaws.Server
+	motoErr, emqErr   error
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if emu != nil {
-		emu.Stop()
+	for _, s := range []*localaws.Server{emu, moto, emq} {
+		if s != nil {
+			s.Stop()
+		}
 	}
 	if code == 0 {
 		if err := goleak.Find(leaktest.Ignore()...); err != nil {
@@ -45,10 +55,12 @@ func TestMain(m *testing.M) {
 // world is the local emulator with clients, shared by the tests of this
 // package; each test uses buckets and queues of its own.
 type world struct {
-	t   *testing.T
-	sqs *sqs.Client
-	s3  *s3.Client
-	end string
+	t         *testing.T
+	sqs       *sqs.Client
+	s3        *s3.Client
+	end       string
+	moveTasks bool // its SQS runs message move tasks
+	byteOrder bool // its S3 lists in byte order
 }
 
 func newWorld(t *testing.T) *world {
@@ -59,6 +71,54 @@ func newWorld(t *testing.T) *world {
 	}
 	sqsc, s3c := emu.Clients()
 	return &world{t: t, sqs: sqsc, s3: s3c, end: emu.Endpoint}
+}
+
+// second starts (once) a server of the package, skipping the test where it
+// is not installed unless FLEETSCRIBE_REQUIRE_MOTO=1 (make test).
+func second(t *testing.T, once *sync.Once, srv **localaws.Server, errp *error, start func(context.Context) (*localaws.Server, error), installed func() error) *localaws.Server {
+	t.Helper()
+	if err := installed(); err != nil {
+		if os.Getenv(localaws.RequireMotoEnv) == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	once.Do(func() { *srv, *errp = start(context.Background()) })
+	if *errp != nil {
+		t.Fatal(*errp)
+	}
+	return *srv
+}
+
+// newMotoWorld is a world on moto, whose S3 writes conditionally and lists
+// in byte order as S3 does.
+func newMotoWorld(t *testing.T) *world {
+	t.Helper()
+	m := second(t, &motoOnce, &moto, &motoErr, localaws.StartMoto, func() error { _, err := localaws.MotoBin(); return err })
+	sqsc, s3c := m.Clients()
+	return &world{t: t, sqs: sqsc, s3: s3c, end: m.Endpoint, byteOrder: true}
+}
+
+// newMoveTaskWorld is a world whose SQS is ElasticMQ, which runs message
+// move tasks as SQS does, and whose S3 is moto's.
+func newMoveTaskWorld(t *testing.T) *world {
+	t.Helper()
+	w := newMotoWorld(t)
+	e := second(t, &emqOnce, &emq, &emqErr, localaws.StartElasticMQ, func() error { _, err := localaws.ElasticMQLib(); return err })
+	w.sqs, _ = e.Clients()
+	w.moveTasks = true
+	return w
+}
+
+// onServers runs test once on each local AWS the package's claim, resume
+// and redrive paths are checked on: the fast emulator, and the server that
+// does what it lacks.
+func onServers(t *testing.T, worlds map[string]func(*testing.T) *world, test func(t *testing.T, newWorld func(*testing.T) *world)) {
+	for _, name := range []string{"fauxqs", "moto", "elasticmq"} {
+		if nw, ok := worlds[name]; ok {
+			t.Run(name, func(t *testing.T) { test(t, nw) })
+		}
+	}
 }
 
 // name returns a fresh bucket or queue name.

@@ -29,7 +29,7 @@ type dlqWorld struct {
 	class   map[string]string // key → error class ("" none)
 }
 
-func newDLQ(t *testing.T, n int) *dlqWorld {
+func newDLQ(t *testing.T, newWorld func(*testing.T) *world, n int) *dlqWorld {
 	w := newWorld(t)
 	d := &dlqWorld{world: w, in: w.bucket(), out: w.bucket(), class: map[string]string{}}
 	q := w.queue()
@@ -85,7 +85,11 @@ func (d *dlqWorld) drainKeys(url string) map[string]int {
 }
 
 func TestRedriveSelectsByErrorRecord(t *testing.T) {
-	d := newDLQ(t, 30)
+	onServers(t, map[string]func(*testing.T) *world{"fauxqs": newWorld, "elasticmq": newMoveTaskWorld}, testRedriveSelectsByErrorRecord)
+}
+
+func testRedriveSelectsByErrorRecord(t *testing.T, newWorld func(*testing.T) *world) {
+	d := newDLQ(t, newWorld, 30)
 	o := d.opts()
 	o.Classes = []string{worker.ClassExhausted, ClassNone}
 	o.Match = regexp.MustCompile(`unavailable|^$`)
@@ -171,8 +175,12 @@ func (c *cutSQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBa
 // is in the source queue twice only if its delete was cut off after its
 // send (counted; none here, since the delete of a sent batch completes).
 func TestRedriveInterruptedLosesNothing(t *testing.T) {
+	onServers(t, map[string]func(*testing.T) *world{"fauxqs": newWorld, "elasticmq": newMoveTaskWorld}, testRedriveInterruptedLosesNothing)
+}
+
+func testRedriveInterruptedLosesNothing(t *testing.T, newWorld func(*testing.T) *world) {
 	for trial := range 4 {
-		d := newDLQ(t, 35)
+		d := newDLQ(t, newWorld, 35)
 		ctx, cancel := context.WithCancel(context.Background())
 		c := &cutSQS{RedriveSQS: d.sqs, at: 1 + rand.Int64N(10), cancel: cancel}
 		o := d.opts()
@@ -225,7 +233,11 @@ func (m *moveTaskSQS) ListMessageMoveTasks(context.Context, *sqs.ListMessageMove
 }
 
 func TestRedriveUsesMoveTaskWhereOffered(t *testing.T) {
-	d := newDLQ(t, 3)
+	onServers(t, map[string]func(*testing.T) *world{"fauxqs": newWorld, "elasticmq": newMoveTaskWorld}, testRedriveUsesMoveTaskWhereOffered)
+}
+
+func testRedriveUsesMoveTaskWhereOffered(t *testing.T, newWorld func(*testing.T) *world) {
+	d := newDLQ(t, newWorld, 3)
 	m := &moveTaskSQS{RedriveSQS: d.sqs}
 	o := d.opts()
 	o.PollEvery = time.Millisecond
@@ -236,11 +248,12 @@ func TestRedriveUsesMoveTaskWhereOffered(t *testing.T) {
 	if !strings.HasSuffix(aws.ToString(m.started.SourceArn), "-dlq") || strings.HasSuffix(aws.ToString(m.started.DestinationArn), "-dlq") {
 		t.Errorf("task from %s to %s", aws.ToString(m.started.SourceArn), aws.ToString(m.started.DestinationArn))
 	}
-	// The local emulator answers InvalidAction: the same call falls back
-	// to moving messages one by one.
+	// A server that runs move tasks (ElasticMQ, as SQS) moves them by a
+	// task; the fast emulator answers InvalidAction, and the same call
+	// falls back to moving messages one by one.
 	sum, err = Redrive(context.Background(), d.sqs, d.s3, o)
-	if err != nil || sum.MoveTask || sum.Moved != 3 {
-		t.Fatalf("fallback: %s: %v", sum, err)
+	if err != nil || sum.MoveTask != d.moveTasks || sum.Moved != 3 {
+		t.Fatalf("move task offered %v: %s: %v", d.moveTasks, sum, err)
 	}
 	if got := d.drainKeys(d.q.URL); len(got) != 3 {
 		t.Errorf("moved %v", got)

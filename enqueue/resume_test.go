@@ -42,10 +42,16 @@ func (s *interruptingSQS) SendMessageBatch(ctx context.Context, in *sqs.SendMess
 	return s.SQSAPI.SendMessageBatch(ctx, in, o...)
 }
 
-// archive puts n keys under several prefixes, some filtered out.
+// archive puts n keys under several prefixes, some filtered out. On a
+// server that lists in byte order as S3 does, some keys start with upper
+// case, '_' or a non-ASCII letter, whose byte order differs from a
+// locale's: resuming after the last key sent is right only in byte order.
 func archive(w *world, b string, n int) (all, wanted []string) {
 	for i := range n {
 		k := fmt.Sprintf("day-%d/rec-%04d.wav", i%5, i)
+		if w.byteOrder {
+			k = fmt.Sprintf("day-%d/%s%04d.wav", i%5, []string{"rec-", "Rec-", "_rec-", "été-", "REC-", "rec_", "Été-"}[i%7], i)
+		}
 		if i%17 == 0 {
 			k = strings.TrimSuffix(k, ".wav") + ".txt"
 		} else {
@@ -62,9 +68,17 @@ func archive(w *world, b string, n int) (all, wanted []string) {
 // same checkpoint: every key is sent exactly once across both runs, with
 // listing in parallel over sub-prefixes.
 func TestResumeAfterInterruptionSendsEachKeyOnce(t *testing.T) {
+	onServers(t, map[string]func(*testing.T) *world{"fauxqs": newWorld, "moto": newMotoWorld}, testResumeAfterInterruptionSendsEachKeyOnce)
+}
+
+func testResumeAfterInterruptionSendsEachKeyOnce(t *testing.T, newWorld func(*testing.T) *world) {
 	w := newWorld(t)
 	b, q := w.bucket(), w.queue()
-	_, wanted := archive(w, b, 1200)
+	n := 1200
+	if w.byteOrder {
+		n = 300 // moto is slower; the mixed keys are what it is here for
+	}
+	_, wanted := archive(w, b, n)
 	for trial := range 6 {
 		crash := trial%2 == 1
 		t.Run(fmt.Sprintf("trial%d-crash=%v", trial, crash), func(t *testing.T) {
@@ -76,7 +90,7 @@ func TestResumeAfterInterruptionSendsEachKeyOnce(t *testing.T) {
 			o.Checkpoint = path
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			s := &interruptingSQS{SQSAPI: w.sqs, at: 2 + rand.Int64N(100), cancel: cancel}
+			s := &interruptingSQS{SQSAPI: w.sqs, at: 2 + rand.Int64N(int64(n/12)), cancel: cancel} // before the last of about n/10 calls
 			if crash {
 				// One call at a time, so the saved journal holds every call
 				// that returned before the crash.
@@ -123,6 +137,10 @@ func copyFile(t *testing.T, from, to string) {
 
 // A checkpoint of other options is refused rather than misapplied.
 func TestCheckpointOfAnotherRunIsRefused(t *testing.T) {
+	onServers(t, map[string]func(*testing.T) *world{"fauxqs": newWorld, "moto": newMotoWorld}, testCheckpointOfAnotherRunIsRefused)
+}
+
+func testCheckpointOfAnotherRunIsRefused(t *testing.T, newWorld func(*testing.T) *world) {
 	w := newWorld(t)
 	b, q := w.bucket(), w.queue()
 	w.put(b, "a.wav")
@@ -201,6 +219,10 @@ func (f *flakySQS) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatc
 // as failed, make the run fail, and are sent by the next run with the
 // same checkpoint, without resending anything else.
 func TestEntryFailuresRetriedAndResumed(t *testing.T) {
+	onServers(t, map[string]func(*testing.T) *world{"fauxqs": newWorld, "moto": newMotoWorld}, testEntryFailuresRetriedAndResumed)
+}
+
+func testEntryFailuresRetriedAndResumed(t *testing.T, newWorld func(*testing.T) *world) {
 	w := newWorld(t)
 	b, q := w.bucket(), w.queue()
 	var keys []string

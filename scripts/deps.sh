@@ -9,7 +9,9 @@ need_apt=()
 # Commands, by the Debian package that provides them (promtool, from
 # prometheus, checks the alert rules and dashboard queries; a command that is
 # already on PATH, however it was installed, is left alone).
-for pair in ffmpeg:ffmpeg gcc:gcc node:nodejs npm:npm protoc:protobuf-compiler promtool:prometheus; do
+# java and mvn run ElasticMQ, the SQS server of the redrive tests
+# (scripts/elasticmq-deps.sh).
+for pair in ffmpeg:ffmpeg gcc:gcc node:nodejs npm:npm protoc:protobuf-compiler promtool:prometheus java:default-jre-headless mvn:maven; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
 # Libraries: python3-venv and libpython3.11: the virtual environment of real Triton's
@@ -65,3 +67,5 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 go mod download
 
 scripts/triton-deps.sh
+scripts/moto-deps.sh
+scripts/elasticmq-deps.sh

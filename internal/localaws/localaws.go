@@ -2,6 +2,16 @@
 // tools/fauxqs) for tests and the demo, and provisions a bucket and queues
 // shaped like production: each queue with a dead-letter queue and a
 // redrive policy.
+//
+// fauxqs is fast but does not implement three behaviours some of the
+// project's correctness rests on: S3's conditional writes (If-None-Match,
+// which claims use), listings in byte order (which resumable enqueue
+// watermarks use) and SQS message move tasks (which redrive uses). The
+// tests of those paths also run against moto's server (StartMoto, the pinned
+// build in .moto/venv), which implements the first two, and ElasticMQ
+// (StartElasticMQ, the pinned SQS server in .elasticmq/lib), which
+// implements the third; TestFidelity measures all three servers on exactly
+// these.
 package localaws
 
 import (
@@ -11,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,8 +44,10 @@ import (
 // Server is a running emulator.
 type Server struct {
 	Endpoint string
+	Name     string // "fauxqs", "moto" or "elasticmq"
 	cmd      *exec.Cmd
-	stdin    io.WriteCloser
+	stdin    io.WriteCloser // fauxqs: closing it stops the server
+	tmp      string         // removed at Stop
 	done     chan error
 	stop     sync.Once
 }
@@ -74,7 +87,7 @@ func Start(ctx context.Context) (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start fauxqs: %w", err)
 	}
-	s := &Server{cmd: cmd, stdin: stdin, done: make(chan error, 1)}
+	s := &Server{Name: "fauxqs", cmd: cmd, stdin: stdin, done: make(chan error, 1)}
 	lines := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -131,10 +144,139 @@ func (s *Server) waitHealthy(ctx context.Context) error {
 	}
 }
 
+// RequireMotoEnv, set to 1 (make test sets it), turns a missing moto or
+// ElasticMQ server from a skip into a failure in the tests that need them.
+const RequireMotoEnv = "FLEETSCRIBE_REQUIRE_MOTO"
+
+// MotoBin returns the pinned moto server that `make deps` installs.
+func MotoBin() (string, error) {
+	root, err := modroot.Find()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(root, ".moto", "venv", "bin", "moto_server")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("moto is not installed in %s: run `make deps`: %w", filepath.Dir(bin), err)
+	}
+	return bin, nil
+}
+
+// StartMoto launches moto's server (S3 and SQS, in memory) on a free
+// loopback port and waits until it answers. Call Stop when done.
+func StartMoto(ctx context.Context) (*Server, error) {
+	bin, err := MotoBin()
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", strconv.Itoa(port)) //nolint:noctx // outlives ctx; Stop ends it
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start moto: %w", err)
+	}
+	s := &Server{Name: "moto", Endpoint: "http://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, done: make(chan error, 1)}
+	go func() { s.done <- cmd.Wait() }()
+	return s, s.waitAnswering(ctx, "/moto-api/data.json")
+}
+
+// ElasticMQLib returns the folder of the pinned ElasticMQ server's jars
+// that `make deps` copies.
+func ElasticMQLib() (string, error) {
+	root, err := modroot.Find()
+	if err != nil {
+		return "", err
+	}
+	lib := filepath.Join(root, ".elasticmq", "lib")
+	if m, _ := filepath.Glob(filepath.Join(lib, "elasticmq-server_*.jar")); len(m) == 0 {
+		return "", fmt.Errorf("ElasticMQ is not installed in %s: run `make deps`", lib)
+	}
+	return lib, nil
+}
+
+// StartElasticMQ launches ElasticMQ (SQS only, in memory) on a free loopback
+// port and waits until it answers. Its S3 client reaches nothing: pair it
+// with another server's. Call Stop when done.
+func StartElasticMQ(ctx context.Context) (*Server, error) {
+	lib, err := ElasticMQLib()
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "elasticmq-")
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(dir, "elasticmq.conf")
+	body := fmt.Sprintf(`include classpath("application.conf")
+node-address { protocol = http, host = 127.0.0.1, port = %d, context-path = "" }
+rest-sqs { enabled = true, bind-port = %d, bind-hostname = "127.0.0.1", sqs-limits = strict }
+rest-stats { enabled = false }
+`, port, port)
+	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("java", "-Dconfig.file="+conf, "-cp", filepath.Join(lib, "*"), "org.elasticmq.server.Main") //nolint:noctx // outlives ctx; Stop ends it
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start elasticmq: %w", err)
+	}
+	s := &Server{Name: "elasticmq", Endpoint: "http://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, done: make(chan error, 1), tmp: dir}
+	go func() { s.done <- cmd.Wait() }()
+	return s, s.waitAnswering(ctx, "/?Action=ListQueues")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitAnswering waits until GET path answers 200, the server exits, or 60 s
+// pass; on failure it stops the server.
+func (s *Server) waitAnswering(ctx context.Context, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Endpoint+path, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			s.Stop()
+			return fmt.Errorf("%s did not start: %w", s.Name, ctx.Err())
+		case err := <-s.done:
+			s.done <- err
+			s.Stop()
+			return fmt.Errorf("%s exited before answering: %v", s.Name, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // Stop ends the emulator and waits for it to exit. Later calls do nothing.
 func (s *Server) Stop() {
 	s.stop.Do(func() {
-		_ = s.stdin.Close()
+		if s.stdin != nil {
+			_ = s.stdin.Close()
+		}
+		if s.tmp != "" {
+			defer os.RemoveAll(s.tmp)
+		}
 		_ = s.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-s.done:
