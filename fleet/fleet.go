@@ -148,6 +148,18 @@ func (w *Watcher) get(ctx context.Context, path string) (body []byte, ok bool, e
 	return nil, false, fmt.Errorf("%s: token refused", path)
 }
 
+// InstanceID reads this instance's id.
+func (w *Watcher) InstanceID(ctx context.Context) (string, error) {
+	b, ok, err := w.get(ctx, "/latest/meta-data/instance-id")
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("instance id: %w", err)
+	case !ok || len(strings.TrimSpace(string(b))) == 0:
+		return "", errors.New("instance id: not in instance metadata")
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
 // Check polls each signal once and returns the notices present now.
 func (w *Watcher) Check(ctx context.Context) ([]Notice, error) {
 	var out []Notice

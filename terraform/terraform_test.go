@@ -304,7 +304,7 @@ func TestWorkerRoleGrantsExactlyWhatTheWorkerDoes(t *testing.T) {
 	sort.Strings(got)
 	got = slices.Compact(got)
 	want := []string{
-		"autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat",
+		"autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat", "autoscaling:SetInstanceProtection",
 		"ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetAuthorizationToken", "ecr:GetDownloadUrlForLayer",
 		"kms:Decrypt", "kms:GenerateDataKey",
 		"s3:DeleteObject", "s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket", "s3:PutObject", "s3:PutObjectTagging",
@@ -315,8 +315,9 @@ func TestWorkerRoleGrantsExactlyWhatTheWorkerDoes(t *testing.T) {
 	}
 	for _, st := range nested(doc, "statement") {
 		a, _ := strs(t, attr(st, "actions"))
-		if slices.Contains(a, "autoscaling:CompleteLifecycleAction") && !refersTo(attr(st, "resources"), "local.asg_arn") {
-			t.Error("lifecycle actions are not scoped to the worker's own group")
+		if (slices.Contains(a, "autoscaling:CompleteLifecycleAction") || slices.Contains(a, "autoscaling:SetInstanceProtection")) &&
+			!refersTo(attr(st, "resources"), "local.asg_arn") {
+			t.Error("lifecycle and protection actions are not scoped to the worker's own group")
 		}
 		if slices.Contains(a, "s3:ListBucket") && len(nested(st, "condition")) == 0 {
 			t.Error("ListBucket is not limited to the worker's prefixes")
@@ -789,5 +790,145 @@ func TestApplyKeepsTheScheduledFloor(t *testing.T) {
 		if !slices.Contains(ignored, want) {
 			t.Errorf("ignore_changes lacks %s (have %v)", want, ignored)
 		}
+	}
+}
+
+// renderUserData renders the fleet's user data template as Terraform's
+// templatefile does, with test values.
+func renderUserData(t *testing.T, env map[string]string) string {
+	t.Helper()
+	src, err := os.ReadFile("modules/fleet/user_data.sh.tftpl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, diags := hclsyntax.ParseTemplate(src, "user_data.sh.tftpl", hcl.InitialPos)
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	vals := map[string]cty.Value{}
+	for k, v := range env {
+		vals[k] = cty.StringVal(v)
+	}
+	v, diags := tpl.Value(&hcl.EvalContext{Variables: map[string]cty.Value{
+		"compose_gz_b64": cty.StringVal("H4sIAAAAAAAAA0tMSgYAK8vU1AMAAAA="),
+		"env":            cty.MapVal(vals),
+		"asg_name":       cty.StringVal("fleet"),
+		"per_gpu":        cty.NumberIntVal(8),
+		"lifecycle_hook": cty.StringVal("fleet-drain"),
+		"launch_hook":    cty.StringVal("fleet-launch"),
+		"drain_seconds":  cty.NumberIntVal(300),
+		"stop_seconds":   cty.NumberIntVal(360),
+	}})
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	return v.AsString()
+}
+
+// heredoc returns the body of the file a script writes with
+// cat >PATH <<'TAG' ... TAG.
+func heredoc(t *testing.T, script, path, tag string) string {
+	t.Helper()
+	start := "cat >" + path + " <<'" + tag + "'\n"
+	i := strings.Index(script, start)
+	if i < 0 {
+		t.Fatalf("the script writes no %s", path)
+	}
+	body := script[i+len(start):]
+	j := strings.Index(body, "\n"+tag+"\n")
+	if j < 0 {
+		t.Fatalf("%s: heredoc %s not closed", path, tag)
+	}
+	return body[:j+1]
+}
+
+// The boot script, run against stand-ins for nvidia-smi, aws, docker and
+// the worker: every failing step of the stack's start abandons the launch
+// (the instance never enters service), and only a start that succeeds
+// continues it. bash -n cannot see this: run as an if condition, a
+// function ignores set -e.
+func TestBootAbandonsOnEveryFailure(t *testing.T) {
+	script := renderUserData(t, map[string]string{
+		"FLEETSCRIBE_QUEUE_URL": "https://sqs.example/q", "FLEETSCRIBE_OUTPUT_BUCKET": "out", "FLEETSCRIBE_INPUT_BUCKETS": "in",
+		"WORKER_IMAGE": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/fleetscribe/worker:1", "MODEL_S3_URI": "s3://models/asr/",
+	})
+	start := heredoc(t, script, "/usr/local/bin/fleetscribe-start", "START")
+	env := heredoc(t, script, "/opt/fleetscribe/.env", "ENV")
+	for _, c := range []struct {
+		fail string // the stand-in that fails ("" none)
+		want string // the lifecycle action result
+	}{
+		{"", "CONTINUE"},
+		{"nvidia-smi", "ABANDON"},
+		{"aws-ecr", "ABANDON"},
+		{"aws-s3", "ABANDON"},
+		{"docker-pull", "ABANDON"},
+		{"worker", "ABANDON"},
+	} {
+		t.Run("fail="+c.fail, func(t *testing.T) {
+			dir := t.TempDir()
+			bin, opt := filepath.Join(dir, "bin"), filepath.Join(dir, "opt")
+			calls := filepath.Join(dir, "calls")
+			for _, d := range []string{bin, opt} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(opt, ".env"), []byte(env), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// Each stand-in records its call; the one named in FAIL fails.
+			standIn := func(name, body string) {
+				t.Helper()
+				s := "#!/bin/bash\necho \"" + name + " $*\" >>" + calls + "\n" + body + "\n"
+				if err := os.WriteFile(filepath.Join(bin, name), []byte(s), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fails := func(what string) string {
+				return `if [ "$FAIL" = "` + what + `" ]; then exit 1; fi`
+			}
+			standIn("fleetscribe-imds", `case "$1" in instance-id) echo i-0abc;; placement/region) echo eu-west-1;; esac`)
+			standIn("nvidia-smi", fails("nvidia-smi"))
+			standIn("aws", `case "$1 $2" in
+  "ecr get-login-password") `+fails("aws-ecr")+`; echo token;;
+  "s3 sync") `+fails("aws-s3")+`;;
+esac
+exit 0`)
+			standIn("docker", `case "$1" in
+  login) cat >/dev/null;; # reads the password, as docker login --password-stdin does
+  pull) `+fails("docker-pull")+`;;
+  create) echo c0ffee;;
+esac
+exit 0`)
+			standIn("fleetscribe-worker", fails("worker"))
+			standIn("systemctl", "exit 0")
+			// The script's own paths, pointed into the test's folder.
+			body := strings.NewReplacer("/opt/fleetscribe", opt, "/usr/local/bin/fleetscribe-worker", filepath.Join(bin, "fleetscribe-worker"),
+				"install -d -m 0755", "mkdir -p").Replace(start)
+			f := filepath.Join(dir, "fleetscribe-start")
+			if err := os.WriteFile(f, []byte(body), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.CommandContext(t.Context(), "bash", f)
+			cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "FAIL="+c.fail)
+			out, err := cmd.CombinedOutput()
+			b, _ := os.ReadFile(calls)
+			var result string
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(line, "aws autoscaling complete-lifecycle-action") {
+					result = line[strings.Index(line, "--lifecycle-action-result ")+len("--lifecycle-action-result "):]
+				}
+			}
+			if result != c.want {
+				t.Errorf("lifecycle action %q, want %q\ncalls:\n%s\noutput:\n%s", result, c.want, b, out)
+			}
+			if (err == nil) != (c.want == "CONTINUE") {
+				t.Errorf("exit %v with %s", err, c.want)
+			}
+			if c.want == "CONTINUE" && !strings.Contains(string(b), "fleetscribe-worker mps up -gpus auto -per-gpu 8") {
+				t.Errorf("the stack was not started:\n%s", b)
+			}
+		})
 	}
 }

@@ -45,6 +45,8 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, del *deleter, q *que
 	log := w.log.With().Str("message_id", id).Int("attempt", attempt).Logger()
 	w.m.inflight.Inc()
 	defer w.m.inflight.Dec()
+	w.inHand.Add(1)
+	defer w.inHand.Add(-1)
 
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

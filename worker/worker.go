@@ -59,7 +59,12 @@ type Worker struct {
 
 	interrupt chan Interruption // fleet signals: stop receiving, finish by a deadline
 	running   atomic.Bool       // between the queue checks and the end of the drain
+	inHand    atomic.Int64      // messages being handled
 }
+
+// InHand returns the number of messages the worker is handling now (from
+// receipt to their final action), for scale-in protection.
+func (w *Worker) InHand() int { return int(w.inHand.Load()) }
 
 // New returns a worker for the model that tr serves. Metrics are
 // registered on reg.

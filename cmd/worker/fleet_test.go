@@ -45,6 +45,8 @@ func (f *imds) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("token"))
 	case r.Header.Get("X-aws-ec2-metadata-token") != "token":
 		http.Error(w, "", http.StatusUnauthorized)
+	case r.URL.Path == "/latest/meta-data/instance-id":
+		_, _ = w.Write([]byte("i-0abc"))
 	case r.URL.Path == "/latest/meta-data/spot/instance-action" && f.spot != "":
 		_, _ = w.Write([]byte(f.spot))
 	case r.URL.Path == "/latest/meta-data/autoscaling/target-lifecycle-state" && f.lifecycle != "":
@@ -282,6 +284,93 @@ func TestFleetSignalsDrainAndExit(t *testing.T) {
 			v, f, err := localaws.Depth(context.Background(), sqsc, q.URL)
 			if err != nil || v != 2 || f != 0 {
 				t.Errorf("queue %d visible, %d in flight (%v); want both jobs visible at once", v, f, err)
+			}
+		})
+	}
+}
+
+// autoScaling is a local Auto Scaling endpoint (the AWS Query protocol)
+// that answers SetInstanceProtection and records each call.
+type autoScaling struct {
+	mu    sync.Mutex
+	calls []string
+	seen  chan string
+}
+
+func (a *autoScaling) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil || r.Form.Get("Action") != "SetInstanceProtection" ||
+		r.Form.Get("AutoScalingGroupName") != "fleet" || r.Form.Get("InstanceIds.member.1") != "i-0abc" {
+		http.Error(w, "<ErrorResponse><Error><Code>ValidationError</Code><Message>bad request</Message></Error></ErrorResponse>", http.StatusBadRequest)
+		return
+	}
+	call := map[string]string{"true": "protect", "false": "unprotect"}[r.Form.Get("ProtectedFromScaleIn")]
+	a.mu.Lock()
+	a.calls = append(a.calls, call)
+	a.mu.Unlock()
+	a.seen <- call
+	w.Header().Set("Content-Type", "text/xml")
+	_, _ = w.Write([]byte(`<SetInstanceProtectionResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"><SetInstanceProtectionResult/><ResponseMetadata><RequestId>r</RequestId></ResponseMetadata></SetInstanceProtectionResponse>`))
+}
+
+func (a *autoScaling) got() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.calls...)
+}
+
+func (a *autoScaling) await(t *testing.T, want string) {
+	t.Helper()
+	select {
+	case got := <-a.seen:
+		if got != want {
+			t.Fatalf("Auto Scaling was asked to %s, want %s (calls %v)", got, want, a.got())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s call (calls %v)", want, a.got())
+	}
+}
+
+// -scale-in-protection against a local Auto Scaling endpoint: the
+// instance is protected when the first job is taken and unprotected once
+// the worker is idle; stopped (SIGTERM) while holding a job, the worker
+// drains and leaves the instance unprotected.
+func TestScaleInProtection(t *testing.T) {
+	for _, stopWhileBusy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stop-while-busy=%v", stopWhileBusy), func(t *testing.T) {
+			emu, q := setupQueue(t, fmt.Sprintf("protect-%v", stopWhileBusy), "a.wav")
+			asr := tritontest.Start(t)
+			asr.Hold()
+			defer asr.Release()
+			meta := httptest.NewServer(&imds{lifecycle: "InService"})
+			defer meta.Close()
+			as := &autoScaling{seen: make(chan string, 10)}
+			asSrv := httptest.NewServer(as)
+			defer asSrv.Close()
+			p := startWorker(t, "FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint, "FLEETSCRIBE_QUEUE_URL="+q.URL,
+				"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_INPUT_BUCKETS=inbox", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr,
+				"FLEETSCRIBE_IMDS=on", "FLEETSCRIBE_IMDS_ENDPOINT="+meta.URL, "FLEETSCRIBE_SCALE_IN_PROTECTION=true",
+				"FLEETSCRIBE_ASG_NAME=fleet", "FLEETSCRIBE_AUTOSCALING_ENDPOINT="+asSrv.URL,
+				"FLEETSCRIBE_SCALE_IN_PROTECTION_IDLE=300ms", "FLEETSCRIBE_DRAIN_TIMEOUT=1s")
+			select {
+			case <-asr.Started():
+			case <-time.After(30 * time.Second):
+				t.Fatal("no job reached inference")
+			}
+			as.await(t, "protect")
+			if stopWhileBusy {
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			} else {
+				asr.Release() // the job ends; the worker goes idle
+			}
+			as.await(t, "unprotect")
+			if !stopWhileBusy {
+				_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			}
+			if code := p.exitCode(t); code != 0 {
+				t.Fatalf("exit %d\n%s", code, p.log.String())
+			}
+			if got := as.got(); len(got) != 2 || got[0] != "protect" || got[1] != "unprotect" {
+				t.Errorf("calls %v, want protect then unprotect, and nothing protected at the end", got)
 			}
 		})
 	}

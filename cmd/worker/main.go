@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -44,6 +46,10 @@ type config struct {
 	imdsEvery   time.Duration
 	margin      time.Duration
 	rebalance   bool
+	protect     bool
+	protectIdle time.Duration
+	asgName     string
+	asEndpoint  string
 	gpus        int
 	cpuProfile  string
 	memProfile  string
@@ -60,6 +66,10 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.imdsEvery, "imds-interval", 5*time.Second, "how often instance metadata is polled")
 	fs.DurationVar(&c.margin, "interruption-margin", 15*time.Second, "on a spot interruption notice, jobs must be finished or released this long before the instance goes")
 	fs.BoolVar(&c.rebalance, "drain-on-rebalance", true, "treat an EC2 rebalance recommendation like a termination: stop receiving and drain")
+	fs.BoolVar(&c.protect, "scale-in-protection", false, "protect this instance from Auto Scaling scale-in while it holds jobs, and unprotect it when idle (needs -asg-name and instance metadata)")
+	fs.DurationVar(&c.protectIdle, "scale-in-protection-idle", 30*time.Second, "how long the worker must hold no job before its instance is unprotected")
+	fs.StringVar(&c.asgName, "asg-name", "", "this instance's Auto Scaling group, for -scale-in-protection")
+	fs.StringVar(&c.asEndpoint, "autoscaling-endpoint", "", "override endpoint for Auto Scaling (tests); empty uses AWS")
 	fs.IntVar(&c.gpus, "gpus", 1, "GPUs the partitions run on (the MPS plan's override sets it), exported as fleetscribe_gpus for throughput per GPU")
 	fs.StringVar(&c.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof)")
 	fs.StringVar(&c.memProfile, "mem-profile", "", "write a Go allocation profile to this file at exit (for go tool pprof)")
@@ -189,6 +199,13 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	} else if p != nil {
 		parts = append(parts, *p)
 	}
+	if cfg.protect {
+		p, err := protectionPart(ctx, cfg, log, w, reg)
+		if err != nil {
+			return fmt.Errorf("scale-in protection: %w", err)
+		}
+		parts = append(parts, p)
+	}
 	return runGroup(ctx, log, w.Run, parts...)
 }
 
@@ -276,6 +293,39 @@ func fleetPart(ctx context.Context, cfg config, log zerolog.Logger, w *worker.Wo
 			w.Interrupt(in)
 		})
 	}}, nil
+}
+
+// protectionPart keeps the instance protected from scale-in while the
+// worker holds jobs. It runs as a helper, so it outlives the drain and
+// leaves the instance unprotected once the worker has returned.
+func protectionPart(ctx context.Context, cfg config, log zerolog.Logger, w *worker.Worker, reg prometheus.Registerer) (part, error) {
+	if cfg.asgName == "" {
+		return part{}, errors.New("-asg-name is required")
+	}
+	if cfg.imds == "off" {
+		return part{}, errors.New("needs instance metadata for the instance id (-imds on or auto)")
+	}
+	watcher := &fleet.Watcher{Endpoint: cfg.imdsURL}
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	id, err := watcher.InstanceID(ictx)
+	cancel()
+	if err != nil {
+		return part{}, err
+	}
+	awsCfg, err := cfg.aws.Load(ctx)
+	if err != nil {
+		return part{}, err
+	}
+	api := autoscaling.NewFromConfig(awsCfg, func(o *autoscaling.Options) {
+		if cfg.asEndpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.asEndpoint)
+		}
+	})
+	p := &fleet.Protector{API: api, Group: cfg.asgName, InstanceID: id, InHand: w.InHand, Idle: cfg.protectIdle,
+		Log: log.With().Str("part", "scale-in protection").Logger()}
+	p.Register(reg)
+	log.Info().Str("instance", id).Str("group", cfg.asgName).Msg("scale-in protection on while jobs are in hand")
+	return part{name: "scale-in protection", run: p.Run}, nil
 }
 
 func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registry, ready func() error) error {

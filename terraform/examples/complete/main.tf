@@ -75,6 +75,7 @@ module "fleet" {
   bulk_queue_url         = module.queues.queue_urls["bulk"]
   spot                   = var.spot
   warm_pool              = var.warm_pool
+  job_timeout_seconds    = var.max_job_seconds
 
   worker_environment = {
     FLEETSCRIBE_QUEUE_URL          = module.queues.queue_urls["live"]
@@ -83,7 +84,6 @@ module "fleet" {
     FLEETSCRIBE_OUTPUT_PREFIX      = local.output_prefix
     FLEETSCRIBE_AWS_REGION         = var.region
     FLEETSCRIBE_MAX_RECEIVES       = tostring(module.queues.max_receive_count)
-    FLEETSCRIBE_JOB_TIMEOUT        = "${var.max_job_seconds}s"
     FLEETSCRIBE_VISIBILITY_TIMEOUT = "2m"
     WORKER_IMAGE                   = var.worker_image
     MODEL_S3_URI                   = var.model_repository_s3_uri

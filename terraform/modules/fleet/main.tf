@@ -12,7 +12,13 @@ locals {
   launch_hook    = "${var.name}-launch"
   compose_yaml   = var.compose_yaml != null ? var.compose_yaml : file("${path.module}/../../../docker-compose.yml")
   env = merge(var.worker_environment, {
+    FLEETSCRIBE_JOB_TIMEOUT   = "${var.job_timeout_seconds}s"
     FLEETSCRIBE_DRAIN_TIMEOUT = "${var.drain_timeout_seconds}s"
+    # While it holds jobs the worker protects its instance from scale-in
+    # (a scale-in then picks an idle instance); the IAM module grants the
+    # call on this group only.
+    FLEETSCRIBE_SCALE_IN_PROTECTION = "true"
+    FLEETSCRIBE_ASG_NAME            = var.name
     }, var.bulk_queue_url == null ? {} : {
     FLEETSCRIBE_BULK_QUEUE_URL = var.bulk_queue_url
   })
@@ -81,6 +87,14 @@ resource "aws_launch_template" "this" {
     precondition {
       condition     = length(local.user_data) <= 16384
       error_message = "User data exceeds EC2's 16 KB limit; shorten compose_yaml or worker_environment."
+    }
+    precondition {
+      condition     = var.drain_timeout_seconds >= var.job_timeout_seconds
+      error_message = "drain_timeout_seconds must be at least job_timeout_seconds: a shorter drain hands long jobs back at every termination, to start again from zero (and, hit often enough, to the DLQ)."
+    }
+    precondition {
+      condition     = !contains(keys(var.worker_environment), "FLEETSCRIBE_JOB_TIMEOUT") && !contains(keys(var.worker_environment), "FLEETSCRIBE_DRAIN_TIMEOUT")
+      error_message = "Set the job and drain timeouts with job_timeout_seconds and drain_timeout_seconds, not worker_environment: the module checks one against the other."
     }
   }
 }

@@ -109,10 +109,16 @@ variable "instance_warmup_seconds" {
   default     = 600
 }
 
+variable "job_timeout_seconds" {
+  type        = number
+  description = "The longest a job may run (the worker's FLEETSCRIBE_JOB_TIMEOUT, set from this; worker_environment must not set it)."
+  default     = 1800
+}
+
 variable "drain_timeout_seconds" {
   type        = number
-  description = "How long a terminating instance lets jobs in hand finish (the worker's FLEETSCRIBE_DRAIN_TIMEOUT)."
-  default     = 300
+  description = "How long a terminating instance lets jobs in hand finish (the worker's FLEETSCRIBE_DRAIN_TIMEOUT); at least job_timeout_seconds, so no termination throws away a job that would have finished. Scale-in itself picks idle instances (the worker protects busy ones)."
+  default     = 1800
 }
 
 variable "worker_environment" {

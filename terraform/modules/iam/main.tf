@@ -126,6 +126,15 @@ data "aws_iam_policy_document" "worker" {
     resources = [local.asg_arn]
   }
 
+  # The worker protects its own instance from scale-in while it holds jobs
+  # (-scale-in-protection), and unprotects it when idle.
+  statement {
+    sid       = "ScaleInProtection"
+    effect    = "Allow"
+    actions   = ["autoscaling:SetInstanceProtection"]
+    resources = [local.asg_arn]
+  }
+
   dynamic "statement" {
     for_each = length(var.ecr_repository_arns) > 0 ? [1] : []
     content {

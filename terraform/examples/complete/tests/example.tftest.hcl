@@ -88,13 +88,13 @@ run "defaults" {
   }
   # Item 3: both lifecycle hooks exist as their own resources.
   assert {
-    condition     = module.fleet.lifecycle_hooks.drain.heartbeat_timeout == 300 + 180 && module.fleet.lifecycle_hooks.launch.default_result == "ABANDON"
+    condition     = module.fleet.lifecycle_hooks.drain.heartbeat_timeout == 1800 + 180 && module.fleet.lifecycle_hooks.launch.default_result == "ABANDON"
     error_message = "lifecycle hooks missing or wrong"
   }
   # Items 6 and 7: the worker gets time to hand jobs back, and every
   # worker_environment setting reaches the instance's .env.
   assert {
-    condition     = strcontains(module.fleet.user_data, "docker compose stop -t 360") && strcontains(module.fleet.user_data, "FLEETSCRIBE_JOB_TIMEOUT=1800s")
+    condition     = strcontains(module.fleet.user_data, "docker compose stop -t 1860") && strcontains(module.fleet.user_data, "FLEETSCRIBE_JOB_TIMEOUT=1800s")
     error_message = "user data: stop timeout or job timeout missing"
   }
   # Item 8: the model repository is set, and copied at boot.
