@@ -39,7 +39,7 @@ test: deps tflint ## vet, format check, terraform checks and all tests with -rac
 	$(GO) vet ./...
 	$(GO) vet -tags chaos,accuracy ./chaos ./worker
 	$(MAKE) --no-print-directory tf-lint
-	$(MAKE) --no-print-directory tf-validate
+	FLEETSCRIBE_REQUIRE_TERRAFORM=1 $(MAKE) --no-print-directory tf-validate
 	FLEETSCRIBE_REQUIRE_PROMTOOL=1 FLEETSCRIBE_REQUIRE_TRITON=1 FLEETSCRIBE_REQUIRE_MOTO=1 $(GO) test -race -count=1 ./...
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s deploy/triton/tests
 	FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -tags chaos -run TestChaosShort -v ./chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
