@@ -19,6 +19,15 @@ type ComposeConfig struct {
 	Dirs Dirs
 	// Command is the header's note of how the file was made.
 	Command string
+	// JobsPerGPU, when above 0, sets the worker's default concurrency to
+	// that many jobs per planned GPU (FLEETSCRIBE_CONCURRENCY, where the
+	// environment does not set it), so an 8-GPU host holds eight times the
+	// jobs of a 1-GPU one.
+	JobsPerGPU int
+	// LogDriver, when set, is the Docker logging driver of every service
+	// (e.g. awslogs), with LogOpts as its options ("key=value").
+	LogDriver string
+	LogOpts   []string
 }
 
 // DefaultComposeConfig is what the project's compose file expects.
@@ -85,9 +94,24 @@ func Compose(ps []Partition, c ComposeConfig) []byte {
 	b.WriteString("# docker compose reads it after docker-compose.yml.\n")
 	b.WriteString("x-gpus: &gpus\n  resources:\n    reservations:\n      devices:\n")
 	fmt.Fprintf(&b, "        - driver: nvidia\n          device_ids: %s\n          capabilities: [gpu]\n\n", devices)
+	logging := ""
+	if c.LogDriver != "" {
+		fmt.Fprintf(&b, "x-logging: &logging\n  driver: %s\n", q(c.LogDriver))
+		if len(c.LogOpts) > 0 {
+			b.WriteString("  options:\n")
+			for _, kv := range c.LogOpts {
+				k, v, _ := strings.Cut(kv, "=")
+				// Compose interpolates $ in values; the options are literal.
+				fmt.Fprintf(&b, "    %s: %s\n", q(k), q(strings.ReplaceAll(v, "$", "$$")))
+			}
+		}
+		b.WriteString("\n")
+		logging = "    logging: *logging\n"
+	}
 	b.WriteString("services:\n")
 	b.WriteString("  mps:\n    environment:\n")
 	fmt.Fprintf(&b, "      CUDA_VISIBLE_DEVICES: %s\n", q(visible))
+	b.WriteString(logging)
 	b.WriteString("    deploy: *gpus\n\n")
 	for _, p := range ps {
 		fmt.Fprintf(&b, "  %s:\n", ServiceName(p))
@@ -112,11 +136,16 @@ func Compose(ps []Partition, c ComposeConfig) []byte {
 		fmt.Fprintf(&b, "      test: [\"CMD\", \"curl\", \"-fsS\", %s]\n", q(fmt.Sprintf("http://localhost:%d/v2/health/ready", p.HTTPPort)))
 		b.WriteString("      interval: 10s\n      timeout: 3s\n      retries: 30\n")
 		b.WriteString("    restart: unless-stopped\n")
+		b.WriteString(logging)
 		b.WriteString("    deploy: *gpus\n\n")
 	}
 	b.WriteString("  worker:\n    environment:\n")
 	fmt.Fprintf(&b, "      FLEETSCRIBE_TRITON_ADDRS: %s\n", q(strings.Join(ComposeAddrs(ps), ",")))
 	fmt.Fprintf(&b, "      FLEETSCRIBE_GPUS: %s\n", q(strconv.Itoa(len(gpus))))
+	if c.JobsPerGPU > 0 {
+		fmt.Fprintf(&b, "      FLEETSCRIBE_CONCURRENCY: %s\n", q(fmt.Sprintf("${FLEETSCRIBE_CONCURRENCY:-%d}", c.JobsPerGPU*len(gpus))))
+	}
+	b.WriteString(logging)
 	b.WriteString("    depends_on:\n")
 	for _, p := range ps {
 		fmt.Fprintf(&b, "      %s:\n        condition: service_healthy\n", ServiceName(p))

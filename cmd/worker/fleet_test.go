@@ -35,6 +35,7 @@ type imds struct {
 	mu        sync.Mutex
 	spot      string
 	lifecycle string
+	rebalance string
 }
 
 func (f *imds) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -49,6 +50,8 @@ func (f *imds) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("i-0abc"))
 	case r.URL.Path == "/latest/meta-data/spot/instance-action" && f.spot != "":
 		_, _ = w.Write([]byte(f.spot))
+	case r.URL.Path == "/latest/meta-data/events/recommendations/rebalance" && f.rebalance != "":
+		_, _ = w.Write([]byte(f.rebalance))
 	case r.URL.Path == "/latest/meta-data/autoscaling/target-lifecycle-state" && f.lifecycle != "":
 		_, _ = w.Write([]byte(f.lifecycle))
 	default:
@@ -222,6 +225,10 @@ func TestReadiness(t *testing.T) {
 	if body := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable); !strings.Contains(body, "no triton partition ready") {
 		t.Errorf("readyz: %q", body)
 	}
+	// The instance health check's question: this instance cannot serve.
+	if code, body := probe(base + "/readyz?local=1"); code != http.StatusServiceUnavailable {
+		t.Errorf("readyz?local=1 %d (%q) with no partition ready", code, body)
+	}
 	if code, _ := probe(base + "/healthz"); code != http.StatusOK {
 		t.Errorf("healthz %d while not ready: liveness must not depend on readiness", code)
 	}
@@ -238,6 +245,11 @@ func TestReadinessWithoutQueues(t *testing.T) {
 	emu.Stop()
 	if body := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable); !strings.Contains(body, "queues not reachable") {
 		t.Errorf("readyz: %q", body)
+	}
+	// Every instance shares the queues: the instance health check must not
+	// replace this one (or the fleet) over them.
+	if code, body := probe(base + "/readyz?local=1"); code != http.StatusOK {
+		t.Errorf("readyz?local=1 %d (%q) with the partitions up and the queues gone", code, body)
 	}
 }
 
@@ -284,6 +296,72 @@ func TestFleetSignalsDrainAndExit(t *testing.T) {
 			v, f, err := localaws.Depth(context.Background(), sqsc, q.URL)
 			if err != nil || v != 2 || f != 0 {
 				t.Errorf("queue %d visible, %d in flight (%v); want both jobs visible at once", v, f, err)
+			}
+		})
+	}
+}
+
+// A rebalance recommendation: by default the worker carries on (capacity
+// rebalancing launches a replacement and terminates this instance through
+// its drain; stopping now would idle GPUs that still count as capacity),
+// and finishes its jobs; with -drain-on-rebalance it stops receiving.
+func TestRebalanceRecommendation(t *testing.T) {
+	for _, drain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("drain=%v", drain), func(t *testing.T) {
+			emu, q := setupQueue(t, fmt.Sprintf("rebalance-%v", drain), "a.wav", "b.wav")
+			asr := tritontest.Start(t)
+			asr.Hold()
+			defer asr.Release()
+			meta := &imds{lifecycle: "InService"}
+			srv := httptest.NewServer(meta)
+			defer srv.Close()
+			env := []string{"FLEETSCRIBE_AWS_ENDPOINT=" + emu.Endpoint, "FLEETSCRIBE_QUEUE_URL=" + q.URL,
+				"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_INPUT_BUCKETS=inbox", "FLEETSCRIBE_TRITON_ADDRS=" + asr.Addr,
+				"FLEETSCRIBE_IMDS=auto", "FLEETSCRIBE_IMDS_ENDPOINT=" + srv.URL, "FLEETSCRIBE_IMDS_INTERVAL=50ms", "FLEETSCRIBE_DRAIN_TIMEOUT=2s"}
+			if drain { // the default is to carry on
+				env = append(env, "FLEETSCRIBE_DRAIN_ON_REBALANCE=true")
+			}
+			p := startWorker(t, env...)
+			select {
+			case <-asr.Started():
+			case <-time.After(30 * time.Second):
+				t.Fatal("no job reached inference")
+			}
+			meta.mu.Lock()
+			meta.rebalance = `{"noticeTime": "2026-12-01T10:00:00Z"}`
+			meta.mu.Unlock()
+			if drain {
+				p.next(t, "stopped receiving")
+				if code := p.exitCode(t); code != 0 {
+					t.Fatalf("exit %d\n%s", code, p.log.String())
+				}
+				return
+			}
+			p.next(t, "rebalance recommendation: carrying on")
+			asr.Release()
+			sqsc, _ := emu.Clients()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				v, f, err := localaws.Depth(context.Background(), sqsc, q.URL)
+				if err == nil && v == 0 && f == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("jobs not done after the recommendation: %d visible, %d in flight (%v)\n%s", v, f, err, p.log.String())
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			for more := true; more; {
+				select {
+				case l, ok := <-p.lines:
+					p.log.WriteString(l + "\n")
+					more = ok
+				default:
+					more = false
+				}
+			}
+			if strings.Contains(p.log.String(), "stopped receiving") {
+				t.Errorf("the worker stopped on a rebalance recommendation:\n%s", p.log.String())
 			}
 		})
 	}

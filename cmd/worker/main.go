@@ -60,12 +60,12 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	c.pool.RegisterFlags(fs)
 	c.model.RegisterFlags(fs)
 	c.aws.RegisterFlags(fs)
-	fs.StringVar(&c.metricsAddr, "metrics-addr", ":9100", "listen address of the /metrics, /healthz (liveness) and /readyz (queues reachable, a partition ready) HTTP server (empty: off); the default is every interface, as a container's published port needs: on a host, 127.0.0.1:9100 keeps it local")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", ":9100", "listen address of the /metrics, /healthz (liveness) and /readyz (queues reachable, a partition ready; ?local=1: a partition ready) HTTP server (empty: off); the default is every interface, as a container's published port needs: on a host, 127.0.0.1:9100 keeps it local")
 	fs.StringVar(&c.imds, "imds", "auto", "watch EC2 instance metadata (IMDSv2) for spot interruption notices, rebalance recommendations and Auto Scaling termination: on, off, or auto (on where IMDS answers)")
 	fs.StringVar(&c.imdsURL, "imds-endpoint", fleet.DefaultEndpoint, "instance metadata service address")
 	fs.DurationVar(&c.imdsEvery, "imds-interval", 5*time.Second, "how often instance metadata is polled")
 	fs.DurationVar(&c.margin, "interruption-margin", 15*time.Second, "on a spot interruption notice, jobs must be finished or released this long before the instance goes")
-	fs.BoolVar(&c.rebalance, "drain-on-rebalance", true, "treat an EC2 rebalance recommendation like a termination: stop receiving and drain")
+	fs.BoolVar(&c.rebalance, "drain-on-rebalance", false, "treat an EC2 rebalance recommendation like a termination: stop receiving and drain (off: an Auto Scaling group with capacity rebalancing launches a replacement and then terminates this instance through its drain, and a worker that stopped at the recommendation would leave GPUs idle that still count as capacity)")
 	fs.BoolVar(&c.protect, "scale-in-protection", false, "protect this instance from Auto Scaling scale-in while it holds jobs, and unprotect it when idle (needs -asg-name and instance metadata)")
 	fs.DurationVar(&c.protectIdle, "scale-in-protection-idle", 30*time.Second, "how long the worker must hold no job before its instance is unprotected")
 	fs.StringVar(&c.asgName, "asg-name", "", "this instance's Auto Scaling group, for -scale-in-protection")
@@ -183,9 +183,9 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 			return fmt.Errorf("metrics listener: %w", err)
 		}
 		log.Info().Str("addr", lis.Addr().String()).Msg("metrics listening")
-		ready := func() error {
+		ready := func(local bool) error {
 			switch {
-			case !w.Ready():
+			case !local && !w.Ready():
 				return errors.New("queues not reachable")
 			case pool.Healthy() == 0:
 				return errors.New("no triton partition ready")
@@ -287,6 +287,7 @@ func fleetPart(ctx context.Context, cfg config, log zerolog.Logger, w *worker.Wo
 				in.Deadline = n.Deadline.Add(-cfg.margin)
 			case fleet.KindRebalance:
 				if !cfg.rebalance {
+					log.Info().Msg("rebalance recommendation: carrying on; capacity rebalancing replaces this instance through its drain (-drain-on-rebalance to stop now)")
 					return
 				}
 			}
@@ -328,12 +329,16 @@ func protectionPart(ctx context.Context, cfg config, log zerolog.Logger, w *work
 	return part{name: "scale-in protection", run: p.Run}, nil
 }
 
-func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registry, ready func() error) error {
+// serveMetrics serves /metrics, /healthz and /readyz. /readyz?local=1 asks
+// only what this instance can fix (the worker's partitions), not whether
+// the queues answer: every instance shares those, and an instance health
+// check that replaced the fleet on an SQS outage would only make it worse.
+func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registry, ready func(local bool) error) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := ready(); err != nil {
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(r.URL.Query().Get("local") == "1"); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}

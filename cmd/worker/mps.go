@@ -45,6 +45,9 @@ type mpsFlags struct {
 	projectDir, out, format, host, sharing string
 	recover, partitions, startDaemon       bool
 	checkEvery                             time.Duration
+	jobsPerGPU                             int
+	logDriver                              string
+	logOpts                                stringList
 }
 
 func (f *mpsFlags) register(fs *flag.FlagSet, sub string) {
@@ -64,6 +67,9 @@ func (f *mpsFlags) register(fs *flag.FlagSet, sub string) {
 	case "compose", "up":
 		fs.StringVar(&f.out, "o", map[string]string{"compose": "-", "up": "docker-compose.override.yml"}[sub], "file to write (-: standard output)")
 		fs.StringVar(&f.projectDir, "project-dir", ".", "folder of docker-compose.yml")
+		fs.IntVar(&f.jobsPerGPU, "jobs-per-gpu", 16, "the worker's default -concurrency per planned GPU (FLEETSCRIBE_CONCURRENCY, where the environment does not set it; 0: leave it to the compose file)")
+		fs.StringVar(&f.logDriver, "log-driver", "", "Docker logging driver of every service, e.g. awslogs (empty: Docker's default)")
+		fs.Var(&f.logOpts, "log-opt", "an option of -log-driver, key=value (repeatable), e.g. awslogs-group=/fleetscribe/prod")
 	case "down":
 		fs.StringVar(&f.projectDir, "project-dir", ".", "folder of docker-compose.yml")
 	case "run":
@@ -153,6 +159,19 @@ func runMPS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cc := mps.DefaultComposeConfig()
 		cc.Dirs = f.dirs()
 		cc.Command = "worker mps compose " + strings.Join(planArgs(fs), " ")
+		cc.JobsPerGPU = f.jobsPerGPU
+		cc.LogDriver, cc.LogOpts = f.logDriver, f.logOpts
+		if f.jobsPerGPU < 0 {
+			return fmt.Errorf("mps %s: -jobs-per-gpu must be at least 0", sub)
+		}
+		for _, kv := range f.logOpts {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				return fmt.Errorf("mps %s: -log-opt %q: want key=value", sub, kv)
+			}
+		}
+		if len(f.logOpts) > 0 && f.logDriver == "" {
+			return fmt.Errorf("mps %s: -log-opt needs -log-driver", sub)
+		}
 		body := mps.Compose(plan, cc)
 		if f.out == "-" {
 			_, err = stdout.Write(body)
@@ -182,6 +201,16 @@ func runMPS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	default: // status
 		return mpsStatus(ctx, stdout, stderr, plan, f)
 	}
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }
 
 // planArgs are the plan flags as given, for the generated file's header.
