@@ -63,6 +63,10 @@ tf-validate: ## terraform init from the local provider mirror, validate and mock
 tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)
 	$(GO) run ./internal/tffmt terraform
 
+.PHONY: tf-docs
+tf-docs: ## rewrite the reference tables of terraform/README.md from the modules' variables and outputs
+	$(GO) test ./terraform -run TestReadmeReferenceIsCurrent -count=1 -update
+
 .PHONY: lint
 lint: deps tf-lint ## golangci-lint (see .golangci.yml), gofmt and tflint
 	@scripts/tools.sh golangci-lint

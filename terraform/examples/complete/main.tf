@@ -1,6 +1,24 @@
+data "aws_partition" "current" {}
+
 locals {
   asg_name      = "${var.name}-workers"
   output_prefix = "transcripts/"
+  log_group     = "/fleetscribe/${local.asg_name}"
+  # The supplied key, or the one module.kms creates with the statements S3,
+  # CloudWatch Logs and Auto Scaling need.
+  kms_key_arn = var.kms_key_arn != null ? var.kms_key_arn : module.kms.key_arn
+}
+
+# With kms_key_arn supplied nothing is created: merge the output
+# kms_key_policy_statements into that key's policy before the apply.
+module "kms" {
+  source = "../../modules/kms"
+
+  name             = var.name
+  create_key       = var.kms_key_arn == null
+  input_bucket_arn = "arn:${data.aws_partition.current.partition}:s3:::${var.input_bucket_name}"
+  log_group_name   = local.log_group
+  encrypt_volumes  = var.encrypt_volumes_with_kms_key
 }
 
 module "queues" {
@@ -10,7 +28,7 @@ module "queues" {
   queues                 = var.queues
   max_receive_count      = var.max_receive_count
   worker_max_job_seconds = var.max_job_seconds
-  kms_key_arn            = var.kms_key_arn
+  kms_key_arn            = local.kms_key_arn
 }
 
 module "buckets" {
@@ -19,7 +37,8 @@ module "buckets" {
   input_bucket_name  = var.input_bucket_name
   output_bucket_name = var.output_bucket_name
   output_prefix      = local.output_prefix
-  kms_key_arn        = var.kms_key_arn
+  create_kms_key     = false
+  kms_key_arn        = local.kms_key_arn
 }
 
 module "notifications" {
@@ -41,10 +60,13 @@ module "iam" {
   input_bucket_arn        = module.buckets.input_bucket_arn
   output_bucket_arn       = module.buckets.output_bucket_arn
   output_prefix           = local.output_prefix
-  kms_key_arns            = [module.buckets.kms_key_arn]
+  kms_key_arns            = [local.kms_key_arn]
   autoscaling_group_name  = local.asg_name
   ecr_repository_arns     = var.ecr_repository_arns
   model_repository_s3_uri = var.model_repository_s3_uri
+  model_kms_key_arn       = var.model_kms_key_arn
+  log_group_name          = local.log_group
+  session_manager         = var.session_manager
 }
 
 resource "aws_security_group" "workers" {
@@ -76,6 +98,14 @@ module "fleet" {
   spot                   = var.spot
   warm_pool              = var.warm_pool
   job_timeout_seconds    = var.max_job_seconds
+  ami_id                 = var.ami_id
+  log_group_name         = local.log_group
+  log_kms_key_arn        = local.kms_key_arn
+  ebs_kms_key_arn        = var.encrypt_volumes_with_kms_key ? local.kms_key_arn : null
+  alarm_actions          = var.alarm_topic_arns
+  # With the bulk window the bulk queue counts bulk_window.bulk_weight of
+  # its messages: backfills fill idle GPUs and the window's floor.
+  queue_weights = var.bulk_window.enabled ? { (module.queues.queue_names["bulk"]) = var.bulk_window.bulk_weight } : {}
 
   worker_environment = {
     FLEETSCRIBE_QUEUE_URL          = module.queues.queue_urls["live"]
@@ -86,6 +116,8 @@ module "fleet" {
     FLEETSCRIBE_MAX_RECEIVES       = tostring(module.queues.max_receive_count)
     FLEETSCRIBE_VISIBILITY_TIMEOUT = "2m"
     WORKER_IMAGE                   = var.worker_image
+    TRITON_IMAGE                   = var.triton_image
+    CUDA_IMAGE                     = var.cuda_image
     MODEL_S3_URI                   = var.model_repository_s3_uri
     MODEL_REPOSITORY               = "/opt/fleetscribe/models"
   }

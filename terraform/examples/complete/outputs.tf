@@ -17,3 +17,18 @@ output "autoscaling_group_name" {
   description = "Worker Auto Scaling group."
   value       = module.fleet.autoscaling_group_name
 }
+
+output "kms_key_policy_statements" {
+  description = "Key policy statements the services need (S3 notifications, CloudWatch Logs, Auto Scaling volumes): with kms_key_arn supplied, merge them into that key's policy before the apply."
+  value       = module.kms.service_statements_json
+}
+
+output "kms_key_arn" {
+  description = "The key of the buckets, queues and log group."
+  value       = local.kms_key_arn
+}
+
+output "log_group_name" {
+  description = "CloudWatch Logs group of the instances' containers."
+  value       = module.fleet.log_group_name
+}

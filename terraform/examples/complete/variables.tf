@@ -78,7 +78,41 @@ variable "alarm_topic_arns" {
 
 variable "worker_image" {
   type        = string
-  description = "Worker container image the instances run."
+  description = "Worker container image the instances run, in ECR (ACCOUNT.dkr.ecr.REGION.amazonaws.com/...)."
+}
+
+variable "triton_image" {
+  type        = string
+  description = "Triton server image (24.10-py3, Triton 2.51.0, the release the tests run) mirrored into ECR, or an ECR pull-through cache of nvcr.io."
+}
+
+variable "cuda_image" {
+  type        = string
+  description = "CUDA base image of the MPS control daemon (nvidia/cuda:12.4.1-base-ubuntu22.04) mirrored into ECR, or an ECR pull-through cache of Docker Hub: anonymous Docker Hub pulls are limited per NAT address."
+}
+
+variable "ami_id" {
+  type        = string
+  description = "GPU AMI to pin; null pins the fleet module's SSM parameter as read at plan time."
+  default     = null
+}
+
+variable "model_kms_key_arn" {
+  type        = string
+  description = "KMS key of the model repository's objects, when they are encrypted with one other than kms_key_arn."
+  default     = null
+}
+
+variable "encrypt_volumes_with_kms_key" {
+  type        = bool
+  description = "Encrypt the instances' root volumes with the project's key instead of the account's default EBS key. The key policy then names the Auto Scaling service-linked role, which must exist before the apply (see the kms module)."
+  default     = false
+}
+
+variable "session_manager" {
+  type        = bool
+  description = "Session Manager access to the instances (AmazonSSMManagedInstanceCore)."
+  default     = true
 }
 
 variable "ecr_repository_arns" {
@@ -89,13 +123,14 @@ variable "ecr_repository_arns" {
 
 variable "bulk_window" {
   type = object({
-    enabled    = bool
-    start_cron = optional(string, "0 22 * * *")
-    end_cron   = optional(string, "0 6 * * *")
-    min_gpus   = optional(number, 2)
-    time_zone  = optional(string, "UTC")
+    enabled     = bool
+    start_cron  = optional(string, "0 22 * * *")
+    end_cron    = optional(string, "0 6 * * *")
+    min_gpus    = optional(number, 2)
+    time_zone   = optional(string, "UTC")
+    bulk_weight = optional(number, 0.1)
   })
-  description = "Raise the fleet's floor overnight for bulk reprocessing."
+  description = "Raise the fleet's floor overnight for bulk reprocessing; bulk messages then count bulk_weight each in the backlog, so a daytime backfill does not scale the fleet out in full."
   default     = { enabled = false }
 }
 
@@ -122,7 +157,7 @@ variable "queues" {
 
 variable "kms_key_arn" {
   type        = string
-  description = "Customer managed KMS key for the buckets and queues. Null creates a dedicated key for the buckets and uses SQS-managed encryption for the queues."
+  description = "Customer managed KMS key for the buckets, queues and log group (and volumes, with encrypt_volumes_with_kms_key). Null creates one with the key policy they need; a supplied key's policy must hold the statements in the output kms_key_policy_statements."
   default     = null
 }
 
@@ -140,16 +175,16 @@ variable "spot" {
 variable "warm_pool" {
   type = object({
     enabled                     = bool
-    min_size                    = optional(number, 0)
+    min_size                    = optional(number, 1)
     max_group_prepared_capacity = optional(number)
     pool_state                  = optional(string, "Stopped")
   })
-  description = "Warm pool of bootstrapped, stopped instances (see the fleet module)."
+  description = "Warm pool of prepared, stopped instances, in GPUs (see the fleet module)."
   default     = { enabled = false }
 
   validation {
-    condition     = contains(["Stopped", "Hibernated"], var.warm_pool.pool_state)
-    error_message = "warm_pool.pool_state must be Stopped or Hibernated: a Running pool instance takes jobs while still in the pool."
+    condition     = var.warm_pool.pool_state == "Stopped"
+    error_message = "warm_pool.pool_state must be Stopped: a Running pool instance would take jobs while in the pool, and g6e instances cannot hibernate."
   }
   validation {
     condition     = !(var.warm_pool.enabled && var.spot.enabled)

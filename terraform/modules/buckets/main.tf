@@ -1,11 +1,11 @@
 locals {
   # One bucket may serve as both input and output.
   buckets = toset(distinct([var.input_bucket_name, var.output_bucket_name]))
-  kms_arn = var.kms_key_arn != null ? var.kms_key_arn : aws_kms_key.this[0].arn
+  kms_arn = var.create_kms_key ? aws_kms_key.this[0].arn : var.kms_key_arn
 }
 
 resource "aws_kms_key" "this" {
-  count = var.kms_key_arn == null ? 1 : 0
+  count = var.create_kms_key ? 1 : 0
 
   description             = "fleetscribe audio and transcripts (${var.output_bucket_name})"
   enable_key_rotation     = true
@@ -14,7 +14,7 @@ resource "aws_kms_key" "this" {
 }
 
 resource "aws_kms_alias" "this" {
-  count = var.kms_key_arn == null ? 1 : 0
+  count = var.create_kms_key ? 1 : 0
 
   name          = "alias/${replace(var.output_bucket_name, ".", "-")}" # dots are valid in bucket names, not in aliases
   target_key_id = aws_kms_key.this[0].key_id
@@ -57,6 +57,13 @@ resource "aws_s3_bucket_server_side_encryption_configuration" "this" {
       kms_master_key_id = local.kms_arn
     }
     bucket_key_enabled = true
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.create_kms_key != (var.kms_key_arn != null)
+      error_message = "Give kms_key_arn with create_kms_key = false, or neither."
+    }
   }
 }
 

@@ -16,8 +16,14 @@ variable "output_prefix" {
 
 variable "kms_key_arn" {
   type        = string
-  description = "KMS key for SSE-KMS. Null creates a dedicated key with rotation enabled."
+  description = "KMS key for SSE-KMS, with create_kms_key = false."
   default     = null
+}
+
+variable "create_kms_key" {
+  type        = bool
+  description = "Create a dedicated key with rotation enabled (true), or use kms_key_arn. A flag rather than kms_key_arn == null, so a key created in the same apply (unknown at plan) can be passed."
+  default     = true
 }
 
 variable "error_record_expiration_days" {

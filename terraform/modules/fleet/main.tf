@@ -1,3 +1,10 @@
+data "aws_default_tags" "current" {}
+
+data "aws_ssm_parameter" "ami" {
+  count = var.ami_id == null ? 1 : 0
+  name  = var.ami_ssm_parameter
+}
+
 locals {
   # GPUs per g6e size. Capacity is counted in GPUs: with spot the group is
   # a mixed instances group weighted by GPUs, so AWS counts GPUs itself;
@@ -8,8 +15,18 @@ locals {
   }
   capacity_unit = var.spot.enabled ? 1 : local.gpus_per_instance[var.instance_types[0]]
 
+  # Pinned when Terraform plans, never resolved at launch: an AMI published
+  # to the parameter reaches the fleet through an apply and its refresh.
+  ami_id = var.ami_id != null ? var.ami_id : nonsensitive(data.aws_ssm_parameter.ami[0].insecure_value)
+
+  # Provider default_tags tag what Terraform creates; instances and volumes
+  # are launched by Auto Scaling, so the launch template carries them.
+  tags = merge(data.aws_default_tags.current.tags, var.tags, { Name = var.name })
+
   lifecycle_hook = "${var.name}-drain"
   launch_hook    = "${var.name}-launch"
+  log_group      = coalesce(var.log_group_name, "/fleetscribe/${var.name}")
+  metric_ns      = "fleetscribe"
   compose_yaml   = var.compose_yaml != null ? var.compose_yaml : file("${path.module}/../../../docker-compose.yml")
   env = merge(var.worker_environment, {
     FLEETSCRIBE_JOB_TIMEOUT   = "${var.job_timeout_seconds}s"
@@ -19,26 +36,46 @@ locals {
     # call on this group only.
     FLEETSCRIBE_SCALE_IN_PROTECTION = "true"
     FLEETSCRIBE_ASG_NAME            = var.name
+    # With capacity rebalancing the group launches a replacement on a
+    # rebalance recommendation and then terminates this instance through
+    # the drain; stopping at the recommendation would idle GPUs that still
+    # count as capacity.
+    FLEETSCRIBE_DRAIN_ON_REBALANCE = "false"
+    # Container logs go to CloudWatch Logs (worker mps up sets the driver).
+    LOG_GROUP = aws_cloudwatch_log_group.this.name
     }, var.bulk_queue_url == null ? {} : {
     FLEETSCRIBE_BULK_QUEUE_URL = var.bulk_queue_url
   })
+  images = [for k in ["WORKER_IMAGE", "TRITON_IMAGE", "CUDA_IMAGE"] : lookup(var.worker_environment, k, "")]
   user_data = templatefile("${path.module}/user_data.sh.tftpl", {
-    compose_gz_b64 = base64gzip(local.compose_yaml)
-    env            = local.env
-    lifecycle_hook = local.lifecycle_hook
-    launch_hook    = local.launch_hook
-    asg_name       = var.name
-    per_gpu        = var.partitions_per_gpu
-    drain_seconds  = var.drain_timeout_seconds
+    compose_gz_b64  = base64gzip(local.compose_yaml)
+    env             = local.env
+    lifecycle_hook  = local.lifecycle_hook
+    launch_hook     = local.launch_hook
+    asg_name        = var.name
+    per_gpu         = var.partitions_per_gpu
+    jobs_per_gpu    = var.jobs_per_gpu
+    drain_seconds   = var.drain_timeout_seconds
+    boot_seconds    = var.boot_timeout_seconds
+    heartbeat_every = 60
+    unhealthy_after = ceil(var.unhealthy_after_seconds / 30)
+    metric_ns       = local.metric_ns
     # The worker needs a little past its drain timeout to hand unfinished
     # jobs back to the queue before compose kills it.
     stop_seconds = var.drain_timeout_seconds + 60
   })
 }
 
+resource "aws_cloudwatch_log_group" "this" {
+  name              = local.log_group
+  retention_in_days = var.log_retention_days
+  kms_key_id        = var.log_kms_key_arn
+  tags              = var.tags
+}
+
 resource "aws_launch_template" "this" {
   name_prefix   = "${var.name}-"
-  image_id      = "resolve:ssm:${var.ami_ssm_parameter}"
+  image_id      = local.ami_id
   instance_type = var.instance_types[0]
   user_data     = base64encode(local.user_data)
 
@@ -61,6 +98,8 @@ resource "aws_launch_template" "this" {
     ebs {
       volume_size           = var.root_volume_size_gb
       volume_type           = "gp3"
+      iops                  = var.root_volume_iops
+      throughput            = var.root_volume_throughput
       encrypted             = true
       kms_key_id            = var.ebs_kms_key_arn
       delete_on_termination = true
@@ -73,12 +112,12 @@ resource "aws_launch_template" "this" {
 
   tag_specifications {
     resource_type = "instance"
-    tags          = merge(var.tags, { Name = var.name })
+    tags          = local.tags
   }
 
   tag_specifications {
     resource_type = "volume"
-    tags          = merge(var.tags, { Name = var.name })
+    tags          = local.tags
   }
 
   tags = var.tags
@@ -93,24 +132,57 @@ resource "aws_launch_template" "this" {
       error_message = "drain_timeout_seconds must be at least job_timeout_seconds: a shorter drain hands long jobs back at every termination, to start again from zero (and, hit often enough, to the DLQ)."
     }
     precondition {
-      condition     = !contains(keys(var.worker_environment), "FLEETSCRIBE_JOB_TIMEOUT") && !contains(keys(var.worker_environment), "FLEETSCRIBE_DRAIN_TIMEOUT")
-      error_message = "Set the job and drain timeouts with job_timeout_seconds and drain_timeout_seconds, not worker_environment: the module checks one against the other."
+      condition     = length(setintersection(keys(var.worker_environment), ["FLEETSCRIBE_JOB_TIMEOUT", "FLEETSCRIBE_DRAIN_TIMEOUT", "FLEETSCRIBE_CONCURRENCY", "FLEETSCRIBE_DRAIN_ON_REBALANCE", "LOG_GROUP"])) == 0
+      error_message = "worker_environment must not set FLEETSCRIBE_JOB_TIMEOUT, FLEETSCRIBE_DRAIN_TIMEOUT, FLEETSCRIBE_CONCURRENCY, FLEETSCRIBE_DRAIN_ON_REBALANCE or LOG_GROUP: the module sets them (job_timeout_seconds, drain_timeout_seconds, jobs_per_gpu) and checks them against each other and the scaling policy."
+    }
+    precondition {
+      condition     = var.root_volume_throughput <= var.root_volume_iops / 4
+      error_message = "root_volume_throughput (MiB/s) can be at most a quarter of root_volume_iops on gp3."
+    }
+    precondition {
+      condition     = var.allow_public_images || alltrue([for i in local.images : can(regex("^[0-9]{12}\\.dkr\\.ecr\\.[a-z0-9-]+\\.amazonaws\\.com(\\.cn)?/", i))])
+      error_message = "WORKER_IMAGE, TRITON_IMAGE and CUDA_IMAGE in worker_environment must be ECR images (ACCOUNT.dkr.ecr.REGION.amazonaws.com/...): anonymous Docker Hub pulls are rate-limited per address, and a scale-out behind one NAT fails mid-boot. Mirror them (or use ECR pull-through cache), or set allow_public_images."
+    }
+    precondition {
+      condition     = var.boot_timeout_seconds <= 100 * var.launch_heartbeat_timeout_seconds && var.boot_timeout_seconds <= 172800
+      error_message = "boot_timeout_seconds exceeds the launch hook's global timeout (100 x launch_heartbeat_timeout_seconds, at most 48 h)."
     }
   }
 }
 
 resource "aws_autoscaling_group" "this" {
-  name                      = var.name
-  min_size                  = ceil(var.min_size / local.capacity_unit)
-  max_size                  = ceil(var.max_size / local.capacity_unit)
-  vpc_zone_identifier       = var.subnet_ids
+  name                = var.name
+  min_size            = ceil(var.min_size / local.capacity_unit)
+  max_size            = ceil(var.max_size / local.capacity_unit)
+  vpc_zone_identifier = var.subnet_ids
+  # EC2 status checks, and the instance's own health check (worker and
+  # Triton, fleetscribe-health.timer), which marks it unhealthy through
+  # SetInstanceHealth. The launch hook holds the instance until its stack
+  # is up, so the grace period starts when it enters service.
   health_check_type         = "EC2"
   health_check_grace_period = var.instance_warmup_seconds
   default_instance_warmup   = var.instance_warmup_seconds
   capacity_rebalance        = var.spot.enabled
   # Target tracking owns desired capacity.
   metrics_granularity = "1Minute"
-  enabled_metrics     = ["GroupInServiceInstances", "GroupInServiceCapacity", "GroupDesiredCapacity", "GroupPendingInstances", "GroupTerminatingInstances"]
+  enabled_metrics     = ["GroupInServiceInstances", "GroupInServiceCapacity", "GroupDesiredCapacity", "GroupPendingInstances", "GroupPendingCapacity", "GroupTerminatingInstances"]
+
+  # The hooks exist before the first instance launches (into service or the
+  # warm pool). These blocks only act at creation (and would replace the
+  # group if changed, hence ignore_changes); the hook resources below own
+  # the hooks' settings from then on, updating them in place.
+  initial_lifecycle_hook {
+    name                 = local.launch_hook
+    lifecycle_transition = "autoscaling:EC2_INSTANCE_LAUNCHING"
+    heartbeat_timeout    = var.launch_heartbeat_timeout_seconds
+    default_result       = "ABANDON"
+  }
+  initial_lifecycle_hook {
+    name                 = local.lifecycle_hook
+    lifecycle_transition = "autoscaling:EC2_INSTANCE_TERMINATING"
+    heartbeat_timeout    = var.drain_timeout_seconds + 180
+    default_result       = "CONTINUE"
+  }
 
   dynamic "launch_template" {
     for_each = var.spot.enabled ? [] : [1]
@@ -144,24 +216,39 @@ resource "aws_autoscaling_group" "this" {
     }
   }
 
+  # Prepared capacity is bounded: without max_group_prepared_capacity AWS
+  # fills the pool up to max_size (one cold boot and one stopped volume per
+  # instance the fleet could ever have).
   dynamic "warm_pool" {
     for_each = var.warm_pool.enabled ? [1] : []
     content {
       pool_state                  = var.warm_pool.pool_state
-      min_size                    = var.warm_pool.min_size
-      max_group_prepared_capacity = var.warm_pool.max_group_prepared_capacity
+      min_size                    = ceil(var.warm_pool.min_size / local.capacity_unit)
+      max_group_prepared_capacity = ceil(coalesce(var.warm_pool.max_group_prepared_capacity, var.warm_pool.min_size) / local.capacity_unit)
     }
   }
 
+  # Launch before terminating (a one-instance fleet keeps its instance until
+  # the new one is in service), skip instances already on the new template,
+  # replace protected (busy) instances through the drain, and stop and roll
+  # back when a new boot fails or launches fall short.
   instance_refresh {
     strategy = "Rolling"
     preferences {
-      min_healthy_percentage = 50
+      min_healthy_percentage       = 100
+      max_healthy_percentage       = 200
+      skip_matching                = true
+      instance_warmup              = var.instance_warmup_seconds
+      scale_in_protected_instances = "Refresh"
+      auto_rollback                = true
+      alarm_specification {
+        alarms = concat([aws_cloudwatch_metric_alarm.boot_failures.alarm_name, aws_cloudwatch_metric_alarm.launch_shortfall.alarm_name], var.refresh_stop_alarm_names)
+      }
     }
   }
 
   dynamic "tag" {
-    for_each = merge(var.tags, { Name = var.name })
+    for_each = local.tags
     content {
       key                 = tag.key
       value               = tag.value
@@ -173,7 +260,7 @@ resource "aws_autoscaling_group" "this" {
     # Target tracking owns desired capacity, and scheduled actions (the
     # overnight floor) own min_size once the group exists: an apply inside
     # the bulk window must not undo the floor. min_size is set at creation.
-    ignore_changes = [desired_capacity, min_size]
+    ignore_changes = [desired_capacity, min_size, initial_lifecycle_hook]
 
     precondition {
       condition     = !(var.warm_pool.enabled && var.spot.enabled)
@@ -183,11 +270,16 @@ resource "aws_autoscaling_group" "this" {
       condition     = var.max_size >= var.min_size && var.max_size >= var.scale_from_zero_capacity
       error_message = "max_size must be at least min_size and scale_from_zero_capacity (all in GPUs)."
     }
+    precondition {
+      condition     = !var.warm_pool.enabled || coalesce(var.warm_pool.max_group_prepared_capacity, var.warm_pool.min_size) <= var.max_size
+      error_message = "warm_pool.max_group_prepared_capacity (or min_size) must not exceed max_size (GPUs)."
+    }
   }
 }
 
-# Lifecycle hooks are their own resources: their settings update in place,
-# where the group's initial_lifecycle_hook would replace the whole group.
+# The hooks' settings after creation: these resources update them in place
+# (PutLifecycleHook), where a change to the group's initial_lifecycle_hook
+# would replace the whole group.
 
 # Terminating instances wait here while the worker drains; the instance's
 # drain service completes the action (or it times out and continues).
@@ -199,14 +291,16 @@ resource "aws_autoscaling_lifecycle_hook" "drain" {
   default_result         = "CONTINUE"
 }
 
-# Launching instances (into service or into the warm pool) wait here until
-# the instance's boot service has the stack up; it runs on every boot, so a
-# warm instance leaving the pool starts its workers again before it is put
-# in service. A boot that fails abandons the instance.
+# Launching instances wait here until the boot service is done: one headed
+# for the warm pool only prepares (images, model, worker binary) and is
+# stopped; one headed for service (new, or leaving the pool) starts its
+# stack and waits for the worker to report ready. It heartbeats the hook
+# every minute meanwhile; a boot that fails, or outlasts
+# boot_timeout_seconds, abandons the instance.
 resource "aws_autoscaling_lifecycle_hook" "launch" {
   name                   = local.launch_hook
   autoscaling_group_name = aws_autoscaling_group.this.name
   lifecycle_transition   = "autoscaling:EC2_INSTANCE_LAUNCHING"
-  heartbeat_timeout      = var.instance_warmup_seconds
+  heartbeat_timeout      = var.launch_heartbeat_timeout_seconds
   default_result         = "ABANDON"
 }

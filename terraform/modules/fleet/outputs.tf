@@ -79,3 +79,23 @@ output "backlog_expression" {
   description = "Metric math the target tracking policy holds at backlog_per_gpu_target."
   value       = local.per_gpu_expr
 }
+
+output "log_group_name" {
+  description = "CloudWatch Logs group of the instances' containers (give it to the iam module)."
+  value       = aws_cloudwatch_log_group.this.name
+}
+
+output "metric_namespace" {
+  description = "CloudWatch namespace of the instances' BootFailures metric (give it to the iam module)."
+  value       = local.metric_ns
+}
+
+output "alarm_names" {
+  description = "The fleet's own alarms (boot failures, launch shortfall), which also stop an instance refresh."
+  value       = [aws_cloudwatch_metric_alarm.boot_failures.alarm_name, aws_cloudwatch_metric_alarm.launch_shortfall.alarm_name]
+}
+
+output "instance_tags" {
+  description = "Tags the launch template gives instances and volumes: the provider's default tags, tags and Name."
+  value       = local.tags
+}

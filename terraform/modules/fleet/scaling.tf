@@ -1,25 +1,43 @@
-# Backlog per GPU = (visible + in-flight messages of every queue)
+# Backlog per GPU = (weighted visible messages + messages being worked on)
 #                   / in-service GPUs
+#   messages being worked on = in-flight messages (weighted), at most what
+#   the in-service GPUs can hold (jobs_per_gpu each): the rest of the
+#   in-flight messages are parked in retry backoff, and a storm of failing
+#   jobs must not scale the fleet out.
 # In-service GPUs are the group's in-service capacity where the group is
 # weighted by GPUs (spot, mixed sizes), else in-service instances times the
 # one size's GPUs, so a fleet of 1-, 4- and 8-GPU instances scales on the
-# work per GPU. Target tracking holds it at backlog_per_gpu_target. It cannot act on
-# an empty group (the division has no value at zero instances), so a step
-# policy starts the first instances when messages wait and the group's
-# desired capacity is zero. That policy only ever adds capacity: a late or
-# missing data point (filled as zero) can at worst add a few instances,
-# which target tracking then removes, never shrink a busy fleet.
+# work per GPU. A queue's weight (queue_weights, default 1) scales its
+# messages: the bulk queue can count a tenth, so a backfill fills idle GPUs
+# and the bulk window's floor rather than scaling the fleet out in full.
+# Target tracking holds it at backlog_per_gpu_target. It cannot act on an
+# empty group (the division has no value at zero instances), so a step
+# policy starts the first instances when weighted messages wait and the
+# group's desired capacity is zero. That policy only ever adds capacity.
 
 locals {
-  queue_ids    = { for i, q in var.queue_names : q => i }
-  backlog_expr = join(" + ", flatten([for q, i in local.queue_ids : ["visible${i}", "inflight${i}"]]))
-  per_gpu_expr = "(${local.backlog_expr}) / (in_service * ${local.capacity_unit})"
+  weights = { for q in var.queue_names : q => lookup(var.queue_weights, q, 1) }
+  # Queues of weight 0 take no part in scaling (and no metric slots).
+  queue_ids     = { for i, q in [for q in var.queue_names : q if local.weights[q] > 0] : q => i }
+  term          = { for q, i in local.queue_ids : q => local.weights[q] == 1 ? "" : "${local.weights[q]} * " }
+  visible_expr  = join(" + ", [for q, i in local.queue_ids : "${local.term[q]}visible${i}"])
+  inflight_expr = join(" + ", [for q, i in local.queue_ids : "${local.term[q]}inflight${i}"])
+  gpus_expr     = "in_service * ${local.capacity_unit}"
+  cap_expr      = "${local.gpus_expr} * ${var.jobs_per_gpu}"
+  per_gpu_expr  = "(${local.visible_expr} + IF(${local.inflight_expr} < ${local.cap_expr}, ${local.inflight_expr}, ${local.cap_expr})) / (${local.gpus_expr})"
 }
 
 resource "aws_autoscaling_policy" "backlog_per_gpu" {
   name                   = "${var.name}-backlog-per-gpu"
   autoscaling_group_name = aws_autoscaling_group.this.name
   policy_type            = "TargetTrackingScaling"
+
+  lifecycle {
+    precondition {
+      condition     = length(local.queue_ids) > 0
+      error_message = "queue_weights leaves no queue with a weight above 0: nothing would scale the fleet."
+    }
+  }
 
   target_tracking_configuration {
     target_value = var.backlog_per_gpu_target
@@ -104,12 +122,17 @@ resource "aws_autoscaling_policy" "scale_from_zero" {
   }
 }
 
+# Messages waiting and nothing desired, for three minutes in a row. Group
+# metrics can arrive later than the queue's: a missing latest desired
+# capacity repeats the last one reported (it is 0 only where the group
+# never reported any), so a busy fleet is not scaled out on metric lag.
 resource "aws_cloudwatch_metric_alarm" "scale_from_zero" {
   alarm_name          = "${var.name}-scale-from-zero"
   alarm_description   = "Messages are waiting and the group's desired capacity is zero."
   comparison_operator = "GreaterThanOrEqualToThreshold"
   threshold           = 1
-  evaluation_periods  = 1
+  evaluation_periods  = 3
+  datapoints_to_alarm = 3
   treat_missing_data  = "notBreaching"
   alarm_actions       = [aws_autoscaling_policy.scale_from_zero.arn]
 
@@ -144,7 +167,7 @@ resource "aws_cloudwatch_metric_alarm" "scale_from_zero" {
 
   metric_query {
     id          = "waiting_with_nothing_desired"
-    expression  = "IF((${join(" + ", [for q, i in local.queue_ids : "visible${i}"])}) > 0 AND FILL(desired, 0) == 0, 1, 0)"
+    expression  = "IF((${local.visible_expr}) >= 1 AND FILL(FILL(desired, REPEAT), 0) == 0, 1, 0)"
     label       = "Messages waiting and desired capacity zero"
     return_data = true
   }

@@ -3,9 +3,20 @@ variable "name" {
   description = "Name of the Auto Scaling group, launch template and related resources."
 }
 
+variable "ami_id" {
+  type        = string
+  description = "GPU AMI (NVIDIA driver, Docker and the NVIDIA container toolkit installed) every instance launches from. Null reads ami_ssm_parameter when Terraform plans: the AMI is pinned in the launch template until the next apply, which rolls the fleet if the parameter moved."
+  default     = null
+
+  validation {
+    condition     = var.ami_id == null || can(regex("^ami-[0-9a-f]{8,17}$", var.ami_id))
+    error_message = "ami_id must be an AMI id (ami-...), or null to read ami_ssm_parameter at plan time."
+  }
+}
+
 variable "ami_ssm_parameter" {
   type        = string
-  description = "SSM parameter holding the GPU AMI id (NVIDIA driver, Docker and the NVIDIA container toolkit installed). Resolved at every launch, so new instances follow the parameter."
+  description = "SSM parameter read at plan time for the AMI when ami_id is null (never resolved at launch: a new AMI reaches the fleet only through an apply and its instance refresh)."
   default     = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 }
 
@@ -57,6 +68,28 @@ variable "root_volume_size_gb" {
   default     = 200
 }
 
+variable "root_volume_iops" {
+  type        = number
+  description = "gp3 IOPS of the root volume. A cold boot pulls multi-GB Triton images and model weights onto it; gp3's baseline (3,000) makes that the slowest step of a boot."
+  default     = 6000
+
+  validation {
+    condition     = var.root_volume_iops >= 3000 && var.root_volume_iops <= 16000
+    error_message = "root_volume_iops must be 3000 to 16000 (gp3)."
+  }
+}
+
+variable "root_volume_throughput" {
+  type        = number
+  description = "gp3 throughput of the root volume in MiB/s (baseline 125): at most a quarter of root_volume_iops."
+  default     = 500
+
+  validation {
+    condition     = var.root_volume_throughput >= 125 && var.root_volume_throughput <= 1000
+    error_message = "root_volume_throughput must be 125 to 1000 MiB/s (gp3)."
+  }
+}
+
 variable "ebs_kms_key_arn" {
   type        = string
   description = "KMS key for the root volume. Null uses the account's default EBS key; the volume is encrypted either way."
@@ -105,8 +138,36 @@ variable "scale_from_zero_capacity" {
 
 variable "instance_warmup_seconds" {
   type        = number
-  description = "Time from launch until an instance's work shows in the metrics (image pull, model load)."
-  default     = 600
+  description = "Time from an instance entering service until its work shows in the metrics (scaling and instance refresh warm-up)."
+  default     = 300
+}
+
+variable "launch_heartbeat_timeout_seconds" {
+  type        = number
+  description = "The launch lifecycle hook's heartbeat timeout: the boot heartbeats the hook every minute while it pulls images and syncs the model, so a boot that hangs (or an instance that dies) is abandoned this long after its last sign of life."
+  default     = 300
+
+  validation {
+    condition     = var.launch_heartbeat_timeout_seconds >= 180 && var.launch_heartbeat_timeout_seconds <= 7200
+    error_message = "launch_heartbeat_timeout_seconds must be 180 to 7200: the boot heartbeats every 60 s."
+  }
+}
+
+variable "boot_timeout_seconds" {
+  type        = number
+  description = "The longest a boot may take (image pulls onto the root volume, model sync, MPS plan) before it is abandoned and the group launches another instance. Separate from the hook's heartbeat timeout: a slow cold boot keeps heartbeating."
+  default     = 2700
+}
+
+variable "unhealthy_after_seconds" {
+  type        = number
+  description = "An in-service instance whose worker is down or has no ready Triton partition for this long (checked every 30 s through the worker's /readyz?local=1) is marked unhealthy, and the group replaces it (through the drain). Queue reachability is not part of it: every instance shares it, and replacing the fleet would not help."
+  default     = 300
+
+  validation {
+    condition     = var.unhealthy_after_seconds >= 60
+    error_message = "unhealthy_after_seconds must be at least 60 (two checks)."
+  }
 }
 
 variable "job_timeout_seconds" {
@@ -119,6 +180,28 @@ variable "drain_timeout_seconds" {
   type        = number
   description = "How long a terminating instance lets jobs in hand finish (the worker's FLEETSCRIBE_DRAIN_TIMEOUT); at least job_timeout_seconds, so no termination throws away a job that would have finished. Scale-in itself picks idle instances (the worker protects busy ones)."
   default     = 1800
+}
+
+variable "jobs_per_gpu" {
+  type        = number
+  description = "Jobs each instance holds at once, per GPU it has (the worker's FLEETSCRIBE_CONCURRENCY is this times the GPUs, set by worker mps up; worker_environment must not set it). Also bounds the in-flight messages the scaling metric counts as work: a message parked in retry backoff is in flight but not being worked on."
+  default     = 16
+
+  validation {
+    condition     = var.jobs_per_gpu >= 1
+    error_message = "jobs_per_gpu must be at least 1."
+  }
+}
+
+variable "queue_weights" {
+  type        = map(number)
+  description = "Weight of each queue's messages in the backlog per GPU, by queue name (missing: 1). A bulk queue at 0.1 lets a backfill fill idle GPUs and the bulk window's floor without scaling the fleet out by its full size in the daytime; 0 leaves it out of scaling."
+  default     = {}
+
+  validation {
+    condition     = alltrue([for w in values(var.queue_weights) : w >= 0 && w <= 1])
+    error_message = "queue_weights must be between 0 and 1."
+  }
 }
 
 variable "worker_environment" {
@@ -157,17 +240,22 @@ variable "spot" {
 variable "warm_pool" {
   type = object({
     enabled                     = bool
-    min_size                    = optional(number, 0)
+    min_size                    = optional(number, 1)
     max_group_prepared_capacity = optional(number)
     pool_state                  = optional(string, "Stopped")
   })
-  description = "Pre-initialised stopped instances for faster scale-out (on-demand only). Cannot be combined with spot. Instances are bootstrapped before they enter the pool and start their workers again on every boot (launch lifecycle hook)."
+  description = "Stopped instances prepared in advance (images pulled, model copied, stack not started) for faster scale-out; on-demand only. Sizes in GPUs, rounded up to instances. max_group_prepared_capacity (in-service plus pool) defaults to min_size, so the pool holds min_size instances, not max_size."
   default     = { enabled = false }
 
   validation {
-    # A Running pool instance would already drain the queue while it waits.
-    condition     = contains(["Stopped", "Hibernated"], var.warm_pool.pool_state)
-    error_message = "warm_pool.pool_state must be Stopped or Hibernated: a Running pool instance takes jobs while still in the pool."
+    # A Running pool instance would drain the queue while it waits; g6e
+    # instances cannot hibernate.
+    condition     = var.warm_pool.pool_state == "Stopped"
+    error_message = "warm_pool.pool_state must be Stopped: a Running pool instance would take jobs while in the pool, and g6e instances cannot hibernate."
+  }
+  validation {
+    condition     = var.warm_pool.min_size >= 0 && (var.warm_pool.max_group_prepared_capacity == null || coalesce(var.warm_pool.max_group_prepared_capacity, 0) >= var.warm_pool.min_size)
+    error_message = "warm_pool.min_size must be at least 0, and max_group_prepared_capacity at least min_size."
   }
 }
 
@@ -185,6 +273,53 @@ variable "scheduled_scaling" {
 
 variable "tags" {
   type        = map(string)
-  description = "Tags for the group, its instances and volumes."
+  description = "Tags for the group, its instances and volumes, on top of the provider's default_tags (which the launch template also gives instances and volumes: Auto Scaling launches them, not Terraform)."
   default     = {}
+}
+
+variable "log_group_name" {
+  type        = string
+  description = "CloudWatch Logs group the module creates for the instances' containers; null is /fleetscribe/NAME."
+  default     = null
+}
+
+variable "log_retention_days" {
+  type        = number
+  description = "Days the CloudWatch log group of the instances' containers keeps their logs (the worker logs job ids and error classes, never transcript text or audio)."
+  default     = 30
+}
+
+variable "log_kms_key_arn" {
+  type        = string
+  description = "KMS key for the log group; null uses CloudWatch Logs' own encryption. The key policy must let logs.<region>.amazonaws.com use it."
+  default     = null
+}
+
+variable "alarm_actions" {
+  type        = list(string)
+  description = "SNS topic ARNs notified when boots fail or launches fall short."
+  default     = []
+}
+
+variable "refresh_stop_alarm_names" {
+  type        = list(string)
+  description = "Further CloudWatch alarms that stop (and roll back) an instance refresh when they fire, on top of the fleet's own boot-failure and launch-shortfall alarms."
+  default     = []
+}
+
+variable "allow_public_images" {
+  type        = bool
+  description = "Allow WORKER_IMAGE, TRITON_IMAGE and CUDA_IMAGE outside ECR (or unset: public defaults). Off by default: anonymous Docker Hub pulls are limited per address, and a scale-out of many instances behind one NAT exhausts them mid-boot."
+  default     = false
+}
+
+variable "launch_shortfall_minutes" {
+  type        = number
+  description = "Minutes desired capacity may exceed what is in service or launching before the launch-shortfall alarm fires."
+  default     = 15
+
+  validation {
+    condition     = var.launch_shortfall_minutes >= 2 && var.launch_shortfall_minutes <= 60
+    error_message = "launch_shortfall_minutes must be 2 to 60."
+  }
 }

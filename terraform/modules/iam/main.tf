@@ -85,13 +85,21 @@ data "aws_iam_policy_document" "worker" {
     }
   }
 
-  # DeleteObject removes the worker's own short-lived objects: in-progress
-  # claims and the provisional record of a last attempt that succeeded.
   statement {
     sid       = "WriteTranscripts"
     effect    = "Allow"
-    actions   = ["s3:PutObject", "s3:PutObjectTagging", "s3:GetObject", "s3:DeleteObject"]
+    actions   = ["s3:PutObject", "s3:PutObjectTagging", "s3:GetObject"]
     resources = ["${var.output_bucket_arn}/${var.output_prefix}*"]
+  }
+
+  # DeleteObject removes the worker's own short-lived objects only: its
+  # in-progress claims and the provisional error record of a last attempt
+  # that succeeded. Transcripts cannot be deleted with this role.
+  statement {
+    sid       = "RemoveClaimsAndProvisionalRecords"
+    effect    = "Allow"
+    actions   = ["s3:DeleteObject"]
+    resources = ["${var.output_bucket_arn}/${var.output_prefix}*.claim", "${var.output_bucket_arn}/${var.output_prefix}*.error.json"]
   }
 
   statement {
@@ -116,6 +124,17 @@ data "aws_iam_policy_document" "worker" {
     }
   }
 
+  # Objects of the model repository encrypted with their own key.
+  dynamic "statement" {
+    for_each = var.model_kms_key_arn == null ? [] : [1]
+    content {
+      sid       = "DecryptModelRepository"
+      effect    = "Allow"
+      actions   = ["kms:Decrypt"]
+      resources = [var.model_kms_key_arn]
+    }
+  }
+
   statement {
     sid    = "DrainOnScaleIn"
     effect = "Allow"
@@ -127,12 +146,40 @@ data "aws_iam_policy_document" "worker" {
   }
 
   # The worker protects its own instance from scale-in while it holds jobs
-  # (-scale-in-protection), and unprotects it when idle.
+  # (-scale-in-protection), and unprotects it when idle; the instance's
+  # health check marks it unhealthy when its worker or Triton is down.
   statement {
-    sid       = "ScaleInProtection"
+    sid       = "ScaleInProtectionAndHealth"
     effect    = "Allow"
-    actions   = ["autoscaling:SetInstanceProtection"]
+    actions   = ["autoscaling:SetInstanceProtection", "autoscaling:SetInstanceHealth"]
     resources = [local.asg_arn]
+  }
+
+  # A failed boot publishes one BootFailures data point (the fleet's
+  # boot-failure alarm). PutMetricData has no resource-level permissions:
+  # the condition keeps it to the fleet's namespace.
+  statement {
+    sid       = "PublishBootFailures"
+    effect    = "Allow"
+    actions   = ["cloudwatch:PutMetricData"]
+    resources = ["*"]
+    condition {
+      test     = "StringEquals"
+      variable = "cloudwatch:namespace"
+      values   = [var.metric_namespace]
+    }
+  }
+
+  # Docker's awslogs driver writes the containers' logs to the fleet's log
+  # group (the group itself is the fleet module's).
+  dynamic "statement" {
+    for_each = var.log_group_name == null ? [] : [1]
+    content {
+      sid       = "ShipContainerLogs"
+      effect    = "Allow"
+      actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+      resources = ["arn:${data.aws_partition.current.partition}:logs:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:log-group:${var.log_group_name}:log-stream:*"]
+    }
   }
 
   dynamic "statement" {
@@ -168,6 +215,15 @@ resource "aws_iam_role_policy" "worker" {
   name   = "${var.name}-worker"
   role   = aws_iam_role.worker.id
   policy = data.aws_iam_policy_document.worker.json
+}
+
+# Session Manager: a shell on an instance without SSH, bastions or inbound
+# rules (the SSM agent is on the GPU AMI).
+resource "aws_iam_role_policy_attachment" "session_manager" {
+  count = var.session_manager ? 1 : 0
+
+  role       = aws_iam_role.worker.name
+  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
 }
 
 resource "aws_iam_instance_profile" "worker" {

@@ -17,3 +17,8 @@ output "instance_profile_arn" {
   description = "Instance profile ARN."
   value       = aws_iam_instance_profile.worker.arn
 }
+
+output "worker_policy_json" {
+  description = "The worker role's inline policy."
+  value       = data.aws_iam_policy_document.worker.json
+}

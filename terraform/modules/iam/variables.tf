@@ -37,7 +37,7 @@ variable "kms_key_arns" {
 
 variable "autoscaling_group_name" {
   type        = string
-  description = "Name of the worker Auto Scaling group; lifecycle and protection calls are allowed on it alone."
+  description = "Name of the worker Auto Scaling group; lifecycle, protection and health calls are allowed on it alone."
 }
 
 variable "ecr_repository_arns" {
@@ -67,4 +67,28 @@ variable "model_repository_s3_uri" {
     condition     = var.model_repository_s3_uri == null || can(regex("^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+/)?$", var.model_repository_s3_uri))
     error_message = "model_repository_s3_uri must look like s3://bucket/ or s3://bucket/prefix/."
   }
+}
+
+variable "model_kms_key_arn" {
+  type        = string
+  description = "KMS key the model repository's objects are encrypted with, when it is not one of kms_key_arns; null grants none."
+  default     = null
+}
+
+variable "log_group_name" {
+  type        = string
+  description = "CloudWatch Logs group the instances' containers write to (the fleet module's log_group_name output); null grants no logging."
+  default     = null
+}
+
+variable "metric_namespace" {
+  type        = string
+  description = "CloudWatch namespace the instances publish boot failures in (the fleet module's metric_namespace output)."
+  default     = "fleetscribe"
+}
+
+variable "session_manager" {
+  type        = bool
+  description = "Attach AmazonSSMManagedInstanceCore, for Session Manager shells on the instances (no SSH or inbound rules). Needs a route to the ssm, ssmmessages and ec2messages endpoints."
+  default     = true
 }

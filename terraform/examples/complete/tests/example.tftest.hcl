@@ -62,7 +62,9 @@ variables {
   private_subnet_ids      = ["subnet-0123456789abcdef0"]
   input_bucket_name       = "fs-test-input"
   output_bucket_name      = "fs-test-output"
-  worker_image            = "fleetscribe/worker:1"
+  worker_image            = "000000000000.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:1"
+  triton_image            = "000000000000.dkr.ecr.us-east-1.amazonaws.com/tritonserver:24.10-py3"
+  cuda_image              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/cuda:12.4.1-base-ubuntu22.04"
   model_repository_s3_uri = "s3://fs-test-models/asr/"
 }
 
@@ -161,7 +163,7 @@ run "eight_gpu_instances" {
     error_message = "backlog per GPU of 8-GPU instances"
   }
   assert {
-    condition     = strcontains(module.fleet.user_data, "mps up -gpus auto -per-gpu 8")
+    condition     = strcontains(module.fleet.user_data, "plan=(-gpus auto -per-gpu 8 -jobs-per-gpu 16 ")
     error_message = "the instance does not render its partitions from the GPUs present"
   }
 }

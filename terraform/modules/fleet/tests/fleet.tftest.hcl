@@ -1,13 +1,25 @@
-# Plans the fleet module alone against a mocked AWS provider: what the
-# worker's environment gets, and the settings the module refuses. Run by
-# `make tf-validate`.
+# Plans the fleet module alone with the real AWS provider (offline: fake
+# credentials, no account lookups; the one data source that would call AWS
+# is overridden), so every attribute asserted here is the provider's own
+# plan of it. Run by `make tf-validate`.
 
-mock_provider "aws" {
-  mock_resource "aws_launch_template" {
-    defaults = {
-      id = "lt-0123456789abcdef0"
-    }
+provider "aws" {
+  region                      = "us-east-1"
+  access_key                  = "test"
+  secret_key                  = "test"
+  skip_credentials_validation = true
+  skip_requesting_account_id  = true
+  skip_metadata_api_check     = true
+  skip_region_validation      = true
+
+  default_tags {
+    tags = { team = "asr", cost-centre = "speech" }
   }
+}
+
+override_data {
+  target = data.aws_ssm_parameter.ami[0]
+  values = { insecure_value = "ami-0123456789abcdef0" }
 }
 
 variables {
@@ -16,23 +28,274 @@ variables {
   security_group_ids     = ["sg-0123456789abcdef0"]
   instance_profile_name  = "fs-fleet-worker"
   max_size               = 4
-  queue_names            = ["fs-live"]
+  queue_names            = ["fs-live", "fs-bulk"]
   backlog_per_gpu_target = 600
   worker_environment = {
     FLEETSCRIBE_QUEUE_URL     = "https://sqs.us-east-1.amazonaws.com/000000000000/fs-live"
     FLEETSCRIBE_OUTPUT_BUCKET = "fs-out"
     FLEETSCRIBE_INPUT_BUCKETS = "fs-in"
+    WORKER_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:1"
+    TRITON_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/tritonserver:24.10-py3"
+    CUDA_IMAGE                = "000000000000.dkr.ecr.us-east-1.amazonaws.com/cuda:12.4.1-base-ubuntu22.04"
   }
 }
 
-# The worker protects its busy instance from scale-in, and its drain is as
-# long as its longest job.
+# Item 2: the worker protects its busy instance from scale-in, and its
+# drain is as long as its longest job.
 run "defaults" {
   command = plan
   assert {
     condition = alltrue([for s in ["FLEETSCRIBE_SCALE_IN_PROTECTION=true", "FLEETSCRIBE_ASG_NAME=fs-fleet", "FLEETSCRIBE_JOB_TIMEOUT=1800s",
     "FLEETSCRIBE_DRAIN_TIMEOUT=1800s", "docker compose stop -t 1860"] : strcontains(output.user_data, s)])
     error_message = "user data: scale-in protection, job timeout or drain missing"
+  }
+  # Item 6: with capacity rebalancing the group replaces the instance
+  # through the drain; the worker must not stop at the recommendation.
+  assert {
+    condition     = strcontains(output.user_data, "\nFLEETSCRIBE_DRAIN_ON_REBALANCE=false\n")
+    error_message = "the worker would stop on a rebalance recommendation while its GPUs still count"
+  }
+  # Item 6: jobs per instance follow its GPUs (worker mps up multiplies).
+  assert {
+    condition     = strcontains(output.user_data, "-per-gpu 8 -jobs-per-gpu 16 ")
+    error_message = "the instance's jobs are not derived from its GPUs"
+  }
+}
+
+# Item 3: a refresh launches before it terminates (a one-instance fleet is
+# never at zero), skips instances already on the new template, replaces
+# busy (protected) instances through the drain, and stops and rolls back on
+# the fleet's own alarms.
+run "refresh_launches_before_terminating" {
+  command = plan
+  assert {
+    condition     = aws_autoscaling_group.this.instance_refresh[0].preferences[0].min_healthy_percentage == 100 && aws_autoscaling_group.this.instance_refresh[0].preferences[0].max_healthy_percentage == 200
+    error_message = "the refresh terminates before it launches (min_healthy_percentage below 100)"
+  }
+  assert {
+    condition     = aws_autoscaling_group.this.instance_refresh[0].preferences[0].skip_matching && aws_autoscaling_group.this.instance_refresh[0].preferences[0].auto_rollback
+    error_message = "the refresh replaces instances already on the template, or does not roll back"
+  }
+  assert {
+    condition     = aws_autoscaling_group.this.instance_refresh[0].preferences[0].scale_in_protected_instances == "Refresh"
+    error_message = "protected (busy) instances would block or be skipped by the refresh"
+  }
+  assert {
+    condition     = toset(aws_autoscaling_group.this.instance_refresh[0].preferences[0].alarm_specification[0].alarms) == toset(["fs-fleet-boot-failures", "fs-fleet-launch-shortfall"])
+    error_message = "the refresh does not stop on failed boots and launches"
+  }
+}
+
+# Item 4: the launch hook's deadline is its own (heartbeated), not the
+# scaling warm-up; gp3 throughput and IOPS are set; images come from ECR.
+run "boot_dependencies" {
+  command = plan
+  assert {
+    condition     = aws_autoscaling_lifecycle_hook.launch.heartbeat_timeout == 300 && aws_autoscaling_group.this.default_instance_warmup == 300
+    error_message = "launch hook timeout"
+  }
+  assert {
+    condition     = strcontains(output.user_data, "(while sleep 60; do hook record-lifecycle-action-heartbeat; done) &") && strcontains(output.user_data, "timeout --kill-after=30 2700 fleetscribe-stack")
+    error_message = "the boot does not heartbeat its launch hook, or has no timeout of its own"
+  }
+  assert {
+    condition     = aws_launch_template.this.block_device_mappings[0].ebs[0].iops == 6000 && aws_launch_template.this.block_device_mappings[0].ebs[0].throughput == 500
+    error_message = "the root volume runs at gp3's baseline"
+  }
+}
+
+run "public_images_refused" {
+  command = plan
+  variables {
+    worker_environment = {
+      FLEETSCRIBE_QUEUE_URL     = "https://sqs.us-east-1.amazonaws.com/000000000000/fs-live"
+      FLEETSCRIBE_OUTPUT_BUCKET = "fs-out"
+      FLEETSCRIBE_INPUT_BUCKETS = "fs-in"
+      WORKER_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:1"
+      TRITON_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/tritonserver:24.10-py3"
+      # CUDA_IMAGE unset: the compose default, from Docker Hub
+    }
+  }
+  expect_failures = [aws_launch_template.this]
+}
+
+run "public_images_allowed_on_purpose" {
+  command = plan
+  variables {
+    allow_public_images = true
+    worker_environment = {
+      FLEETSCRIBE_QUEUE_URL     = "https://sqs.us-east-1.amazonaws.com/000000000000/fs-live"
+      FLEETSCRIBE_OUTPUT_BUCKET = "fs-out"
+      FLEETSCRIBE_INPUT_BUCKETS = "fs-in"
+    }
+  }
+}
+
+run "volume_throughput_over_iops_refused" {
+  command = plan
+  variables {
+    root_volume_iops       = 3000
+    root_volume_throughput = 1000
+  }
+  expect_failures = [aws_launch_template.this]
+}
+
+# Item 5: the hooks exist before the first instance launches (the warm pool
+# fills at creation), the pool is bounded, and cannot hibernate or run.
+run "warm_pool" {
+  command = plan
+  variables {
+    warm_pool = { enabled = true }
+  }
+  assert {
+    condition     = length(aws_autoscaling_group.this.initial_lifecycle_hook) == 2 && toset([for h in aws_autoscaling_group.this.initial_lifecycle_hook : h.default_result]) == toset(["ABANDON", "CONTINUE"])
+    error_message = "the group's first instances could launch before the launch and drain hooks exist"
+  }
+  assert {
+    condition     = aws_autoscaling_group.this.warm_pool[0].max_group_prepared_capacity == 1 && aws_autoscaling_group.this.warm_pool[0].min_size == 1
+    error_message = "the warm pool fills to max_size"
+  }
+  # Headed for the pool, an instance prepares and is stopped: the stack is
+  # not started, so no job is taken by an instance about to stop.
+  assert {
+    condition     = strcontains(output.user_data, "Warmed:*) mode=prepare ;;") && strcontains(output.user_data, "if [ \"$mode\" = prepare ]; then exit 0; fi\nfleetscribe-worker mps up")
+    error_message = "an instance headed for the warm pool starts its stack"
+  }
+  # At shutdown the stack goes, so Docker cannot restart it at the next boot.
+  assert {
+    condition     = strcontains(output.user_data, "ExecStop=/bin/sh -c '[ ! -f docker-compose.override.yml ] || docker compose down -t 1860'")
+    error_message = "a stale stack is restarted by Docker when the instance leaves the pool"
+  }
+}
+
+run "warm_pool_hibernated_refused" {
+  command = plan
+  variables {
+    warm_pool = { enabled = true, pool_state = "Hibernated" }
+  }
+  expect_failures = [var.warm_pool]
+}
+
+run "warm_pool_running_refused" {
+  command = plan
+  variables {
+    warm_pool = { enabled = true, pool_state = "Running" }
+  }
+  expect_failures = [var.warm_pool]
+}
+
+run "warm_pool_larger_than_fleet_refused" {
+  command = plan
+  variables {
+    warm_pool = { enabled = true, min_size = 2, max_group_prepared_capacity = 8 }
+  }
+  expect_failures = [aws_autoscaling_group.this]
+}
+
+# Item 6: the scale-from-zero alarm watches desired capacity (not in-service
+# instances, which are zero for the whole boot of the first one), for three
+# minutes, repeating a late data point.
+run "scale_from_zero_alarm" {
+  command = plan
+  assert {
+    condition     = one([for q in aws_cloudwatch_metric_alarm.scale_from_zero.metric_query : q.metric[0].metric_name if q.id == "desired"]) == "GroupDesiredCapacity"
+    error_message = "scale-from-zero does not watch desired capacity"
+  }
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.scale_from_zero.evaluation_periods == 3 && aws_cloudwatch_metric_alarm.scale_from_zero.datapoints_to_alarm == 3
+    error_message = "scale-from-zero fires on one period (metric lag)"
+  }
+  assert {
+    condition     = strcontains(one([for q in aws_cloudwatch_metric_alarm.scale_from_zero.metric_query : q.expression if q.id == "waiting_with_nothing_desired"]), "FILL(FILL(desired, REPEAT), 0) == 0")
+    error_message = "a late desired-capacity data point reads as zero"
+  }
+}
+
+# Item 6: a weighted bulk queue; in-flight messages count only up to what
+# the in-service GPUs can hold. (TestBacklogMetricMath evaluates it.)
+run "weighted_backlog" {
+  command = plan
+  variables {
+    queue_weights = { "fs-bulk" = 0.1 }
+  }
+  assert {
+    condition     = output.backlog_expression == "(0.1 * visible1 + visible0 + IF(0.1 * inflight1 + inflight0 < in_service * 1 * 16, 0.1 * inflight1 + inflight0, in_service * 1 * 16)) / (in_service * 1)"
+    error_message = "backlog expression: ${output.backlog_expression}"
+  }
+}
+
+run "bulk_left_out_of_scaling" {
+  command = plan
+  variables {
+    queue_weights = { "fs-bulk" = 0 }
+  }
+  assert {
+    condition     = length([for m in aws_autoscaling_policy.backlog_per_gpu.target_tracking_configuration[0].customized_metric_specification[0].metrics : m if m.metric_stat != null && length(m.metric_stat) > 0 && try(m.metric_stat[0].metric[0].dimensions[0].value, "") == "fs-bulk"]) == 0
+    error_message = "a queue of weight 0 still takes metric slots"
+  }
+}
+
+run "every_queue_weighted_out_refused" {
+  command = plan
+  variables {
+    queue_weights = { "fs-live" = 0, "fs-bulk" = 0 }
+  }
+  expect_failures = [aws_autoscaling_policy.backlog_per_gpu]
+}
+
+# Target tracking on metric math takes at most 10 metrics.
+run "too_many_queues_refused" {
+  command = plan
+  variables {
+    queue_names = ["q1", "q2", "q3", "q4", "q5"]
+  }
+  expect_failures = [var.queue_names]
+}
+
+# Item 7: the AMI is pinned at plan time (from the parameter, or given),
+# never resolved by EC2 at launch.
+run "ami_pinned" {
+  command = plan
+  assert {
+    condition     = aws_launch_template.this.image_id == "ami-0123456789abcdef0"
+    error_message = "the launch template does not pin the AMI read from the parameter"
+  }
+}
+
+run "ami_given" {
+  command = plan
+  variables {
+    ami_id = "ami-0fedcba9876543210"
+  }
+  assert {
+    condition     = aws_launch_template.this.image_id == "ami-0fedcba9876543210" && length(data.aws_ssm_parameter.ami) == 0
+    error_message = "a given AMI is not used alone"
+  }
+}
+
+# Item 8: default tags reach what Auto Scaling launches; logs go to the
+# fleet's log group; alarms on failed boots and short launches.
+run "operations" {
+  command = plan
+  assert {
+    condition     = alltrue([for ts in aws_launch_template.this.tag_specifications : ts.tags["team"] == "asr" && ts.tags["cost-centre"] == "speech" && ts.tags["Name"] == "fs-fleet"])
+    error_message = "the provider's default tags do not reach instances and volumes"
+  }
+  assert {
+    condition     = aws_cloudwatch_log_group.this.name == "/fleetscribe/fs-fleet" && strcontains(output.user_data, "\nLOG_GROUP=/fleetscribe/fs-fleet\n") && strcontains(output.user_data, "-log-driver awslogs")
+    error_message = "container logs are not shipped to the fleet's log group"
+  }
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.boot_failures.metric_name == "BootFailures" && aws_cloudwatch_metric_alarm.boot_failures.namespace == "fleetscribe" && strcontains(output.user_data, "--namespace 'fleetscribe' --metric-name BootFailures")
+    error_message = "the boot-failure alarm does not watch what the boot publishes"
+  }
+  assert {
+    condition     = one([for q in aws_cloudwatch_metric_alarm.launch_shortfall.metric_query : q.expression if q.return_data]) == "IF(desired > in_service + pending, 1, 0)" && contains(aws_autoscaling_group.this.enabled_metrics, "GroupPendingCapacity")
+    error_message = "launch shortfall"
+  }
+  assert {
+    condition     = strcontains(output.user_data, "set-instance-health") && strcontains(output.user_data, "readyz?local=1")
+    error_message = "no instance health check of the worker and Triton"
   }
 }
 
@@ -44,14 +307,17 @@ run "drain_shorter_than_jobs_refused" {
   expect_failures = [aws_launch_template.this]
 }
 
-run "job_timeout_in_worker_environment_refused" {
+run "settings_the_module_owns_refused" {
   command = plan
   variables {
     worker_environment = {
       FLEETSCRIBE_QUEUE_URL     = "https://sqs.us-east-1.amazonaws.com/000000000000/fs-live"
       FLEETSCRIBE_OUTPUT_BUCKET = "fs-out"
       FLEETSCRIBE_INPUT_BUCKETS = "fs-in"
-      FLEETSCRIBE_JOB_TIMEOUT   = "3600s"
+      FLEETSCRIBE_CONCURRENCY   = "64"
+      WORKER_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:1"
+      TRITON_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/tritonserver:24.10-py3"
+      CUDA_IMAGE                = "000000000000.dkr.ecr.us-east-1.amazonaws.com/cuda:12.4.1-base-ubuntu22.04"
     }
   }
   expect_failures = [aws_launch_template.this]

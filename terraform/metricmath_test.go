@@ -1,0 +1,362 @@
+package terraform
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// A small evaluator of CloudWatch metric math, enough for the fleet's
+// expressions: numbers, metric ids, + - * /, comparisons, AND, OR,
+// IF(cond, a, b) and FILL(m, value|REPEAT). A series is one value per
+// period; NaN is a missing data point. Arithmetic and comparisons work
+// point by point, and a missing operand makes the point missing, as
+// CloudWatch drops it.
+type series []float64
+
+type mathExpr interface {
+	eval(env map[string]series, n int) series
+}
+
+type num float64
+type ref string
+type binop struct {
+	op   string
+	l, r mathExpr
+}
+type call struct {
+	fn   string
+	args []mathExpr
+}
+
+func (v num) eval(_ map[string]series, n int) series {
+	out := make(series, n)
+	for i := range out {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+func (r ref) eval(env map[string]series, n int) series {
+	s, ok := env[string(r)]
+	if !ok {
+		panic("metric " + string(r) + " has no data")
+	}
+	return s
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (b binop) eval(env map[string]series, n int) series {
+	l, r := b.l.eval(env, n), b.r.eval(env, n)
+	out := make(series, n)
+	for i := range out {
+		x, y := l[i], r[i]
+		if math.IsNaN(x) || math.IsNaN(y) {
+			out[i] = math.NaN()
+			continue
+		}
+		switch b.op {
+		case "+":
+			out[i] = x + y
+		case "-":
+			out[i] = x - y
+		case "*":
+			out[i] = x * y
+		case "/":
+			out[i] = x / y
+		case "<":
+			out[i] = b2f(x < y)
+		case ">":
+			out[i] = b2f(x > y)
+		case "<=":
+			out[i] = b2f(x <= y)
+		case ">=":
+			out[i] = b2f(x >= y)
+		case "==":
+			out[i] = b2f(x == y)
+		case "AND":
+			out[i] = b2f(x != 0 && y != 0)
+		case "OR":
+			out[i] = b2f(x != 0 || y != 0)
+		default:
+			panic("operator " + b.op)
+		}
+	}
+	return out
+}
+
+func (c call) eval(env map[string]series, n int) series {
+	switch c.fn {
+	case "IF":
+		cond, a, b := c.args[0].eval(env, n), c.args[1].eval(env, n), c.args[2].eval(env, n)
+		out := make(series, n)
+		for i := range out {
+			switch {
+			case math.IsNaN(cond[i]):
+				out[i] = math.NaN()
+			case cond[i] != 0:
+				out[i] = a[i]
+			default:
+				out[i] = b[i]
+			}
+		}
+		return out
+	case "FILL":
+		s := c.args[0].eval(env, n)
+		out := make(series, n)
+		if r, ok := c.args[1].(ref); ok && r == "REPEAT" {
+			last := math.NaN()
+			for i, v := range s {
+				if !math.IsNaN(v) {
+					last = v
+				}
+				out[i] = last
+			}
+			return out
+		}
+		fill := c.args[1].eval(env, n)
+		for i, v := range s {
+			out[i] = v
+			if math.IsNaN(v) {
+				out[i] = fill[i]
+			}
+		}
+		return out
+	}
+	panic("function " + c.fn)
+}
+
+type mathParser struct {
+	toks []string
+	pos  int
+}
+
+func tokenize(s string) []string {
+	var out []string
+	for i := 0; i < len(s); {
+		c := rune(s[i])
+		switch {
+		case unicode.IsSpace(c):
+			i++
+		case strings.ContainsRune("()+-*/,", c):
+			out = append(out, string(c))
+			i++
+		case strings.ContainsRune("<>=", c):
+			j := i + 1
+			if j < len(s) && s[j] == '=' {
+				j++
+			}
+			out = append(out, s[i:j])
+			i = j
+		default:
+			j := i
+			for j < len(s) && (unicode.IsLetter(rune(s[j])) || unicode.IsDigit(rune(s[j])) || s[j] == '_' || s[j] == '.') {
+				j++
+			}
+			if j == i {
+				panic(fmt.Sprintf("unexpected %q in %q", s[i], s))
+			}
+			out = append(out, s[i:j])
+			i = j
+		}
+	}
+	return out
+}
+
+// parseMath parses a metric math expression.
+func parseMath(s string) mathExpr {
+	p := &mathParser{toks: tokenize(s)}
+	e := p.expr(0)
+	if p.pos != len(p.toks) {
+		panic(fmt.Sprintf("trailing %v in %q", p.toks[p.pos:], s))
+	}
+	return e
+}
+
+var precedence = map[string]int{"OR": 1, "AND": 2, "<": 3, ">": 3, "<=": 3, ">=": 3, "==": 3, "+": 4, "-": 4, "*": 5, "/": 5}
+
+func (p *mathParser) expr(minPrec int) mathExpr {
+	l := p.primary()
+	for p.pos < len(p.toks) {
+		op := p.toks[p.pos]
+		prec, ok := precedence[op]
+		if !ok || prec < minPrec {
+			break
+		}
+		p.pos++
+		l = binop{op, l, p.expr(prec + 1)}
+	}
+	return l
+}
+
+func (p *mathParser) primary() mathExpr {
+	t := p.toks[p.pos]
+	p.pos++
+	if t == "(" {
+		e := p.expr(0)
+		p.expect(")")
+		return e
+	}
+	if f, err := strconv.ParseFloat(t, 64); err == nil {
+		return num(f)
+	}
+	if p.pos < len(p.toks) && p.toks[p.pos] == "(" {
+		p.pos++
+		var args []mathExpr
+		for {
+			args = append(args, p.expr(0))
+			if p.toks[p.pos] == ")" {
+				p.pos++
+				return call{t, args}
+			}
+			p.expect(",")
+		}
+	}
+	return ref(t)
+}
+
+func (p *mathParser) expect(tok string) {
+	if p.toks[p.pos] != tok {
+		panic(fmt.Sprintf("want %q at %d of %v", tok, p.pos, p.toks))
+	}
+	p.pos++
+}
+
+func evalMath(t *testing.T, expr string, env map[string]series) series {
+	t.Helper()
+	n := 0
+	for _, s := range env {
+		n = max(n, len(s))
+	}
+	var out series
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("%s: %v", expr, r)
+			}
+		}()
+		out = parseMath(expr).eval(env, n)
+	}()
+	return out
+}
+
+func one(v float64) series { return series{v} }
+
+var missing = math.NaN()
+
+// The backlog per GPU the target tracking policy holds, evaluated for the
+// situations it must get right: it divides by GPUs, counts a weighted bulk
+// queue at its weight, and does not count messages parked in retry
+// backoff (in flight beyond what the in-service GPUs hold) as work.
+func TestBacklogMetricMath(t *testing.T) {
+	m := load(t, "modules/fleet")
+	for _, c := range []struct {
+		name    string
+		vars    fleetVars
+		metrics map[string]series
+		want    float64
+	}{
+		{"two 1-GPU instances", fleetVars{queues: []string{"live", "bulk"}},
+			map[string]series{"visible0": one(100), "inflight0": one(20), "visible1": one(0), "inflight1": one(0), "in_service": one(2)}, 60},
+		{"retry storm: 5,000 parked messages, 2 GPUs of 16 jobs", fleetVars{queues: []string{"live"}},
+			map[string]series{"visible0": one(0), "inflight0": one(5000), "in_service": one(2)}, 16},
+		{"bulk backfill at a tenth", fleetVars{queues: []string{"live", "bulk"}, weights: map[string]float64{"bulk": 0.1}},
+			map[string]series{"visible0": one(0), "inflight0": one(0), "visible1": one(6000), "inflight1": one(0), "in_service": one(2)}, 300},
+		{"one 8-GPU instance", fleetVars{queues: []string{"live"}, types: []string{"g6e.48xlarge"}},
+			map[string]series{"visible0": one(800), "inflight0": one(64), "in_service": one(1)}, 108},
+		{"weighted spot group counts GPUs", fleetVars{queues: []string{"live"}, spot: true, types: []string{"g6e.48xlarge", "g6e.xlarge"}},
+			map[string]series{"visible0": one(900), "inflight0": one(0), "in_service": one(9)}, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			expr := fleetLocals(t, m, c.vars).Variables["local"].GetAttr("per_gpu_expr").AsString()
+			if got := evalMath(t, expr, c.metrics)[0]; math.Abs(got-c.want) > 1e-9 {
+				t.Errorf("%s = %g, want %g", expr, got, c.want)
+			}
+		})
+	}
+}
+
+// The scale-from-zero alarm's expression, evaluated minute by minute: it
+// fires while messages wait and nothing is desired, and not when the
+// latest desired capacity of a busy fleet is merely late.
+func TestScaleFromZeroAlarmMath(t *testing.T) {
+	m := load(t, "modules/fleet")
+	ctx := fleetLocals(t, m, fleetVars{queues: []string{"live", "bulk"}})
+	alarm := m.one(t, "resource", "aws_cloudwatch_metric_alarm", "scale_from_zero")
+	var expr string
+	for _, q := range nested(alarm, "metric_query") {
+		if e := attr(q, "expression"); e != nil {
+			v, diags := e.Value(ctx)
+			if diags.HasErrors() {
+				t.Fatal(diags.Error())
+			}
+			expr = v.AsString()
+		}
+	}
+	periods := literal(t, attr(alarm, "evaluation_periods"))
+	for _, c := range []struct {
+		name    string
+		desired series
+		fires   bool
+	}{
+		{"an empty group", series{0, 0, 0}, true},
+		{"a group that never reported", series{missing, missing, missing}, true},
+		{"a busy fleet whose latest point is late", series{3, 3, missing}, false},
+		{"a busy fleet whose points are late for every evaluated period", series{3, 3, missing, missing, missing}, false},
+		{"a busy fleet", series{3, 3, 3}, false},
+		{"a fleet just scaled out from zero", series{0, 1, 1}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			visible0, visible1 := make(series, len(c.desired)), make(series, len(c.desired))
+			for i := range visible0 {
+				visible0[i] = 5
+			}
+			v := evalMath(t, expr, map[string]series{"visible0": visible0, "visible1": visible1, "desired": c.desired})
+			// In ALARM when every one of the evaluated periods breaches
+			// (datapoints_to_alarm equals evaluation_periods).
+			n, _ := periods.AsBigFloat().Int64()
+			fires := true
+			for _, x := range v[len(v)-int(n):] {
+				fires = fires && x >= 1
+			}
+			if fires != c.fires {
+				t.Errorf("%s with desired %v: %v, alarm %v, want %v", expr, c.desired, v, fires, c.fires)
+			}
+		})
+	}
+}
+
+// The launch-shortfall alarm: desired capacity above what is in service
+// or launching.
+func TestLaunchShortfallMath(t *testing.T) {
+	alarm := load(t, "modules/fleet").one(t, "resource", "aws_cloudwatch_metric_alarm", "launch_shortfall")
+	var expr string
+	for _, q := range nested(alarm, "metric_query") {
+		if e := attr(q, "expression"); e != nil {
+			expr = str(t, e)
+		}
+	}
+	for _, c := range []struct {
+		desired, inService, pending float64
+		short                       bool
+	}{
+		{4, 4, 0, false},
+		{4, 2, 2, false}, // launching
+		{4, 2, 0, true},  // launches refused
+		{0, 0, 0, false},
+	} {
+		v := evalMath(t, expr, map[string]series{"desired": one(c.desired), "in_service": one(c.inService), "pending": one(c.pending)})
+		if (v[0] >= 1) != c.short {
+			t.Errorf("%s: desired %g, in service %g, pending %g: %g", expr, c.desired, c.inService, c.pending, v[0])
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package terraform
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+)
+
+var update = flag.Bool("update", false, "rewrite the README's reference section from the .tf files (make tf-docs)")
+
+// referenceDirs are the directories the README's reference documents, in
+// its order.
+var referenceDirs = []string{
+	"modules/queues", "modules/buckets", "modules/notifications", "modules/kms",
+	"modules/iam", "modules/fleet", "modules/alarms", "examples/complete",
+}
+
+const referenceHeading = "## Reference\n"
+
+var spaces = regexp.MustCompile(`\s+`)
+
+// source is an expression's text on one line.
+func source(m *module, e hclsyntax.Expression) string {
+	r := e.Range()
+	return strings.TrimSpace(spaces.ReplaceAllString(string(r.SliceBytes(m.src[r.Filename])), " "))
+}
+
+// typeName shortens object types to their kind: the fields are the
+// description's to explain.
+func typeName(s string) string {
+	for _, kind := range []string{"object", "list", "map", "set"} {
+		inner := strings.TrimPrefix(s, kind+"(")
+		if inner == s {
+			continue
+		}
+		if strings.HasPrefix(inner, "object(") {
+			return kind + "(object)"
+		}
+		if kind == "object" {
+			return "object"
+		}
+	}
+	return s
+}
+
+func cell(s string) string {
+	return strings.ReplaceAll(s, "|", `\|`)
+}
+
+// reference renders the README's reference section from the variables
+// and outputs of every documented directory.
+func reference(t *testing.T) string {
+	var b strings.Builder
+	b.WriteString(referenceHeading)
+	b.WriteString("\nGenerated from the `.tf` files by `make tf-docs`; `make test` fails when it\nis out of date.\n")
+	for _, dir := range referenceDirs {
+		m := load(t, dir)
+		fmt.Fprintf(&b, "\n### `%s`\n\n| variable | type | default | description |\n|---|---|---|---|\n", dir)
+		for _, v := range m.blocks("variable") {
+			def := "required"
+			if e := attr(v, "default"); e != nil {
+				def = "`" + source(m, e) + "`"
+			}
+			fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s |\n", v.Labels[0], cell(typeName(source(m, attr(v, "type")))), cell(def), cell(str(t, attr(v, "description"))))
+		}
+		fmt.Fprintf(&b, "\n| output | description |\n|---|---|\n")
+		for _, o := range m.blocks("output") {
+			fmt.Fprintf(&b, "| `%s` | %s |\n", o.Labels[0], cell(str(t, attr(o, "description"))))
+		}
+	}
+	return b.String()
+}
+
+// The README's variables and outputs are the modules' own: a variable
+// added, renamed or redescribed without the README fails here (make
+// tf-docs rewrites the section).
+func TestReadmeReferenceIsCurrent(t *testing.T) {
+	const path = "README.md"
+	readme, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(readme), referenceHeading)
+	if i < 0 {
+		t.Fatalf("%s has no %q section", path, strings.TrimSpace(referenceHeading))
+	}
+	want := reference(t)
+	if *update {
+		if err := os.WriteFile(path, []byte(string(readme[:i])+want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got := string(readme[i:])
+	if got == want {
+		return
+	}
+	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for n := 0; n < len(gl) || n < len(wl); n++ {
+		var g, w string
+		if n < len(gl) {
+			g = gl[n]
+		}
+		if n < len(wl) {
+			w = wl[n]
+		}
+		if g != w {
+			t.Fatalf("%s's reference is out of date (run make tf-docs); first difference, line %d of the section:\n have %s\n want %s", path, n+1, g, w)
+		}
+	}
+}
