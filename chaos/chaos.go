@@ -37,6 +37,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/internal/shm"
 	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
@@ -360,7 +361,7 @@ func makeJobs(n, clips int, rng *rand.Rand) []job {
 		if j.kind == KindBadJSON {
 			j.body = fmt.Sprintf(`{"v": 1, "bucket": %q, "key": %q, "formats": ["nonsense-%d"]`, inBucket, j.key, i) // cut short
 		} else {
-			b, _ := worker.Job{Bucket: inBucket, Key: j.key}.Encode()
+			b, _ := contract.Job{Bucket: inBucket, Key: j.key}.Encode()
 			j.body = string(b)
 		}
 		jobs = append(jobs, j)
@@ -494,7 +495,7 @@ func verify(ctx context.Context, s3c *s3.Client, sqsc *sqs.Client, q localaws.Qu
 	invalid := map[string]bool{} // bodies kept in _invalid-messages records
 	for k := range outputs {
 		if strings.HasPrefix(k, outPrefix+"_invalid-messages/") {
-			var rec worker.ErrorRecord
+			var rec contract.ErrorRecord
 			if getJSON(ctx, s3c, k, &rec) == nil {
 				invalid[rec.MessageBody] = true
 			}
@@ -545,7 +546,7 @@ func judge(ctx context.Context, s3c *s3.Client, j job, expected []string, output
 		}
 		return "lost"
 	}
-	ref := worker.InputRef{Bucket: inBucket, Key: j.key}
+	ref := contract.InputRef{Bucket: inBucket, Key: j.key}
 	if j.kind != KindMissing && j.kind != KindBadJSON {
 		h, err := s3c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(inBucket), Key: aws.String(j.key)})
 		if err != nil {
@@ -553,7 +554,7 @@ func judge(ctx context.Context, s3c *s3.Client, j job, expected []string, output
 		}
 		ref.ETag = strings.Trim(aws.ToString(h.ETag), `"`)
 	}
-	keys := worker.KeysFor(outPrefix, ref, model)
+	keys := contract.KeysFor(outPrefix, ref, model)
 	hasT, hasE := outputs[keys.JSON], outputs[keys.Error]
 	// A transcript rewritten with other content is a duplicate outcome.
 	hashes := writes[outBucket+"/"+keys.JSON]
@@ -572,13 +573,13 @@ func judge(ctx context.Context, s3c *s3.Client, j job, expected []string, output
 	case KindSpeech:
 		if !hasT {
 			if hasE {
-				var rec worker.ErrorRecord
+				var rec contract.ErrorRecord
 				_ = getJSON(ctx, s3c, keys.Error, &rec)
 				return "error record instead of a transcript: " + rec.Class
 			}
 			return "lost"
 		}
-		var t worker.Transcript
+		var t contract.Transcript
 		if err := getJSON(ctx, s3c, keys.JSON, &t); err != nil {
 			return "unreadable transcript"
 		}
@@ -589,8 +590,8 @@ func judge(ctx context.Context, s3c *s3.Client, j job, expected []string, output
 		return "ok"
 	default:
 		want := map[string]string{
-			KindCorrupt: worker.ClassCorruptAudio, KindEmpty: worker.ClassEmptyAudio, KindMissing: worker.ClassMissing,
-			KindUnsupported: worker.ClassUnsupported, KindExhaust: worker.ClassExhausted,
+			KindCorrupt: contract.ClassCorruptAudio, KindEmpty: contract.ClassEmptyAudio, KindMissing: contract.ClassMissing,
+			KindUnsupported: contract.ClassUnsupported, KindExhaust: contract.ClassExhausted,
 		}[j.kind]
 		if hasT {
 			return "transcript for a bad input"
@@ -598,7 +599,7 @@ func judge(ctx context.Context, s3c *s3.Client, j job, expected []string, output
 		if !hasE {
 			return "lost"
 		}
-		var rec worker.ErrorRecord
+		var rec contract.ErrorRecord
 		if err := getJSON(ctx, s3c, keys.Error, &rec); err != nil {
 			return "unreadable error record"
 		}

@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fleetscribe/fleetscribe/worker"
+	"github.com/fleetscribe/fleetscribe/contract"
 )
 
 // Fault kinds the proxy injects.
@@ -186,7 +186,7 @@ func (p *Proxy) recordWrite(r *http.Request, status int) {
 		return
 	}
 	defer resp.Body.Close()
-	var t worker.Transcript
+	var t contract.Transcript
 	if json.NewDecoder(resp.Body).Decode(&t) != nil {
 		return
 	}

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fleetscribe/fleetscribe/worker"
+	"github.com/fleetscribe/fleetscribe/contract"
 )
 
 // store is a tiny object store: PUT keeps the body, GET returns it.
@@ -64,10 +64,10 @@ func TestProxyTellsRecomputationFromRewrite(t *testing.T) {
 	p.Exhaust = "/in/exhaust/"
 	front := httptest.NewServer(p)
 	defer front.Close()
-	a := worker.Transcript{Text: "the patient reports pain", Attempt: 1}
+	a := contract.Transcript{Text: "the patient reports pain", Attempt: 1}
 	b := a
 	b.Attempt = 2 // written again later: same content
-	c := worker.Transcript{Text: "the patient reports rain"}
+	c := contract.Transcript{Text: "the patient reports rain"}
 	put(t, front.URL, "out/k1/asr/e-1.json", a)
 	put(t, front.URL, "out/k1/asr/e-1.json", b)
 	put(t, front.URL, "out/k2/asr/e-2.json", a)

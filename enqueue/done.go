@@ -10,10 +10,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/internal/s3errs"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
-
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 // Skip-check modes.
@@ -71,7 +71,7 @@ func (c *checker) check(ctx context.Context, items []Item) ([]checked, error) {
 		it := &items[i]
 		h, err := c.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(it.Bucket), Key: aws.String(it.Key), VersionId: optional(it.VersionID)})
 		if err != nil {
-			if worker.IsNotFound(err) {
+			if s3errs.NotFound(err) {
 				err = fmt.Errorf("s3://%s/%s does not exist", it.Bucket, it.Key)
 			}
 			out[i] = checked{v: vFailed, err: fmt.Errorf("head input: %w", err)}
@@ -102,7 +102,7 @@ func (c *checker) check(ctx context.Context, items []Item) ([]checked, error) {
 	keys := make([]string, len(items))
 	for _, i := range todo {
 		it := items[i]
-		keys[i] = worker.KeysFor(c.prefix, worker.InputRef{Bucket: it.Bucket, Key: it.Key, ETag: it.ETag, VersionID: it.VersionID}, c.model).JSON
+		keys[i] = contract.KeysFor(c.prefix, contract.InputRef{Bucket: it.Bucket, Key: it.Key, ETag: it.ETag, VersionID: it.VersionID}, c.model).JSON
 	}
 	if c.mode == CheckList {
 		var err error
@@ -115,7 +115,7 @@ func (c *checker) check(ctx context.Context, items []Item) ([]checked, error) {
 		switch {
 		case err == nil:
 			out[i].v = vDone
-		case !worker.IsNotFound(err):
+		case !s3errs.NotFound(err):
 			out[i] = checked{v: vFailed, err: fmt.Errorf("check for transcript: %w", err)}
 		}
 	})

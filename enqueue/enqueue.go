@@ -28,8 +28,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/backoff"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 // SQSAPI is the SQS call sending makes.
@@ -60,7 +60,7 @@ type Options struct {
 	QueueURL string
 	Sources  Sources
 	Filter   Filter
-	Job      worker.Job // template: model, output prefix, formats, priority
+	Job      contract.Job // template: model, output prefix, formats, priority
 
 	// Skip-if-done: leave out inputs whose transcript exists in
 	// OutputBucket under the job's output prefix and model (or, when the
@@ -117,7 +117,7 @@ func (o *Options) Validate() error {
 		return errors.New("rates must not be negative")
 	}
 	if o.Job.OutputPrefix != "" {
-		if err := worker.CheckOutputPrefix(o.Job.OutputPrefix); err != nil {
+		if err := contract.CheckOutputPrefix(o.Job.OutputPrefix); err != nil {
 			return err
 		}
 	}
@@ -125,7 +125,7 @@ func (o *Options) Validate() error {
 		return errors.New("-skip-done needs the model: -job-model or -worker-model")
 	}
 	job := o.Job
-	job.V, job.Bucket, job.Key = worker.JobVersion, "placeholder", "k" // checks the template's own fields
+	job.V, job.Bucket, job.Key = contract.JobVersion, "placeholder", "k" // checks the template's own fields
 	if err := job.Validate(); err != nil {
 		return err
 	}
@@ -285,7 +285,7 @@ func firstNonEmpty(a, b string) string {
 type runner struct {
 	opts  Options
 	s3    S3API
-	job   worker.Job
+	job   contract.Job
 	check *checker
 	track *tracker
 	stats *Counters
@@ -552,7 +552,7 @@ func (r *runner) process(ctx context.Context, window []pendingItem, out chan<- o
 
 func (r *runner) emit(ctx context.Context, ref itemRef, it Item, out chan<- outgoing) error {
 	job := r.job
-	job.V, job.Bucket, job.Key, job.VersionID = worker.JobVersion, it.Bucket, it.Key, ref.entry.V
+	job.V, job.Bucket, job.Key, job.VersionID = contract.JobVersion, it.Bucket, it.Key, ref.entry.V
 	body, err := job.Encode()
 	if err != nil {
 		r.stats.Failed.Add(1)

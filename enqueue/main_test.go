@@ -16,9 +16,9 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/leaktest"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 var (
@@ -176,8 +176,8 @@ func (w *world) markDone(out, prefix, model, bucket string, keys ...string) {
 		if err != nil {
 			w.t.Fatal(err)
 		}
-		ref := worker.InputRef{Bucket: bucket, Key: k, ETag: strings.Trim(aws.ToString(h.ETag), `"`)}
-		w.putBody(out, worker.KeysFor(prefix, ref, model).JSON, []byte("{}"))
+		ref := contract.InputRef{Bucket: bucket, Key: k, ETag: strings.Trim(aws.ToString(h.ETag), `"`)}
+		w.putBody(out, contract.KeysFor(prefix, ref, model).JSON, []byte("{}"))
 	}
 }
 
@@ -198,7 +198,7 @@ func (w *world) drain(url string) map[string]int {
 		}
 		empty = 0
 		for _, m := range out.Messages {
-			jobs, err := worker.ParseMessage([]byte(aws.ToString(m.Body)))
+			jobs, err := contract.ParseMessage([]byte(aws.ToString(m.Body)))
 			if err != nil {
 				w.t.Fatalf("message %q: %v", aws.ToString(m.Body), err)
 			}

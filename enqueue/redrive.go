@@ -18,8 +18,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/backoff"
-	"github.com/fleetscribe/fleetscribe/worker"
+	"github.com/fleetscribe/fleetscribe/internal/s3errs"
 )
 
 // RedriveSQS is the SQS calls Redrive makes.
@@ -319,7 +320,7 @@ func selected(ctx context.Context, s3c RecordS3, o RedriveOptions, m types.Messa
 	if len(o.Classes) == 0 && o.Match == nil {
 		return true, nil
 	}
-	jobs, err := worker.ParseMessage([]byte(aws.ToString(m.Body)))
+	jobs, err := contract.ParseMessage([]byte(aws.ToString(m.Body)))
 	if err != nil {
 		return matchRecord(o, nil), nil
 	}
@@ -335,7 +336,7 @@ func selected(ctx context.Context, s3c RecordS3, o RedriveOptions, m types.Messa
 	return false, nil
 }
 
-func matchRecord(o RedriveOptions, rec *worker.ErrorRecord) bool {
+func matchRecord(o RedriveOptions, rec *contract.ErrorRecord) bool {
 	class := ClassNone
 	text := ""
 	if rec != nil {
@@ -349,28 +350,28 @@ func matchRecord(o RedriveOptions, rec *worker.ErrorRecord) bool {
 
 // errorRecord reads the error record of a job, where the worker wrote it
 // (KeysFor of the input's current ETag or version); nil when there is none.
-func errorRecord(ctx context.Context, s3c RecordS3, o RedriveOptions, j worker.Job) (*worker.ErrorRecord, error) {
-	in := worker.InputRef{Bucket: j.Bucket, Key: j.Key, VersionID: j.VersionID, ETag: j.ETag}
+func errorRecord(ctx context.Context, s3c RecordS3, o RedriveOptions, j contract.Job) (*contract.ErrorRecord, error) {
+	in := contract.InputRef{Bucket: j.Bucket, Key: j.Key, VersionID: j.VersionID, ETag: j.ETag}
 	if in.VersionID == "" {
 		h, err := s3c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(j.Key)})
 		if err != nil {
-			if worker.IsNotFound(err) {
+			if s3errs.NotFound(err) {
 				return nil, nil // input gone: the worker can only record missing_object
 			}
 			return nil, fmt.Errorf("head input: %w", err)
 		}
 		in.ETag, in.VersionID = strings.Trim(aws.ToString(h.ETag), `"`), aws.ToString(h.VersionId)
 	}
-	keys := worker.KeysFor(firstNonEmpty(j.OutputPrefix, o.WorkerOutputPrefix), in, firstNonEmpty(j.Model, o.WorkerModel))
+	keys := contract.KeysFor(firstNonEmpty(j.OutputPrefix, o.WorkerOutputPrefix), in, firstNonEmpty(j.Model, o.WorkerModel))
 	obj, err := s3c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(o.OutputBucket), Key: aws.String(keys.Error)})
 	if err != nil {
-		if worker.IsNotFound(err) {
+		if s3errs.NotFound(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("get error record: %w", err)
 	}
 	defer obj.Body.Close()
-	var rec worker.ErrorRecord
+	var rec contract.ErrorRecord
 	if err := json.NewDecoder(io.LimitReader(obj.Body, 1<<20)).Decode(&rec); err != nil {
 		return nil, fmt.Errorf("error record %s: %w", keys.Error, err)
 	}

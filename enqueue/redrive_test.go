@@ -16,8 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
-	"github.com/fleetscribe/fleetscribe/worker"
+	"github.com/fleetscribe/fleetscribe/contract"
 )
 
 // dlqWorld is a queue whose DLQ holds jobs, each with an error record of
@@ -38,22 +37,22 @@ func newDLQ(t *testing.T, newWorld func(*testing.T) *world, n int) *dlqWorld {
 	for i := range n {
 		k := fmt.Sprintf("calls/%03d.wav", i)
 		w.put(d.in, k)
-		class := []string{worker.ClassExhausted, worker.ClassCorruptAudio, ""}[i%3]
+		class := []string{contract.ClassExhausted, contract.ClassCorruptAudio, ""}[i%3]
 		d.class[k] = class
 		if class != "" {
 			h, err := w.s3.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String(d.in), Key: aws.String(k)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref := worker.InputRef{Bucket: d.in, Key: k, ETag: strings.Trim(aws.ToString(h.ETag), `"`)}
+			ref := contract.InputRef{Bucket: d.in, Key: k, ETag: strings.Trim(aws.ToString(h.ETag), `"`)}
 			msg := "triton: partition unavailable"
 			if i%2 == 0 {
 				msg = "s3: SlowDown"
 			}
-			rec, _ := json.Marshal(worker.ErrorRecord{Schema: worker.ErrorSchema, Input: ref, Model: "asr", Class: class, Message: msg})
-			w.putBody(d.out, worker.KeysFor("transcripts/", ref, "asr").Error, rec)
+			rec, _ := json.Marshal(contract.ErrorRecord{Schema: contract.ErrorSchema, Input: ref, Model: "asr", Class: class, Message: msg})
+			w.putBody(d.out, contract.KeysFor("transcripts/", ref, "asr").Error, rec)
 		}
-		body, _ := worker.Job{Bucket: d.in, Key: k}.Encode()
+		body, _ := contract.Job{Bucket: d.in, Key: k}.Encode()
 		entries = append(entries, types.SendMessageBatchRequestEntry{
 			Id: aws.String(fmt.Sprint(len(entries))), MessageBody: aws.String(string(body)),
 			MessageAttributes: map[string]types.MessageAttributeValue{"origin": {DataType: aws.String("String"), StringValue: aws.String("test")}},
@@ -91,7 +90,7 @@ func TestRedriveSelectsByErrorRecord(t *testing.T) {
 func testRedriveSelectsByErrorRecord(t *testing.T, newWorld func(*testing.T) *world) {
 	d := newDLQ(t, newWorld, 30)
 	o := d.opts()
-	o.Classes = []string{worker.ClassExhausted, ClassNone}
+	o.Classes = []string{contract.ClassExhausted, ClassNone}
 	o.Match = regexp.MustCompile(`unavailable|^$`)
 	sum, err := Redrive(context.Background(), d.sqs, d.s3, o)
 	if err != nil {
@@ -100,7 +99,7 @@ func testRedriveSelectsByErrorRecord(t *testing.T, newWorld func(*testing.T) *wo
 	var moved, left []string
 	for k, c := range d.class {
 		// ClassNone has no record, so its text is "" (matches ^$).
-		if c == "" || c == worker.ClassExhausted && strings.Contains(recordText(k), "unavailable") {
+		if c == "" || c == contract.ClassExhausted && strings.Contains(recordText(k), "unavailable") {
 			moved = append(moved, k)
 		} else {
 			left = append(left, k)

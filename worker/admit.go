@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
 )
 
 // memoryGate admits jobs by their estimated memory, so that the jobs in
@@ -35,7 +36,7 @@ func newMemoryGate(budget int64, m *metrics) *memoryGate {
 // that is a permanent too_large error.
 func (g *memoryGate) acquire(ctx context.Context, n int64) (release func(), err error) {
 	if n > g.budget {
-		return nil, Permanentf(ClassTooLarge, "job needs an estimated %d MiB of memory, more than the worker's budget of %d MiB", n>>20, g.budget>>20)
+		return nil, Permanentf(contract.ClassTooLarge, "job needs an estimated %d MiB of memory, more than the worker's budget of %d MiB", n>>20, g.budget>>20)
 	}
 	if err := g.sem.Acquire(ctx, n); err != nil {
 		return nil, fmt.Errorf("wait for memory: %w", context.Cause(ctx))

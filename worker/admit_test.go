@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
 )
 
 func pcmWAV(rate, channels, bits, frames int) []byte {
@@ -80,7 +81,7 @@ func TestEstimateOfAStreamDoesNotGrowWithTheRecording(t *testing.T) {
 // Jobs wait for room in the budget; one that alone exceeds it is refused.
 func TestMemoryGate(t *testing.T) {
 	g := newMemoryGate(100, newMetrics(prometheus.NewRegistry()))
-	if _, err := g.acquire(context.Background(), 101); ErrorClass(err) != ClassTooLarge {
+	if _, err := g.acquire(context.Background(), 101); ErrorClass(err) != contract.ClassTooLarge {
 		t.Fatalf("over budget: %v", err)
 	}
 	release, err := g.acquire(context.Background(), 60)

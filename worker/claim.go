@@ -14,7 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/rs/zerolog"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/backoff"
+	"github.com/fleetscribe/fleetscribe/internal/s3errs"
 )
 
 // claim is the short-lived object that marks a job in progress, so that a
@@ -35,7 +37,7 @@ type claim struct {
 // and two proceed only if one wrote after the other had read back. A
 // claim of the same message (a redelivery after a crash) or an expired
 // one is taken over. The returned release deletes the claim.
-func (w *Worker) claimJob(ctx context.Context, log zerolog.Logger, keys OutputKeys, msgID string) (won bool, release func(), err error) {
+func (w *Worker) claimJob(ctx context.Context, log zerolog.Logger, keys contract.OutputKeys, msgID string) (won bool, release func(), err error) {
 	if w.cfg.ClaimSettle == 0 {
 		return true, func() {}, nil
 	}
@@ -57,7 +59,7 @@ func (w *Worker) claimJob(ctx context.Context, log zerolog.Logger, keys OutputKe
 	}
 	outcome := "won"
 	if err := put(true); err != nil {
-		if !isPreconditionFailed(err) {
+		if !s3errs.PreconditionFailed(err) {
 			return false, nil, fmt.Errorf("write claim: %w", err)
 		}
 		held, err := w.readClaim(ctx, keys.Claim)
@@ -106,7 +108,7 @@ func (w *Worker) claimJob(ctx context.Context, log zerolog.Logger, keys OutputKe
 func (w *Worker) readClaim(ctx context.Context, key string) (*claim, error) {
 	out, err := w.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(key)})
 	if err != nil {
-		if IsNotFound(err) {
+		if s3errs.NotFound(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("read claim: %w", err)

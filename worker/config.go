@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/flagext"
 )
 
@@ -129,11 +130,11 @@ func (c *Config) Validate() error {
 	case c.ChunkSeconds < 1 || c.ChunkParallelism < 1:
 		return errors.New("chunk seconds and chunk parallelism must be at least 1")
 	}
-	if err := CheckOutputPrefix(c.OutputPrefix); err != nil {
+	if err := contract.CheckOutputPrefix(c.OutputPrefix); err != nil {
 		return err
 	}
 	for _, p := range c.OutputPrefixes {
-		if err := CheckOutputPrefix(p); err != nil {
+		if err := contract.CheckOutputPrefix(p); err != nil {
 			return fmt.Errorf("output prefixes: %w", err)
 		}
 	}
@@ -166,7 +167,7 @@ func checkInputBuckets(list []string) error {
 			continue
 		}
 		name, _, _ := strings.Cut(b, "/")
-		if err := CheckBucketName(name); err != nil {
+		if err := contract.CheckBucketName(name); err != nil {
 			return fmt.Errorf("input buckets: %q: %w", b, err)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
@@ -40,15 +41,15 @@ func s3Event(bucket string, keys ...string) string {
 	return `{"Records":[` + strings.Join(recs, ",") + `]}`
 }
 
-func (e *env) transcript(key string) (worker.Transcript, bool) {
+func (e *env) transcript(key string) (contract.Transcript, bool) {
 	e.t.Helper()
-	var tr worker.Transcript
+	var tr contract.Transcript
 	return tr, e.outputJSON(key, "json", &tr)
 }
 
-func (e *env) errorRecord(key string) (worker.ErrorRecord, bool) {
+func (e *env) errorRecord(key string) (contract.ErrorRecord, bool) {
 	e.t.Helper()
-	var rec worker.ErrorRecord
+	var rec contract.ErrorRecord
 	return rec, e.outputJSON(key, "error.json", &rec)
 }
 
@@ -79,7 +80,7 @@ func TestMultiRecordEventEveryRecordReachesAnOutcome(t *testing.T) {
 			t.Errorf("%s: no transcript: records after a failed one were dropped", k)
 		}
 	}
-	if rec, ok := e.errorRecord("missing.wav"); !ok || rec.Class != worker.ClassMissing {
+	if rec, ok := e.errorRecord("missing.wav"); !ok || rec.Class != contract.ClassMissing {
 		t.Errorf("missing.wav: record %+v, %v", rec, ok)
 	}
 	if v, f := e.depth(e.queue.URL); v+f != 0 {
@@ -134,7 +135,7 @@ func TestOutputKeysDoNotCollide(t *testing.T) {
 		e.sendJob(k)
 	}
 	putIn(t, e, other, "a/x.wav", tone(16000, 7000))
-	b, _ := worker.Job{Bucket: other, Key: "a/x.wav"}.Encode()
+	b, _ := contract.Job{Bucket: other, Key: "a/x.wav"}.Encode()
 	e.send(string(b))
 	cfg := e.config()
 	cfg.InputBuckets = append(cfg.InputBuckets, other)
@@ -146,7 +147,7 @@ func TestOutputKeysDoNotCollide(t *testing.T) {
 		}
 	}
 	out := listOutputs(t, e.s3, e.out, other, "a/x.wav")
-	var tr worker.Transcript
+	var tr contract.Transcript
 	if err := json.Unmarshal(out["json"], &tr); err != nil || tr.Text != tritontest.Text(7000) {
 		t.Errorf("second bucket's transcript %q, %v", tr.Text, err)
 	}
@@ -161,7 +162,7 @@ type keyLimitS3 struct {
 
 func (k keyLimitS3) PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
 	key := aws.ToString(in.Key)
-	if len(key) > worker.MaxKeyBytes || k.refuseSuffix != "" && strings.Contains(key, k.refuseSuffix) && strings.HasSuffix(key, ".json") {
+	if len(key) > contract.MaxKeyBytes || k.refuseSuffix != "" && strings.Contains(key, k.refuseSuffix) && strings.HasSuffix(key, ".json") {
 		return nil, &smithy.GenericAPIError{Code: "KeyTooLongError", Message: "Your key is too long"}
 	}
 	return k.S3API.PutObject(ctx, in, opts...)
@@ -228,7 +229,7 @@ func TestLongKeyFinishesAndRefusedOutputIsPermanent(t *testing.T) {
 		}
 	}
 	e.recorder.mu.Unlock()
-	if got := counter(t, e.wreg, "fleetscribe_job_errors_total", "class", worker.ClassOutputRejected); got != 1 {
+	if got := counter(t, e.wreg, "fleetscribe_job_errors_total", "class", contract.ClassOutputRejected); got != 1 {
 		t.Errorf("output_rejected errors = %v, want 1", got)
 	}
 }
@@ -250,7 +251,7 @@ func TestLowRateRecordingIsRefusedBeforeDownload(t *testing.T) {
 	e.runS3(cfg, counting)
 	for _, k := range []string{"low.wav", "long.wav"} {
 		rec, ok := e.errorRecord(k)
-		if !ok || rec.Class != worker.ClassTooLarge || !rec.Final {
+		if !ok || rec.Class != contract.ClassTooLarge || !rec.Final {
 			t.Errorf("%s: record %+v (found %v), want final too_large", k, rec, ok)
 		}
 	}
@@ -306,7 +307,7 @@ func TestLastAttemptLeavesARecordUntilItSucceeds(t *testing.T) {
 	go func() { defer close(done); e.run(cfg, nil) }()
 	<-e.servers[0].Started()
 	rec, ok := e.errorRecord("a.wav")
-	if !ok || rec.Class != worker.ClassExhausted || rec.Final {
+	if !ok || rec.Class != contract.ClassExhausted || rec.Final {
 		t.Errorf("during the last attempt: record %+v (found %v), want a provisional retries_exhausted record", rec, ok)
 	}
 	e.servers[0].Release()
@@ -340,14 +341,14 @@ func TestUntrustedMessagesAreRefused(t *testing.T) {
 	cfg.InputBuckets = []string{e.in}
 	e.run(cfg, nil)
 	out := listOutputs(t, e.s3, e.out, secret, "payroll.wav")
-	var rec worker.ErrorRecord
-	if err := json.Unmarshal(out["error.json"], &rec); err != nil || rec.Class != worker.ClassBadMessage {
+	var rec contract.ErrorRecord
+	if err := json.Unmarshal(out["error.json"], &rec); err != nil || rec.Class != contract.ClassBadMessage {
 		t.Errorf("other bucket: record %+v, %v; outputs %v", rec, err, keysOf(out))
 	}
 	if _, ok := out["json"]; ok {
 		t.Error("a bucket outside the allow-list was transcribed")
 	}
-	if got := counter(t, e.wreg, "fleetscribe_job_errors_total", "class", worker.ClassBadMessage); got != 4 {
+	if got := counter(t, e.wreg, "fleetscribe_job_errors_total", "class", contract.ClassBadMessage); got != 4 {
 		t.Errorf("bad_message errors = %v, want 4", got)
 	}
 	res, err := e.s3.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(e.out)})
@@ -359,7 +360,7 @@ func TestUntrustedMessagesAreRefused(t *testing.T) {
 			t.Errorf("written outside the output prefix: %q", k)
 		}
 	}
-	k := worker.KeysFor("transcripts/tenant-a/", worker.InputRef{Bucket: e.in, Key: "ok.wav"}, "asr")
+	k := contract.KeysFor("transcripts/tenant-a/", contract.InputRef{Bucket: e.in, Key: "ok.wav"}, "asr")
 	found := false
 	for _, o := range res.Contents {
 		found = found || strings.HasPrefix(aws.ToString(o.Key), k.Base[:strings.LastIndex(k.Base, "/")]) && strings.HasSuffix(aws.ToString(o.Key), ".json") && !strings.HasSuffix(aws.ToString(o.Key), ".error.json")
@@ -375,7 +376,7 @@ func TestHeaderOnlyWAVIsEmptyAudio(t *testing.T) {
 	e.put("empty.wav", tone(16000, 0))
 	e.sendJob("empty.wav")
 	e.run(e.config(), nil)
-	if rec, ok := e.errorRecord("empty.wav"); !ok || rec.Class != worker.ClassEmptyAudio {
+	if rec, ok := e.errorRecord("empty.wav"); !ok || rec.Class != contract.ClassEmptyAudio {
 		t.Errorf("record %+v (found %v), want empty_audio", rec, ok)
 	}
 }
@@ -496,7 +497,7 @@ func TestJobModelOverride(t *testing.T) {
 	e := newEnv(t, 1, 3, "asr-v2")
 	e.put("a.wav", tone(16000, 1600))
 	for _, m := range []string{"asr-v2", "asr-v9"} {
-		b, _ := worker.Job{Bucket: e.in, Key: "a.wav", Model: m}.Encode()
+		b, _ := contract.Job{Bucket: e.in, Key: "a.wav", Model: m}.Encode()
 		e.send(string(b))
 	}
 	cfg := e.config()
@@ -505,12 +506,12 @@ func TestJobModelOverride(t *testing.T) {
 	if n := e.servers[0].ModelCalls("asr-v2"); n != 1 {
 		t.Errorf("%d requests for asr-v2, want 1", n)
 	}
-	k := worker.KeysFor("transcripts/", worker.InputRef{Bucket: e.in, Key: "a.wav"}, "asr-v2")
+	k := contract.KeysFor("transcripts/", contract.InputRef{Bucket: e.in, Key: "a.wav"}, "asr-v2")
 	res, err := e.s3.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(e.out), Prefix: aws.String(k.Base[:strings.LastIndex(k.Base, "/")+1])})
 	if err != nil || len(res.Contents) != 1 {
 		t.Fatalf("asr-v2 outputs: %v, %v", res, err)
 	}
-	if got := counter(t, e.wreg, "fleetscribe_job_errors_total", "class", worker.ClassBadMessage); got != 1 {
+	if got := counter(t, e.wreg, "fleetscribe_job_errors_total", "class", contract.ClassBadMessage); got != 1 {
 		t.Errorf("bad_message errors = %v, want 1 (the unserved model)", got)
 	}
 }
@@ -672,7 +673,7 @@ func TestNonFiniteAndHugeFloatRecordings(t *testing.T) {
 	e.sendJob("nan.wav")
 	e.sendJob("huge.wav")
 	e.run(e.config(), nil)
-	if rec, ok := e.errorRecord("nan.wav"); !ok || rec.Class != worker.ClassCorruptAudio || !strings.Contains(rec.Message, "NaN") {
+	if rec, ok := e.errorRecord("nan.wav"); !ok || rec.Class != contract.ClassCorruptAudio || !strings.Contains(rec.Message, "NaN") {
 		t.Errorf("NaN recording: record %+v (found %v), want corrupt_audio naming NaN", rec, ok)
 	}
 	if _, ok := e.transcript("huge.wav"); !ok {

@@ -5,20 +5,6 @@ import (
 	"fmt"
 )
 
-// Error classes recorded in error records and metrics.
-const (
-	ClassBadMessage     = "bad_message"    // body is not a job or S3 event
-	ClassMissing        = "missing_object" // input object does not exist
-	ClassTooLarge       = "too_large"      // input object exceeds the size limit
-	ClassCorruptAudio   = "corrupt_audio"  // bytes are not a valid recording
-	ClassUnsupported    = "unsupported_audio"
-	ClassRejected       = "rejected_by_model" // inference server refused the input
-	ClassExhausted      = "retries_exhausted" // retryable failures hit the receive limit
-	ClassEmptyAudio     = "empty_audio"       // a valid recording with no samples at all
-	ClassOutputRejected = "output_rejected"   // S3 refused the output object itself
-	ClassInternal       = "internal"
-)
-
 // PermanentError is a failure that retrying cannot fix: the worker writes
 // an error record and deletes the message.
 type PermanentError struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/rs/zerolog"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/backoff"
 )
 
@@ -152,8 +153,9 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, msg types.M
 			err = recoverError(r)
 		}
 	}()
-	jobs, err := ParseMessage([]byte(aws.ToString(msg.Body)))
+	jobs, err := contract.ParseMessage([]byte(aws.ToString(msg.Body)))
 	if err != nil {
+		err = Permanent(contract.ClassBadMessage, err)
 		// There is no input to put the record beside, so it goes under
 		// the output prefix by message id and keeps the body: nothing is
 		// lost, and the body is never logged.
@@ -187,9 +189,9 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, msg types.M
 // taken by another message), and a retryable error otherwise. On the last
 // receive a retryable failure is recorded too (final=false), and the
 // queue's redrive policy moves the message to the DLQ.
-func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, msgID string, job Job, attempt int) (err error) {
+func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, msgID string, job contract.Job, attempt int) (err error) {
 	start := w.now()
-	in := InputRef{Bucket: job.Bucket, Key: job.Key, ETag: job.ETag, VersionID: job.VersionID}
+	in := contract.InputRef{Bucket: job.Bucket, Key: job.Key, ETag: job.ETag, VersionID: job.VersionID}
 	model, prefix := w.model, w.cfg.OutputPrefix
 	var outcome string
 	defer func() {
@@ -202,7 +204,7 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, msgID string, j
 		log.Info().Str("outcome", outcome).Dur("took", w.now().Sub(start)).Msg("job done")
 	}()
 
-	var keys OutputKeys
+	var keys contract.OutputKeys
 	err = w.admitJob(job)
 	if err == nil {
 		if job.Model != "" {
@@ -231,20 +233,20 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, msgID string, j
 		return err
 	}
 	if keys.JSON == "" {
-		keys = KeysFor(prefix, in, model)
+		keys = contract.KeysFor(prefix, in, model)
 	}
 	if class == "" {
-		class = ClassExhausted
+		class = contract.ClassExhausted
 	}
 	w.m.errors.WithLabelValues(class).Inc()
-	rec := ErrorRecord{
-		Schema: ErrorSchema, Input: in, Model: model, Class: class, Message: err.Error(),
+	rec := contract.ErrorRecord{
+		Schema: contract.ErrorSchema, Input: in, Model: model, Class: class, Message: err.Error(),
 		Attempt: attempt, Final: final, CreatedAt: w.now().UTC(),
 	}
 	werr := w.writeErrorRecord(ctx, keys.Error, rec)
-	if ErrorClass(werr) == ClassOutputRejected {
+	if ErrorClass(werr) == contract.ClassOutputRejected {
 		// S3 refused the record's key itself: put it where any key fits.
-		fallback := UnwritableRecordKey(prefix, keys)
+		fallback := contract.UnwritableRecordKey(prefix, keys)
 		log.Warn().Err(werr).Str("error_key", fallback).Msg("error record refused by S3; writing it under _unwritable")
 		keys.Error = fallback
 		werr = w.writeErrorRecord(ctx, fallback, rec)
@@ -265,20 +267,20 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, msgID string, j
 // admitJob applies the input and output policy to a job from the queue:
 // anyone who can send to the queue could otherwise make the worker read
 // any bucket its role reaches or write anywhere in the output bucket.
-func (w *Worker) admitJob(job Job) error {
+func (w *Worker) admitJob(job contract.Job) error {
 	if !w.cfg.InputAllowed(job.Bucket, job.Key) {
-		return Permanentf(ClassBadMessage, "input s3://%s/%s is outside the allowed input buckets and prefixes", job.Bucket, job.Key)
+		return Permanentf(contract.ClassBadMessage, "input s3://%s/%s is outside the allowed input buckets and prefixes", job.Bucket, job.Key)
 	}
 	if job.OutputPrefix != "" {
-		if err := CheckOutputPrefix(job.OutputPrefix); err != nil {
-			return Permanent(ClassBadMessage, err)
+		if err := contract.CheckOutputPrefix(job.OutputPrefix); err != nil {
+			return Permanent(contract.ClassBadMessage, err)
 		}
 		if !w.cfg.OutputPrefixAllowed(job.OutputPrefix) {
-			return Permanentf(ClassBadMessage, "output prefix %q is not under an allowed output prefix", job.OutputPrefix)
+			return Permanentf(contract.ClassBadMessage, "output prefix %q is not under an allowed output prefix", job.OutputPrefix)
 		}
 	}
 	if job.Model != "" && job.Model != w.model && !slices.Contains(w.cfg.Models, job.Model) {
-		return Permanentf(ClassBadMessage, "job asks for model %q; this worker serves %s", job.Model, w.servedModels())
+		return Permanentf(contract.ClassBadMessage, "job asks for model %q; this worker serves %s", job.Model, w.servedModels())
 	}
 	return nil
 }
@@ -295,11 +297,11 @@ func (w *Worker) servedModels() string {
 
 // writeErrorRecord writes rec at key, even after ctx is cancelled. A final
 // record carries metadata so a redelivery can skip the job with one HEAD.
-func (w *Worker) writeErrorRecord(ctx context.Context, key string, rec ErrorRecord) error {
+func (w *Worker) writeErrorRecord(ctx context.Context, key string, rec contract.ErrorRecord) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	meta := map[string]string{metaFinal: strconv.FormatBool(rec.Final)}
-	if err := w.putJSON(wctx, key, rec, ErrorRecordTag, meta); err != nil {
+	meta := map[string]string{contract.MetaFinal: strconv.FormatBool(rec.Final)}
+	if err := w.putJSON(wctx, key, rec, contract.ErrorRecordTag, meta); err != nil {
 		return fmt.Errorf("write error record: %w", err)
 	}
 	return nil
@@ -309,10 +311,10 @@ func (w *Worker) writeErrorRecord(ctx context.Context, key string, rec ErrorReco
 // job. A failed write leaves the message for redelivery.
 func (w *Worker) recordInvalidMessage(ctx context.Context, msg types.Message, attempt int, err error) error {
 	w.m.errors.WithLabelValues(ErrorClass(err)).Inc()
-	rec := ErrorRecord{
-		Schema: ErrorSchema, Model: w.model, Class: ErrorClass(err), Message: err.Error(),
+	rec := contract.ErrorRecord{
+		Schema: contract.ErrorSchema, Model: w.model, Class: ErrorClass(err), Message: err.Error(),
 		Attempt: attempt, Final: true, CreatedAt: w.now().UTC(),
 		MessageID: aws.ToString(msg.MessageId), MessageBody: aws.ToString(msg.Body),
 	}
-	return w.writeErrorRecord(ctx, InvalidMessageKey(w.cfg.OutputPrefix, aws.ToString(msg.MessageId)), rec)
+	return w.writeErrorRecord(ctx, contract.InvalidMessageKey(w.cfg.OutputPrefix, aws.ToString(msg.MessageId)), rec)
 }

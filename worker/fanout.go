@@ -10,6 +10,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/subtitle"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
@@ -93,13 +95,13 @@ func (w *Worker) transcribeChunk(ctx context.Context, job jobValues, i int, samp
 			samples = append([]float32(nil), samples...)
 		}
 		if _, err := audio.Normalize(samples); err != nil {
-			return Permanent(ClassCorruptAudio, fmt.Errorf("chunk %d: %w", i, err))
+			return Permanent(contract.ClassCorruptAudio, fmt.Errorf("chunk %d: %w", i, err))
 		}
 	}
 	res, err := w.tr.Transcribe(ctx, triton.Request{Samples: samples, Timestamps: w.cfg.Timestamps, Model: model, Priority: job.priority})
 	if err != nil {
 		if errors.Is(err, triton.ErrRejected) {
-			return Permanent(ClassRejected, fmt.Errorf("chunk %d: %w", i, err))
+			return Permanent(contract.ClassRejected, fmt.Errorf("chunk %d: %w", i, err))
 		}
 		return fmt.Errorf("transcribe chunk %d: %w", i, err)
 	}
@@ -123,7 +125,7 @@ func (w *Worker) splitConfig() audio.SplitConfig {
 // transcribe splits samples (at ModelRate) at quiet points, transcribes
 // the chunks in parallel and stitches the results in order with absolute
 // timestamps.
-func (w *Worker) transcribe(ctx context.Context, samples []float32, model string) (Transcript, error) {
+func (w *Worker) transcribe(ctx context.Context, samples []float32, model string) (contract.Transcript, error) {
 	chunks := audio.Split(samples, w.splitConfig())
 	job := jobFrom(ctx)
 	job.prog.total.Store(int64(len(chunks)))
@@ -132,7 +134,7 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, model string
 		var r triton.Result
 		if len(samples) > 0 {
 			if err := w.transcribeChunk(ctx, job, 0, samples, model, &r, false); err != nil {
-				return Transcript{}, err
+				return contract.Transcript{}, err
 			}
 		}
 		return stitch([]chunkSpan{{length: len(samples)}}, []*triton.Result{&r}, len(samples)), nil
@@ -143,19 +145,19 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, model string
 		// levels its own copy.
 		shared := c.Overlap > 0 || i+1 < len(chunks) && chunks[i+1].Overlap > 0
 		if err := f.send(c, false, shared); err != nil {
-			return Transcript{}, err
+			return contract.Transcript{}, err
 		}
 	}
 	if err := f.wait(); err != nil {
-		return Transcript{}, err
+		return contract.Transcript{}, err
 	}
 	return stitch(f.spans, f.results, len(samples)), nil
 }
 
 // stitch joins the chunks' results into one transcript of total samples,
 // with times from the recording's start.
-func stitch(spans []chunkSpan, results []*triton.Result, total int) Transcript {
-	t := Transcript{Schema: TranscriptSchema, Chunks: len(spans), DurationSec: float64(total) / ModelRate}
+func stitch(spans []chunkSpan, results []*triton.Result, total int) contract.Transcript {
+	t := contract.Transcript{Schema: contract.TranscriptSchema, Chunks: len(spans), DurationSec: float64(total) / ModelRate}
 	// Each chunk's words in recording time, and which of them it keeps:
 	// [from[i], to[i]). Where two chunks overlap, the join decides.
 	words := make([][]triton.Word, len(results))
@@ -180,7 +182,9 @@ func stitch(spans []chunkSpan, results []*triton.Result, total int) Transcript {
 	for i, r := range results {
 		c := spans[i]
 		kept := words[i][from[i]:max(from[i], to[i])] // a short chunk's joins may cross
-		t.Words = append(t.Words, kept...)
+		for _, wd := range kept {
+			t.Words = append(t.Words, contract.Word(wd))
+		}
 		text := strings.TrimSpace(r.Text)
 		joined := c.overlap > 0 || i+1 < len(spans) && spans[i+1].overlap > 0
 		if len(r.Words) > 0 && joined {
@@ -197,17 +201,17 @@ func stitch(spans []chunkSpan, results []*triton.Result, total int) Transcript {
 		if len(r.Words) == 0 && text != "" {
 			// No timings from the model: one segment per chunk.
 			off := float64(c.offset) / ModelRate
-			t.Segments = append(t.Segments, Segment{Start: off, End: off + float64(c.length)/ModelRate, Text: text})
+			t.Segments = append(t.Segments, contract.Segment{Start: off, End: off + float64(c.length)/ModelRate, Text: text})
 		}
 	}
 	t.Text = strings.Join(texts, " ")
 	if len(t.Words) > 0 {
-		t.Segments = BuildSegments(t.Words)
+		t.Segments = subtitle.BuildSegments(t.Words)
 	} else {
-		t.Segments = SplitSegments(t.Segments)
+		t.Segments = subtitle.SplitSegments(t.Segments)
 	}
 	if t.Segments == nil {
-		t.Segments = []Segment{}
+		t.Segments = []contract.Segment{}
 	}
 	return t
 }

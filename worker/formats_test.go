@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetscribe/fleetscribe/worker"
+	"github.com/fleetscribe/fleetscribe/contract"
 )
 
 // encodeSpeech makes a 3 s recording with ffmpeg (flite speech) in the
@@ -55,7 +55,7 @@ func TestUploadFormatsBecomeTranscripts(t *testing.T) {
 	e.run(e.config(), nil)
 	for _, k := range []string{"call.mp3", "call.flac", "call.m4a", "call.ogg", "browser.webm", "misnamed.wav"} {
 		out := e.outputs(k)
-		var tr worker.Transcript
+		var tr contract.Transcript
 		if err := json.Unmarshal(out["json"], &tr); err != nil {
 			t.Errorf("%s: no transcript (%v); outputs %v", k, err, keysOf(out))
 			continue
@@ -64,7 +64,7 @@ func TestUploadFormatsBecomeTranscripts(t *testing.T) {
 			t.Errorf("%s: %.2f s, %q", k, tr.DurationSec, tr.Text)
 		}
 	}
-	for k, class := range map[string]string{"not-audio.mp3": worker.ClassCorruptAudio, "truncated.flac": worker.ClassCorruptAudio} {
+	for k, class := range map[string]string{"not-audio.mp3": contract.ClassCorruptAudio, "truncated.flac": contract.ClassCorruptAudio} {
 		if rec, ok := e.errorRecord(k); !ok || rec.Class != class {
 			t.Errorf("%s: record %+v (found %v), want %s", k, rec, ok, class)
 		}
@@ -82,7 +82,7 @@ func TestUploadFormatsBecomeTranscripts(t *testing.T) {
 	cfg := e2.config()
 	cfg.FFmpeg = ""
 	e2.run(cfg, nil)
-	if rec, ok := e2.errorRecord("call.m4a"); !ok || rec.Class != worker.ClassUnsupported || !strings.Contains(rec.Message, "mp4") || !strings.Contains(rec.Message, "ffmpeg") {
+	if rec, ok := e2.errorRecord("call.m4a"); !ok || rec.Class != contract.ClassUnsupported || !strings.Contains(rec.Message, "mp4") || !strings.Contains(rec.Message, "ffmpeg") {
 		t.Errorf("m4a without ffmpeg: %+v (found %v), want unsupported_audio naming mp4 and ffmpeg", rec, ok)
 	}
 	if out := e2.outputs("call.mp3"); out["json"] == nil {

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/enqueue"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/triton"
@@ -147,7 +148,7 @@ func (e *env) send(body string) {
 
 func (e *env) sendJob(key string, formats ...string) {
 	e.t.Helper()
-	b, err := worker.Job{Bucket: e.in, Key: key, Formats: formats}.Encode()
+	b, err := contract.Job{Bucket: e.in, Key: key, Formats: formats}.Encode()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func (e *env) outputs(key string) map[string][]byte {
 
 func listOutputs(t testing.TB, c *s3.Client, bucket, inBucket, key string) map[string][]byte {
 	ctx := context.Background()
-	res, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + inBucket + "/" + worker.EscapeKey(key) + "/")})
+	res, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + inBucket + "/" + contract.EscapeKey(key) + "/")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func (r *recordingSQS) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMes
 		r.mu.Lock()
 		body := r.bodies[aws.ToString(e.ReceiptHandle)]
 		r.mu.Unlock()
-		var job worker.Job
+		var job contract.Job
 		if json.Unmarshal([]byte(body), &job) == nil && job.Key != "" {
 			res, err := r.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(r.out), Prefix: aws.String(outputDir(job))})
 			found := false
@@ -291,11 +292,11 @@ func TestTwentyJobsEndToEnd(t *testing.T) {
 
 	for key, text := range want {
 		outs := e.outputs(key)
-		var tr worker.Transcript
+		var tr contract.Transcript
 		if err := json.Unmarshal(outs["json"], &tr); err != nil {
 			t.Fatalf("%s: transcript: %v (outputs %v)", key, err, keysOf(outs))
 		}
-		if tr.Text != text || tr.Schema != worker.TranscriptSchema || tr.Input.Key != key || tr.Input.ETag == "" {
+		if tr.Text != text || tr.Schema != contract.TranscriptSchema || tr.Input.Key != key || tr.Input.ETag == "" {
 			t.Errorf("%s: transcript %+v, want text %q", key, tr, text)
 		}
 		if len(tr.Words) != 2 || len(tr.Segments) == 0 {
@@ -402,18 +403,18 @@ func TestBadInputsGetErrorRecordsAndNoRedelivery(t *testing.T) {
 	e.run(cfg, nil)
 
 	wantClass := map[string]string{
-		"corrupt.wav": worker.ClassCorruptAudio,
-		"missing.wav": worker.ClassMissing,
-		"song.wav":    worker.ClassUnsupported,
-		"huge.wav":    worker.ClassTooLarge,
+		"corrupt.wav": contract.ClassCorruptAudio,
+		"missing.wav": contract.ClassMissing,
+		"song.wav":    contract.ClassUnsupported,
+		"huge.wav":    contract.ClassTooLarge,
 	}
 	for key, class := range wantClass {
 		outs := e.outputs(key)
-		var rec worker.ErrorRecord
+		var rec contract.ErrorRecord
 		if err := json.Unmarshal(outs["error.json"], &rec); err != nil {
 			t.Fatalf("%s: error record: %v (outputs %v)", key, err, keysOf(outs))
 		}
-		if rec.Class != class || rec.Schema != worker.ErrorSchema || rec.Attempt != 1 || !rec.Final || rec.Message == "" || rec.Input.Key != key {
+		if rec.Class != class || rec.Schema != contract.ErrorSchema || rec.Attempt != 1 || !rec.Final || rec.Message == "" || rec.Input.Key != key {
 			t.Errorf("%s: record %+v, want class %s, attempt 1, final", key, rec, class)
 		}
 		if _, ok := outs["json"]; ok {
@@ -434,8 +435,8 @@ func TestBadInputsGetErrorRecordsAndNoRedelivery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rec worker.ErrorRecord
-		if err := json.NewDecoder(obj.Body).Decode(&rec); err != nil || rec.Class != worker.ClassBadMessage || rec.MessageID == "" {
+		var rec contract.ErrorRecord
+		if err := json.NewDecoder(obj.Body).Decode(&rec); err != nil || rec.Class != contract.ClassBadMessage || rec.MessageID == "" {
 			t.Errorf("invalid-message record %+v, %v", rec, err)
 		}
 		obj.Body.Close()
@@ -469,11 +470,11 @@ func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
 	cfg.ExitWhenIdle = 4 * time.Second // longer than the 1 s and 2 s backoffs
 	e.run(cfg, nil)
 
-	var rec worker.ErrorRecord
+	var rec contract.ErrorRecord
 	if err := json.Unmarshal(e.outputs("a.wav")["error.json"], &rec); err != nil {
 		t.Fatalf("error record: %v", err)
 	}
-	if rec.Class != worker.ClassExhausted || rec.Final || rec.Attempt != 2 {
+	if rec.Class != contract.ClassExhausted || rec.Final || rec.Attempt != 2 {
 		t.Errorf("record %+v, want retries_exhausted at attempt 2, not final", rec)
 	}
 	if v, f := e.depth(e.queue.DLQURL); v+f != 1 {
@@ -488,7 +489,7 @@ func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
 	// transcript replaces the record, so the job has one outcome.
 	e.servers[0].Heal()
 	sum, err := enqueue.Redrive(context.Background(), e.sqs, e.s3, enqueue.RedriveOptions{
-		DLQURL: e.queue.DLQURL, ToURL: e.queue.URL, Classes: []string{worker.ClassExhausted},
+		DLQURL: e.queue.DLQURL, ToURL: e.queue.URL, Classes: []string{contract.ClassExhausted},
 		OutputBucket: cfg.OutputBucket, WorkerOutputPrefix: cfg.OutputPrefix, WorkerModel: "asr", Hold: time.Minute,
 	})
 	if err != nil || sum.Moved != 1 {
@@ -529,7 +530,7 @@ func TestS3EventNotificationIsProcessed(t *testing.T) {
 	e.put("up loads/x.wav", tone(16000, 3200))
 	e.send(fmt.Sprintf(`{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":%q},"object":{"key":"up+loads/x.wav","size":6444}}}]}`, e.in))
 	e.run(e.config(), nil)
-	var tr worker.Transcript
+	var tr contract.Transcript
 	if err := json.Unmarshal(e.outputs("up loads/x.wav")["json"], &tr); err != nil || tr.Text != tritontest.Text(3200) {
 		t.Fatalf("transcript %+v, %v", tr, err)
 	}
@@ -573,7 +574,7 @@ func TestErrorRecordsAreTaggedForExpiry(t *testing.T) {
 	}
 	for key, tagging := range rec.tags {
 		isRecord := strings.HasSuffix(key, ".error.json")
-		if isRecord && tagging != worker.ErrorRecordTag || !isRecord && tagging != "" {
+		if isRecord && tagging != contract.ErrorRecordTag || !isRecord && tagging != "" {
 			t.Errorf("%s tagged %q", key, tagging)
 		}
 	}
@@ -613,8 +614,8 @@ func TestUnwritableErrorRecordKeepsMessage(t *testing.T) {
 	// Once S3 works again, the redelivery writes the record and deletes.
 	cfg.ExitWhenIdle = 5 * time.Second // past the 3 s retry backoff
 	e.run(cfg, nil)
-	var rec worker.ErrorRecord
-	if err := json.Unmarshal(e.outputs("corrupt.wav")["error.json"], &rec); err != nil || rec.Class != worker.ClassCorruptAudio || rec.Attempt != 2 {
+	var rec contract.ErrorRecord
+	if err := json.Unmarshal(e.outputs("corrupt.wav")["error.json"], &rec); err != nil || rec.Class != contract.ClassCorruptAudio || rec.Attempt != 2 {
 		t.Fatalf("record after recovery: %+v, %v", rec, err)
 	}
 	if v, f := e.depth(e.queue.URL); v+f != 0 {
@@ -673,7 +674,7 @@ func TestLostHeartbeatAbandonsJob(t *testing.T) {
 
 // outputDir is the folder of a job's outputs, whatever its ETag (single
 // uploads have 32-hex-digit ETags).
-func outputDir(job worker.Job) string {
-	base := worker.KeysFor("transcripts/", worker.InputRef{Bucket: job.Bucket, Key: job.Key, ETag: strings.Repeat("0", 32)}, "asr").Base
+func outputDir(job contract.Job) string {
+	base := contract.KeysFor("transcripts/", contract.InputRef{Bucket: job.Bucket, Key: job.Key, ETag: strings.Repeat("0", 32)}, "asr").Base
 	return base[:strings.LastIndex(base, "/")+1]
 }

@@ -17,29 +17,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/internal/s3errs"
+	"github.com/fleetscribe/fleetscribe/subtitle"
 )
 
 // ModelRate is the sample rate the model takes.
 const ModelRate = 16000
-
-// isNotFound reports an S3 "no such key/bucket/version" answer.
-// IsNotFound reports an S3 error saying that the object, its version or
-// its bucket does not exist.
-func IsNotFound(err error) bool {
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		switch ae.ErrorCode() {
-		case "NotFound", "NoSuchKey", "NoSuchBucket", "NoSuchVersion", "404":
-			return true
-		}
-	}
-	return false
-}
-
-func isPreconditionFailed(err error) bool {
-	var ae smithy.APIError
-	return errors.As(err, &ae) && (ae.ErrorCode() == "PreconditionFailed" || ae.ErrorCode() == "412")
-}
 
 // firstRead is how much of an input the first GET reads: the whole of a
 // typical short recording, so one request fetches it, and the header of a
@@ -53,7 +37,7 @@ const firstRead = 1 << 20
 // and version), one HEAD (is the transcript there already), one PUT (the
 // transcript) and one DELETE (an error record of an earlier delivery, if
 // any: free, where a HEAD to look first is not).
-func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, job Job, in *InputRef, prefix, model string, attempt int) (string, OutputKeys, error) {
+func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, job contract.Job, in *contract.InputRef, prefix, model string, attempt int) (string, contract.OutputKeys, error) {
 	start := time.Now()
 	obj, err := w.open(ctx, job)
 	opening := time.Since(start)
@@ -65,19 +49,19 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 			// still leave its error record where the transcript would go.
 			if h, herr := w.headInput(ctx, job); herr == nil {
 				in.ETag, in.VersionID, in.Size = h.etag, h.version, h.size
-				return "", KeysFor(prefix, *in, model), err
+				return "", contract.KeysFor(prefix, *in, model), err
 			}
 		}
-		return "", OutputKeys{}, err
+		return "", contract.OutputKeys{}, err
 	}
 	defer func() { putBytes(obj.head) }()
 	if job.ETag != "" && job.VersionID == "" && strings.Trim(job.ETag, `"`) != obj.etag {
 		// Overwritten since the event: the new upload has its own event.
 		log.Info().Msg("input changed since the job was queued; skipping")
-		return OutcomeSuperseded, OutputKeys{}, nil
+		return OutcomeSuperseded, contract.OutputKeys{}, nil
 	}
 	in.ETag, in.VersionID, in.Size = obj.etag, obj.version, obj.size
-	keys := KeysFor(prefix, *in, model)
+	keys := contract.KeysFor(prefix, *in, model)
 
 	done, err := w.alreadyDone(ctx, keys)
 	if err != nil || done {
@@ -88,7 +72,7 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 		return "", keys, err
 	}
 	if in.Size > w.cfg.MaxObjectBytes {
-		return "", keys, Permanentf(ClassTooLarge, "object is %d bytes, limit is %d", in.Size, w.cfg.MaxObjectBytes)
+		return "", keys, Permanentf(contract.ClassTooLarge, "object is %d bytes, limit is %d", in.Size, w.cfg.MaxObjectBytes)
 	}
 	info, err := probe(obj.head, in.Size)
 	if err != nil {
@@ -97,7 +81,7 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 	if d := info.Duration(); d > w.cfg.MaxAudioSeconds && !info.Estimated {
 		// (An estimated length, from the size of a compressed recording
 		// ffmpeg reads, is checked after decoding instead.)
-		return "", keys, Permanentf(ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.MaxAudioSeconds)
+		return "", keys, Permanentf(contract.ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.MaxAudioSeconds)
 	}
 
 	won, releaseClaim := true, func() {}
@@ -127,8 +111,8 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 	// killed) ends with one. Success removes it; failure overwrites it.
 	provisional := attempt >= w.cfg.MaxReceives
 	if provisional {
-		rec := ErrorRecord{
-			Schema: ErrorSchema, Input: *in, Model: model, Class: ClassExhausted, Attempt: attempt, CreatedAt: w.now().UTC(),
+		rec := contract.ErrorRecord{
+			Schema: contract.ErrorSchema, Input: *in, Model: model, Class: contract.ClassExhausted, Attempt: attempt, CreatedAt: w.now().UTC(),
 			Message: fmt.Sprintf("last attempt (%d of %d) started; this record remains only if that attempt never finished (process crash or kill)", attempt, w.cfg.MaxReceives),
 		}
 		if err := w.writeErrorRecord(ctx, keys.Error, rec); err != nil {
@@ -136,7 +120,7 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 		}
 	}
 
-	var t Transcript
+	var t contract.Transcript
 	if streaming {
 		t, err = w.transcribeStream(ctx, job, in, obj.head, model, info, opening)
 	} else {
@@ -166,20 +150,20 @@ func (w *Worker) process(ctx context.Context, log zerolog.Logger, msgID string, 
 
 // transcribeObject decodes, resamples and transcribes a whole input read
 // in one piece. opening is how long that read took.
-func (w *Worker) transcribeObject(ctx context.Context, data []byte, model string, opening time.Duration) (Transcript, error) {
+func (w *Worker) transcribeObject(ctx context.Context, data []byte, model string, opening time.Duration) (contract.Transcript, error) {
 	w.m.stages[StageFetch].Observe(opening.Seconds())
 	start := time.Now()
 	clip, err := audio.DecodeContext(ctx, data, getFloats(len(data)/2), w.ffmpeg)
 	if err != nil {
-		return Transcript{}, audioError(err)
+		return contract.Transcript{}, audioError(err)
 	}
 	// Every chunk request has returned once transcribe does.
 	defer putFloats(clip.Samples)
 	if len(clip.Samples) == 0 {
-		return Transcript{}, Permanentf(ClassEmptyAudio, "recording has a valid header but no samples")
+		return contract.Transcript{}, Permanentf(contract.ClassEmptyAudio, "recording has a valid header but no samples")
 	}
 	if d := float64(len(clip.Samples)) / float64(clip.Rate); d > w.cfg.MaxAudioSeconds {
-		return Transcript{}, Permanentf(ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.MaxAudioSeconds)
+		return contract.Transcript{}, Permanentf(contract.ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.MaxAudioSeconds)
 	}
 	w.m.since(StageDecode, start)
 	start = time.Now()
@@ -189,7 +173,7 @@ func (w *Worker) transcribeObject(ctx context.Context, data []byte, model string
 	start = time.Now()
 	t, err := w.transcribe(ctx, samples, model)
 	if err != nil {
-		return Transcript{}, err
+		return contract.Transcript{}, err
 	}
 	w.m.since(StageInfer, start)
 	t.SampleRate = rate
@@ -200,11 +184,11 @@ func audioError(err error) error {
 	var fe *audio.FormatError
 	switch {
 	case errors.Is(err, audio.ErrTooLong):
-		return Permanent(ClassTooLarge, err)
+		return Permanent(contract.ClassTooLarge, err)
 	case errors.Is(err, audio.ErrUnsupported):
-		return Permanent(ClassUnsupported, err)
+		return Permanent(contract.ClassUnsupported, err)
 	case errors.As(err, &fe):
-		return Permanent(ClassCorruptAudio, err)
+		return Permanent(contract.ClassCorruptAudio, err)
 	}
 	// ffmpeg could not run, or was cancelled: not the recording's fault.
 	return err
@@ -217,19 +201,15 @@ func optional(s string) *string {
 	return aws.String(s)
 }
 
-// metaFinal is the user metadata of an error record that says whether it
-// is final (no later attempt will replace it).
-const metaFinal = "fleetscribe-final"
-
 // alreadyDone reports a job whose transcript exists. An error record is
 // not looked for (one paid HEAD per job): a job that failed for good is
 // computed again when a new message asks for it, and fails the same way.
-func (w *Worker) alreadyDone(ctx context.Context, keys OutputKeys) (bool, error) {
+func (w *Worker) alreadyDone(ctx context.Context, keys contract.OutputKeys) (bool, error) {
 	_, err := w.head(ctx, keys.JSON)
 	switch {
 	case err == nil:
 		return true, nil
-	case IsNotFound(err):
+	case s3errs.NotFound(err):
 		return false, nil
 	default:
 		return false, fmt.Errorf("check for existing transcript: %w", err)
@@ -241,7 +221,7 @@ func (w *Worker) head(ctx context.Context, key string) (*s3.HeadObjectOutput, er
 }
 
 // getInput starts a GET of exactly the object version that was checked.
-func (w *Worker) getInput(ctx context.Context, job Job, in *InputRef, rng string) (*s3.GetObjectOutput, error) {
+func (w *Worker) getInput(ctx context.Context, job contract.Job, in *contract.InputRef, rng string) (*s3.GetObjectOutput, error) {
 	get := &s3.GetObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(in.VersionID)}
 	if in.VersionID == "" && in.ETag != "" {
 		get.IfMatch = aws.String(`"` + in.ETag + `"`)
@@ -253,9 +233,9 @@ func (w *Worker) getInput(ctx context.Context, job Job, in *InputRef, rng string
 	switch {
 	case err == nil:
 		return obj, nil
-	case IsNotFound(err):
-		return nil, Permanentf(ClassMissing, "s3://%s/%s was deleted while being processed", job.Bucket, job.Key)
-	case isPreconditionFailed(err):
+	case s3errs.NotFound(err):
+		return nil, Permanentf(contract.ClassMissing, "s3://%s/%s was deleted while being processed", job.Bucket, job.Key)
+	case s3errs.PreconditionFailed(err):
 		return nil, fmt.Errorf("input changed while being processed: %w", err)
 	default:
 		return nil, fmt.Errorf("get input: %w", err)
@@ -271,15 +251,15 @@ type opened struct {
 
 // open reads the first firstRead bytes of the input and its ETag, version
 // and size, in one GET.
-func (w *Worker) open(ctx context.Context, job Job) (opened, error) {
+func (w *Worker) open(ctx context.Context, job contract.Job) (opened, error) {
 	obj, err := w.s3.GetObject(ctx, &s3.GetObjectInput{
 		Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID),
 		Range: aws.String(fmt.Sprintf("bytes=0-%d", firstRead-1)),
 	})
 	switch {
 	case err == nil:
-	case IsNotFound(err):
-		return opened{}, Permanentf(ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
+	case s3errs.NotFound(err):
+		return opened{}, Permanentf(contract.ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
 	case isInvalidRange(err):
 		// An empty object has no first byte: its metadata from a HEAD.
 		return w.headInput(ctx, job)
@@ -306,11 +286,11 @@ func (w *Worker) open(ctx context.Context, job Job) (opened, error) {
 }
 
 // headInput learns the input's ETag, version and size from a HEAD.
-func (w *Worker) headInput(ctx context.Context, job Job) (opened, error) {
+func (w *Worker) headInput(ctx context.Context, job contract.Job) (opened, error) {
 	h, err := w.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
 	switch {
-	case IsNotFound(err):
-		return opened{}, Permanentf(ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
+	case s3errs.NotFound(err):
+		return opened{}, Permanentf(contract.ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
 	case err != nil:
 		return opened{}, fmt.Errorf("head input: %w", err)
 	}
@@ -325,7 +305,7 @@ func isInvalidRange(err error) bool {
 // probe learns the format and length of the input from its head.
 func probe(head []byte, size int64) (audio.Info, error) {
 	if size == 0 {
-		return audio.Info{}, Permanentf(ClassCorruptAudio, "empty object")
+		return audio.Info{}, Permanentf(contract.ClassCorruptAudio, "empty object")
 	}
 	info, err := audio.Probe(head, size)
 	switch {
@@ -343,19 +323,19 @@ func probe(head []byte, size int64) (audio.Info, error) {
 
 // writeOutputs writes the extra formats first and the JSON transcript
 // last: the JSON's existence means the job is complete.
-func (w *Worker) writeOutputs(ctx context.Context, keys OutputKeys, formats []string, t Transcript) error {
+func (w *Worker) writeOutputs(ctx context.Context, keys contract.OutputKeys, formats []string, t contract.Transcript) error {
 	for _, f := range formats {
 		var body []byte
 		var ctype string
 		switch f {
-		case FormatJSON:
+		case contract.FormatJSON:
 			continue
-		case FormatTXT:
-			body, ctype = RenderTXT(t), "text/plain; charset=utf-8"
-		case FormatSRT:
-			body, ctype = RenderSRT(t), "application/x-subrip"
-		case FormatVTT:
-			body, ctype = RenderVTT(t), "text/vtt"
+		case contract.FormatTXT:
+			body, ctype = subtitle.RenderTXT(t), "text/plain; charset=utf-8"
+		case contract.FormatSRT:
+			body, ctype = subtitle.RenderSRT(t), "application/x-subrip"
+		case contract.FormatVTT:
+			body, ctype = subtitle.RenderVTT(t), "text/vtt"
 		}
 		if err := w.put(ctx, keys.Key(f), body, ctype, "", nil); err != nil {
 			return err
@@ -363,10 +343,6 @@ func (w *Worker) writeOutputs(ctx context.Context, keys OutputKeys, formats []st
 	}
 	return w.putJSON(ctx, keys.JSON, t, "", nil)
 }
-
-// ErrorRecordTag is set on error records so a bucket lifecycle rule can
-// expire them (lifecycle filters match tags and prefixes, not suffixes).
-const ErrorRecordTag = "fleetscribe-record=error"
 
 func (w *Worker) putJSON(ctx context.Context, key string, v any, tagging string, meta map[string]string) error {
 	b, err := json.MarshalIndent(v, "", "  ")
@@ -388,7 +364,7 @@ func (w *Worker) put(ctx context.Context, key string, body []byte, ctype, taggin
 	if err != nil {
 		err = fmt.Errorf("put s3://%s/%s: %w", w.cfg.OutputBucket, key, err)
 		if outputRejected(err) {
-			return Permanent(ClassOutputRejected, err)
+			return Permanent(contract.ClassOutputRejected, err)
 		}
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
@@ -31,7 +32,7 @@ func sendJobs(t *testing.T, e *env, url string, keys []string) {
 	for i := 0; i < len(keys); i += 10 {
 		var entries []types.SendMessageBatchRequestEntry
 		for j, k := range keys[i:min(i+10, len(keys))] {
-			b, _ := worker.Job{Bucket: e.in, Key: k}.Encode()
+			b, _ := contract.Job{Bucket: e.in, Key: k}.Encode()
 			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(j)), MessageBody: aws.String(string(b))})
 		}
 		if _, err := e.sqs.SendMessageBatch(context.Background(), &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries}); err != nil {
@@ -45,7 +46,7 @@ func finishedAt(t *testing.T, e *env, keys []string) []time.Time {
 	t.Helper()
 	out := make([]time.Time, len(keys))
 	for i, k := range keys {
-		var tr worker.Transcript
+		var tr contract.Transcript
 		if !e.outputJSON(k, "json", &tr) {
 			t.Fatalf("%s has no transcript", k)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
 
@@ -110,7 +111,7 @@ func TestRequestsPerJob(t *testing.T) {
 	obj.Body.Close()
 	// The fake model answers with each chunk's sample count: the whole
 	// recording (both reads, joined) reached it.
-	var tr worker.Transcript
+	var tr contract.Transcript
 	if err := json.Unmarshal(b, &tr); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func etagOf(t *testing.T, e *env, key string) string {
 
 func jsonKey(t *testing.T, e *env, key string) string {
 	t.Helper()
-	res, err := e.s3.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(e.out), Prefix: aws.String("transcripts/" + e.in + "/" + worker.EscapeKey(key) + "/")})
+	res, err := e.s3.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(e.out), Prefix: aws.String("transcripts/" + e.in + "/" + contract.EscapeKey(key) + "/")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
 )
 
 // A recording longer than its first read streams: its bytes are decoded
@@ -29,13 +30,13 @@ func (w *Worker) streamBytes() int64 {
 // been read, reading the rest as it goes. info is what its head says.
 // opening is how long the first read took (the fetch stage is that and
 // the reads of the rest).
-func (w *Worker) transcribeStream(ctx context.Context, job Job, in *InputRef, head []byte, model string, info audio.Info, opening time.Duration) (Transcript, error) {
+func (w *Worker) transcribeStream(ctx context.Context, job contract.Job, in *contract.InputRef, head []byte, model string, info audio.Info, opening time.Duration) (contract.Transcript, error) {
 	body := &inputReader{w: w, ctx: ctx, job: job, in: in, head: head, spent: opening}
 	defer body.close()
 	start := time.Now()
 	src, err := audio.OpenStream(ctx, body, in.Size, w.ffmpeg)
 	if err != nil {
-		return Transcript{}, audioError(err)
+		return contract.Transcript{}, audioError(err)
 	}
 	defer func() { _ = src.Close() }()
 	rs := audio.NewResampler(src.Rate(), ModelRate)
@@ -64,7 +65,7 @@ func (w *Worker) transcribeStream(ctx context.Context, job Job, in *InputRef, he
 		case errors.Is(err, io.EOF):
 			eof = true
 		case err != nil:
-			return Transcript{}, f.abort(audioError(err))
+			return contract.Transcript{}, f.abort(audioError(err))
 		}
 		t = time.Now()
 		out = rs.Write(out[:0], block[:n])
@@ -73,7 +74,7 @@ func (w *Worker) transcribeStream(ctx context.Context, job Job, in *InputRef, he
 		}
 		resampling += time.Since(t)
 		if total += int64(len(out)); total > limit {
-			return Transcript{}, f.abort(Permanentf(ClassTooLarge, "recording is longer than the limit of %.0f s", w.cfg.MaxAudioSeconds))
+			return contract.Transcript{}, f.abort(Permanentf(contract.ClassTooLarge, "recording is longer than the limit of %.0f s", w.cfg.MaxAudioSeconds))
 		}
 		sp.Write(out)
 		for {
@@ -87,13 +88,13 @@ func (w *Worker) transcribeStream(ctx context.Context, job Job, in *InputRef, he
 			// The splitter's samples are its own until its next Write.
 			c.Samples = append(getFloats(len(c.Samples)), c.Samples...)
 			if err := f.send(c, true, false); err != nil {
-				return Transcript{}, f.abort(err)
+				return contract.Transcript{}, f.abort(err)
 			}
 			prog.total.Store(max(estimate, int64(len(f.spans))))
 		}
 	}
 	if err := f.wait(); err != nil {
-		return Transcript{}, err
+		return contract.Transcript{}, err
 	}
 	prog.total.Store(int64(len(f.spans)))
 	w.m.stages[StageFetch].Observe(body.spent.Seconds())
@@ -104,7 +105,7 @@ func (w *Worker) transcribeStream(ctx context.Context, job Job, in *InputRef, he
 		w.m.since(StageInfer, inferring)
 	}
 	if total == 0 {
-		return Transcript{}, Permanentf(ClassEmptyAudio, "recording has a valid header but no samples")
+		return contract.Transcript{}, Permanentf(contract.ClassEmptyAudio, "recording has a valid header but no samples")
 	}
 	t := stitch(f.spans, f.results, int(total))
 	t.SampleRate = src.Rate()
@@ -126,8 +127,8 @@ func (f *fanout) abort(err error) error {
 type inputReader struct {
 	w       *Worker
 	ctx     context.Context
-	job     Job
-	in      *InputRef
+	job     contract.Job
+	in      *contract.InputRef
 	head    []byte
 	pos     int64
 	body    io.ReadCloser

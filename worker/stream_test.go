@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
@@ -216,7 +217,7 @@ func TestStreamedReadFailuresAreRetried(t *testing.T) {
 	cfg.MaxReceives = 1
 	e.runS3(cfg, &breakingS3{S3API: e.s3, breaks: 100, after: 100 << 10})
 	rec, ok := e.errorRecord("flaky.wav")
-	if !ok || rec.Class == worker.ClassCorruptAudio || !strings.Contains(rec.Message, "connection reset") {
+	if !ok || rec.Class == contract.ClassCorruptAudio || !strings.Contains(rec.Message, "connection reset") {
 		t.Errorf("flaky: record %+v (found %v), want a retryable read failure", rec, ok)
 	}
 }
@@ -242,7 +243,7 @@ func TestStreamedRecordingPastTheLimitIsTooLarge(t *testing.T) {
 	cfg.MaxAudioSeconds = 60
 	e.runS3(cfg, e.s3)
 	rec, ok := e.errorRecord("long.ogg")
-	if !ok || rec.Class != worker.ClassTooLarge || !rec.Final || !strings.Contains(rec.Message, "60 s") {
+	if !ok || rec.Class != contract.ClassTooLarge || !rec.Final || !strings.Contains(rec.Message, "60 s") {
 		t.Errorf("record %+v (found %v), want a final too_large", rec, ok)
 	}
 	if _, ok := e.transcript("long.ogg"); ok {

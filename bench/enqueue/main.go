@@ -38,10 +38,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/enqueue"
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 func main() {
@@ -105,7 +105,7 @@ func run(nKeys, folders int, doneFrac float64, naiveKeys int) error {
 			return err
 		}
 		k := doneKeys[i-nKeys]
-		out := worker.KeysFor(prefix, worker.InputRef{Bucket: inBucket, Key: k, ETag: etag}, model).JSON
+		out := contract.KeysFor(prefix, contract.InputRef{Bucket: inBucket, Key: k, ETag: etag}, model).JSON
 		_, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(outBucket), Key: aws.String(out), Body: strings.NewReader("{}")})
 		return err
 	}); err != nil {
@@ -214,11 +214,11 @@ func naiveLoop(ctx context.Context, s3c *s3.Client, sqsc *sqs.Client, queue stri
 			}
 			n++
 			k := aws.ToString(obj.Key)
-			out := worker.KeysFor(prefix, worker.InputRef{Bucket: inBucket, Key: k, ETag: strings.Trim(aws.ToString(obj.ETag), `"`)}, model).JSON
+			out := contract.KeysFor(prefix, contract.InputRef{Bucket: inBucket, Key: k, ETag: strings.Trim(aws.ToString(obj.ETag), `"`)}, model).JSON
 			if _, err := s3c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(outBucket), Key: aws.String(out)}); err == nil {
 				continue
 			}
-			b, _ := worker.Job{Bucket: inBucket, Key: k}.Encode()
+			b, _ := contract.Job{Bucket: inBucket, Key: k}.Encode()
 			if _, err := sqsc.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queue), MessageBody: aws.String(string(b))}); err != nil {
 				return 0, 0, err
 			}
@@ -232,7 +232,7 @@ func naiveLoop(ctx context.Context, s3c *s3.Client, sqsc *sqs.Client, queue stri
 // goroutines: the most any sender could get from the emulator.
 func emulatorCeiling(ctx context.Context, sqsc *sqs.Client, queue string, n int) (float64, error) {
 	_, _ = sqsc.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(queue)})
-	b, _ := worker.Job{Bucket: inBucket, Key: "calls/2025-000/rec-0000000.wav"}.Encode()
+	b, _ := contract.Job{Bucket: inBucket, Key: "calls/2025-000/rec-0000000.wav"}.Encode()
 	start := time.Now()
 	var g errgroup.Group
 	g.SetLimit(16)

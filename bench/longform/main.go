@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/triton"
@@ -136,7 +137,7 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 	if err != nil {
 		return 0, triton.ServerStats{}, err
 	}
-	body, _ := worker.Job{Bucket: in, Key: "call.wav"}.Encode()
+	body, _ := contract.Job{Bucket: in, Key: "call.wav"}.Encode()
 	start := time.Now()
 	if _, err := sqsc.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(queueURL), MessageBody: aws.String(string(body))}); err != nil {
 		return 0, triton.ServerStats{}, err

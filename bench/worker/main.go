@@ -46,11 +46,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/internal/procstat"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 func main() {
@@ -223,7 +223,7 @@ func prepare(ctx context.Context, s3c *s3.Client, sqsc *sqs.Client, queueURL str
 		g.Go(func() error {
 			var entries []types.SendMessageBatchRequestEntry
 			for i := start; i < min(start+10, o.jobs); i++ {
-				b, err := worker.Job{Bucket: inBucket, Key: key(i)}.Encode()
+				b, err := contract.Job{Bucket: inBucket, Key: key(i)}.Encode()
 				if err != nil {
 					return err
 				}

@@ -31,10 +31,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/internal/wer"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 // sentences are read by flite's voices and recognised by pocketsphinx.
@@ -249,9 +249,9 @@ func freePortRange(n int) (int, error) {
 }
 
 // readTranscript finds the transcript of key by its deterministic prefix.
-func readTranscript(ctx context.Context, c *s3.Client, bucket, inBucket, key string) (worker.Transcript, error) {
-	var t worker.Transcript
-	out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + inBucket + "/" + worker.EscapeKey(key) + "/")})
+func readTranscript(ctx context.Context, c *s3.Client, bucket, inBucket, key string) (contract.Transcript, error) {
+	var t contract.Transcript
+	out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + inBucket + "/" + contract.EscapeKey(key) + "/")})
 	if err != nil {
 		return t, err
 	}

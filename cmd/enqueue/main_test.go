@@ -21,8 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/creack/pty"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 // setup starts the emulator with a bucket of n keys and a queue.
@@ -47,9 +47,9 @@ func setup(t *testing.T, n int) (emu *localaws.Server, q localaws.Queue) {
 	return emu, q
 }
 
-func receiveAll(t *testing.T, c *sqs.Client, url string) []worker.Job {
+func receiveAll(t *testing.T, c *sqs.Client, url string) []contract.Job {
 	t.Helper()
-	var jobs []worker.Job
+	var jobs []contract.Job
 	for empty := 0; empty < 2; {
 		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10, VisibilityTimeout: 60})
 		if err != nil {
@@ -59,7 +59,7 @@ func receiveAll(t *testing.T, c *sqs.Client, url string) []worker.Job {
 			empty++
 		}
 		for _, m := range out.Messages {
-			js, err := worker.ParseMessage([]byte(aws.ToString(m.Body)))
+			js, err := contract.ParseMessage([]byte(aws.ToString(m.Body)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +178,7 @@ func TestStatusAndRedriveCommands(t *testing.T) {
 	emu, q := setup(t, 0)
 	sqsc, _ := emu.Clients()
 	for i := range 3 {
-		body, _ := worker.Job{Bucket: "archive", Key: fmt.Sprintf("k%d.wav", i)}.Encode()
+		body, _ := contract.Job{Bucket: "archive", Key: fmt.Sprintf("k%d.wav", i)}.Encode()
 		if _, err := sqsc.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(q.DLQURL), MessageBody: aws.String(string(body))}); err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +287,7 @@ func TestDryRun(t *testing.T) {
 	}
 	jobs := 0
 	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
-		if _, err := worker.ParseMessage([]byte(l)); err == nil {
+		if _, err := contract.ParseMessage([]byte(l)); err == nil {
 			jobs++
 		}
 	}

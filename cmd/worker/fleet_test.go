@@ -23,10 +23,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 // imds is a local IMDSv2: PUT for a token (TTL header required), 401
@@ -200,7 +200,7 @@ func setupQueue(t *testing.T, name string, keys ...string) (*localaws.Server, lo
 		if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("inbox"), Key: aws.String(k), Body: bytes.NewReader(wav)}); err != nil {
 			t.Fatal(err)
 		}
-		body, _ := worker.Job{Bucket: "inbox", Key: k}.Encode()
+		body, _ := contract.Job{Bucket: "inbox", Key: k}.Encode()
 		if _, err := sqsc.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(string(body))}); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package worker
+package contract
 
 import (
 	"encoding/json"
@@ -22,6 +22,9 @@ const (
 )
 
 var knownFormats = []string{FormatJSON, FormatTXT, FormatSRT, FormatVTT}
+
+// Formats returns every output format, JSON first.
+func Formats() []string { return slices.Clone(knownFormats) }
 
 // Job is one recording to transcribe: the versioned message body that
 // enqueue sends, and what every S3 event envelope is turned into.
@@ -199,14 +202,11 @@ type eventBridgeDetail struct {
 // ParseMessage turns a queue message body into jobs. It accepts the
 // versioned job body, an S3 event notification (possibly several records),
 // the same wrapped in an SNS notification, and an EventBridge "Object
-// Created" event. An S3 test event yields no jobs. Any other body is a
-// *PermanentError of class bad_message.
+// Created" event. An S3 test event yields no jobs. Any other body is an
+// error: the message is not a job (error class bad_message), and no retry
+// can change that.
 func ParseMessage(body []byte) ([]Job, error) {
-	jobs, err := parseMessage(body, 0)
-	if err != nil {
-		return nil, Permanent(ClassBadMessage, err)
-	}
-	return jobs, nil
+	return parseMessage(body, 0)
 }
 
 func parseMessage(body []byte, depth int) ([]Job, error) {

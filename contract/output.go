@@ -1,4 +1,4 @@
-package worker
+package contract
 
 import (
 	"crypto/sha256"
@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/fleetscribe/fleetscribe/triton"
 )
 
 // Schemas of the records the worker writes.
@@ -34,19 +32,27 @@ type Segment struct {
 	Text  string  `json:"text"`
 }
 
+// Word is one recognised word and its time in the recording, in seconds.
+type Word struct {
+	Word       string  `json:"word"`
+	Start      float64 `json:"start"`
+	End        float64 `json:"end"`
+	Confidence float64 `json:"confidence,omitempty"`
+}
+
 // Transcript is the JSON document written for a finished job.
 type Transcript struct {
-	Schema      string        `json:"schema"`
-	Input       InputRef      `json:"input"`
-	Model       string        `json:"model"`
-	Text        string        `json:"text"`
-	Segments    []Segment     `json:"segments"`
-	Words       []triton.Word `json:"words,omitempty"`
-	DurationSec float64       `json:"duration_s"`
-	SampleRate  int           `json:"source_sample_rate"`
-	Chunks      int           `json:"chunks"`
-	Attempt     int           `json:"attempt"`
-	CreatedAt   time.Time     `json:"created_at"`
+	Schema      string    `json:"schema"`
+	Input       InputRef  `json:"input"`
+	Model       string    `json:"model"`
+	Text        string    `json:"text"`
+	Segments    []Segment `json:"segments"`
+	Words       []Word    `json:"words,omitempty"`
+	DurationSec float64   `json:"duration_s"`
+	SampleRate  int       `json:"source_sample_rate"`
+	Chunks      int       `json:"chunks"`
+	Attempt     int       `json:"attempt"`
+	CreatedAt   time.Time `json:"created_at"`
 }
 
 // ErrorRecord is the JSON document written where a failed job's transcript
@@ -64,6 +70,15 @@ type ErrorRecord struct {
 	MessageID   string `json:"message_id,omitempty"`
 	MessageBody string `json:"message_body,omitempty"`
 }
+
+// ErrorRecordTag is set on error records so a bucket lifecycle rule can
+// expire them (lifecycle filters match tags and prefixes, not suffixes).
+const ErrorRecordTag = "fleetscribe-record=error"
+
+// MetaFinal is the user metadata of an error record saying whether it is
+// final ("true") or provisional ("false": the message stays queued and may
+// still succeed), so a listing can tell them apart without reading them.
+const MetaFinal = "fleetscribe-final"
 
 // MaxKeyBytes is S3's limit on the length of an object key, in UTF-8 bytes.
 const MaxKeyBytes = 1024

@@ -1,4 +1,4 @@
-package worker
+package subtitle
 
 import (
 	"cmp"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/fleetscribe/fleetscribe/triton"
+	"github.com/fleetscribe/fleetscribe/contract"
 )
 
 // Subtitle conventions the segments follow (those of broadcasters' and
@@ -28,10 +28,10 @@ const (
 // pause, after a sentence end once the cue has been up long enough to
 // read, and when the next word would make the cue too long to read or to
 // fit its lines.
-func BuildSegments(words []triton.Word) []Segment {
+func BuildSegments(words []contract.Word) []contract.Segment {
 	var (
-		out []Segment
-		cur *Segment
+		out []contract.Segment
+		cur *contract.Segment
 	)
 	for _, w := range words {
 		word := strings.TrimSpace(w.Word)
@@ -44,7 +44,7 @@ func BuildSegments(words []triton.Word) []Segment {
 			cur = nil
 		}
 		if cur == nil {
-			cur = &Segment{Start: w.Start, End: w.End, Text: word}
+			cur = &contract.Segment{Start: w.Start, End: w.End, Text: word}
 			continue
 		}
 		cur.End = max(cur.End, w.End)
@@ -60,8 +60,8 @@ func BuildSegments(words []triton.Word) []Segment {
 // text: one segment per chunk, up to a chunk's length) into cues by the
 // same rules, giving each cue a share of its segment's time in proportion
 // to its characters.
-func SplitSegments(segs []Segment) []Segment {
-	var out []Segment
+func SplitSegments(segs []contract.Segment) []contract.Segment {
+	var out []contract.Segment
 	for _, s := range segs {
 		words := strings.Fields(s.Text)
 		if len(words) == 0 {
@@ -75,7 +75,7 @@ func SplitSegments(segs []Segment) []Segment {
 			text := strings.Join(cue, " ")
 			start := s.Start + float64(pos)*perChar
 			end := min(start+float64(len(text))*perChar, start+cueMaxSeconds)
-			out = append(out, Segment{Start: start, End: end, Text: text})
+			out = append(out, contract.Segment{Start: start, End: end, Text: text})
 			pos += len(text) + 1
 			cue = nil
 		}
@@ -96,8 +96,8 @@ func SplitSegments(segs []Segment) []Segment {
 
 // tidyCues puts cues in order, ends each before the next starts, and holds
 // a very short one up to cueMinSeconds where there is room.
-func tidyCues(cues []Segment) []Segment {
-	slices.SortStableFunc(cues, func(a, b Segment) int { return cmp.Compare(a.Start, b.Start) })
+func tidyCues(cues []contract.Segment) []contract.Segment {
+	slices.SortStableFunc(cues, func(a, b contract.Segment) int { return cmp.Compare(a.Start, b.Start) })
 	for i := range cues {
 		c := &cues[i]
 		next := math.Inf(1)
@@ -161,7 +161,7 @@ func wrapCue(text string) []string {
 }
 
 // RenderTXT returns the plain text transcript.
-func RenderTXT(t Transcript) []byte { return []byte(t.Text + "\n") }
+func RenderTXT(t contract.Transcript) []byte { return []byte(t.Text + "\n") }
 
 // noSpeech is the one cue of a recording without speech: players refuse
 // an SRT file without cues.
@@ -169,11 +169,11 @@ const noSpeech = "[no speech]"
 
 // RenderSRT returns SubRip subtitles for the transcript's segments, each
 // cue wrapped to its lines.
-func RenderSRT(t Transcript) []byte {
+func RenderSRT(t contract.Transcript) []byte {
 	var b strings.Builder
 	segs := t.Segments
 	if len(segs) == 0 {
-		segs = []Segment{{Start: 0, End: max(min(t.DurationSec, cueMaxSeconds), cueMinSeconds), Text: noSpeech}}
+		segs = []contract.Segment{{Start: 0, End: max(min(t.DurationSec, cueMaxSeconds), cueMinSeconds), Text: noSpeech}}
 	}
 	for i, s := range segs {
 		fmt.Fprintf(&b, "%d\n%s --> %s\n%s\n\n", i+1, subTime(s.Start, ","), subTime(s.End, ","), strings.Join(wrapCue(s.Text), "\n"))
@@ -183,7 +183,7 @@ func RenderSRT(t Transcript) []byte {
 
 // RenderVTT returns WebVTT subtitles for the transcript's segments, each
 // cue wrapped to its lines (a file without cues is valid WebVTT).
-func RenderVTT(t Transcript) []byte {
+func RenderVTT(t contract.Transcript) []byte {
 	var b strings.Builder
 	b.WriteString("WEBVTT\n\n")
 	for _, s := range t.Segments {

@@ -1,4 +1,4 @@
-package worker
+package contract
 
 import (
 	"math/rand/v2"
