@@ -63,6 +63,11 @@ tf-validate: ## terraform init from the local provider mirror, validate and mock
 tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)
 	$(GO) run ./internal/tffmt terraform
 
+.PHONY: docs
+docs: ## rewrite the generated references: docs/configuration.md from the worker's flags, terraform/README.md's tables from the modules
+	$(GO) test ./cmd/worker -run TestConfigurationReferenceIsCurrent -count=1 -update-docs
+	$(GO) test ./terraform -run TestReadmeReferenceIsCurrent -count=1 -update
+
 .PHONY: tf-docs
 tf-docs: ## rewrite the reference tables of terraform/README.md from the modules' variables and outputs
 	$(GO) test ./terraform -run TestReadmeReferenceIsCurrent -count=1 -update

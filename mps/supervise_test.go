@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetscribe/fleetscribe/internal/testwait"
 	"github.com/rs/zerolog"
 )
 
@@ -39,17 +40,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // The supervisor starts the daemon and one process per partition with its
@@ -87,7 +77,7 @@ func TestSupervisorRunsPlanAndRecoversFromFault(t *testing.T) {
 		_, problems := CheckPlan(plan, st)
 		return len(problems) == 0 && len(s.PIDs()) == len(plan)
 	}
-	waitFor(t, "every partition a client on its GPU", healthy)
+	testwait.For(t, "every partition a client on its GPU", healthy)
 	st, _ := c.Status(ctx)
 	rows, _ := CheckPlan(plan, st)
 	pids := s.PIDs()
@@ -109,7 +99,7 @@ func TestSupervisorRunsPlanAndRecoversFromFault(t *testing.T) {
 	if err := os.WriteFile(state, []byte("FAULT\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the faulted partitions to be stopped", func() bool {
+	testwait.For(t, "the faulted partitions to be stopped", func() bool {
 		for _, pid := range pids {
 			if syscall.Kill(pid, 0) == nil {
 				return false
@@ -120,7 +110,7 @@ func TestSupervisorRunsPlanAndRecoversFromFault(t *testing.T) {
 	if err := os.WriteFile(state, []byte("ACTIVE\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the partitions to come back", healthy)
+	testwait.For(t, "the partitions to come back", healthy)
 	for name, pid := range s.PIDs() {
 		if pid == pids[name] {
 			t.Errorf("%s kept pid %d through the fault", name, pid)
@@ -132,7 +122,7 @@ func TestSupervisorRunsPlanAndRecoversFromFault(t *testing.T) {
 	if err := syscall.Kill(before["gpu1-p0"], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "gpu1-p0 to restart", func() bool {
+	testwait.For(t, "gpu1-p0 to restart", func() bool {
 		p := s.PIDs()["gpu1-p0"]
 		return p != 0 && p != before["gpu1-p0"] && healthy()
 	})
@@ -226,7 +216,7 @@ func TestSupervisorTimeSlicedNeedsNoDaemon(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
-	waitFor(t, "both partitions running", func() bool {
+	testwait.For(t, "both partitions running", func() bool {
 		return strings.Contains(out.String(), "port=9101 mps=none") && strings.Contains(out.String(), "port=9104 mps=none")
 	})
 	cancel()

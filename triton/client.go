@@ -21,7 +21,7 @@ import (
 )
 
 // ModelIO names the speech model and its tensors. Defaults match the
-// contract in the README; every name is configurable because deployed
+// model contract in docs/contracts.md; every name is configurable because deployed
 // model repositories rarely agree.
 type ModelIO struct {
 	Model   string // model name in the Triton repository
@@ -93,8 +93,8 @@ func (m *ModelIO) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.WordsOutput, "model-output-words", d.WordsOutput, "name of the BYTES word timestamps output tensor (empty: not requested)")
 	fs.StringVar(&m.NumWordsOutput, "model-output-num-words", d.NumWordsOutput, "name of the INT32 word count output tensor (empty: not requested)")
 	fs.BoolVar(&m.BatchDim, "model-batch-dim", d.BatchDim, "send inputs with a leading batch dimension of 1 (models with max_batch_size > 0)")
-	fs.StringVar(&m.LengthInput, "model-input-length", d.LengthInput, "name of the INT32 true-length input sent with bucket-padded audio (empty: model has none)")
-	fs.Func("model-buckets", "comma-separated bucket lengths in seconds: pad each chunk with zeros to the smallest that holds it and send its true length (bucket batching, for fixed-shape models); empty: send chunks at their own length (ragged batching)", func(s string) error {
+	fs.StringVar(&m.LengthInput, "model-input-length", d.LengthInput, "name of the INT32 true-length input of bucket-padded audio (empty: none)")
+	fs.Func("model-buckets", "comma-separated bucket lengths in seconds, for fixed-shape models (empty: ragged batching)\nEach chunk is padded with zeros to the smallest bucket that holds it and sent with its true length; without buckets chunks go at their own length.", func(s string) error {
 		var l flagext.StringSliceCSV
 		_ = l.Set(s)
 		m.Buckets = nil

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetscribe/fleetscribe/internal/testwait"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
@@ -336,7 +337,7 @@ func TestPoolEjectsAndReadmitsPartition(t *testing.T) {
 		_, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 3), Timestamps: false})
 		done <- err
 	}()
-	waitFor(t, func() bool {
+	testwait.For(t, "both partitions ejected", func() bool {
 		return gauge(t, reg, "fleetscribe_triton_partition_healthy", a.Addr) == 0 &&
 			gauge(t, reg, "fleetscribe_triton_partition_healthy", b.Addr) == 0
 	})
@@ -371,18 +372,6 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, partition string) float
 		}
 	}
 	return -1
-}
-
-// waitFor polls a condition that another goroutine makes true.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestPoolWaitHonoursContext(t *testing.T) {

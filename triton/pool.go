@@ -47,16 +47,16 @@ type PoolConfig struct {
 func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	c.Addrs = []string{"127.0.0.1:8001"}
 	fs.Var((*flagext.StringSliceCSV)(&c.Addrs), "triton-addrs", "comma-separated Triton gRPC addresses, one per partition")
-	fs.IntVar(&c.MaxInflight, "triton-max-inflight", 48, "most requests in flight per partition (enough to fill its dynamic batcher's preferred batch sizes); backpressure lowers each partition's limit below it, success raises it again")
+	fs.IntVar(&c.MaxInflight, "triton-max-inflight", 48, "most requests in flight per partition\nEnough to fill its dynamic batcher's preferred batch sizes; backpressure lowers each partition's limit below it, success raises it again.")
 	fs.DurationVar(&c.RequestTimeout, "triton-request-timeout", 2*time.Minute, "timeout of one inference attempt")
-	fs.IntVar(&c.Attempts, "triton-attempts", 5, "tries per chunk on faults (unreachable partition, server error), each on another partition when one is free; backpressure is waited out within the job's deadline instead")
+	fs.IntVar(&c.Attempts, "triton-attempts", 5, "tries per chunk on faults (unreachable partition, server error), each on another partition when one is free\nBackpressure is waited out within the job's deadline instead.")
 	fs.DurationVar(&c.BackoffBase, "triton-backoff", 100*time.Millisecond, "first retry delay; doubles per attempt")
 	fs.DurationVar(&c.BackoffMax, "triton-backoff-max", 5*time.Second, "largest retry delay")
-	fs.IntVar(&c.EjectAfter, "triton-eject-after", 3, "consecutive failures (server errors on as many different inputs) that take a partition out until it passes a health check; backpressure never does")
+	fs.IntVar(&c.EjectAfter, "triton-eject-after", 3, "consecutive failures that take a partition out until it passes a health check\nServer errors on as many different inputs; backpressure never ejects.")
 	fs.DurationVar(&c.HealthInterval, "triton-health-interval", 5*time.Second, "how often partitions are health-checked (ejected ones more often)")
-	fs.Uint64Var(&c.Priority, "triton-priority", 0, "Triton request priority of every chunk (1 is highest; 0: the model's default); give the live worker a higher one than the bulk worker")
-	fs.BoolVar(&c.SharedMemory, "triton-shared-memory", true, "pass each chunk's audio to Triton through POSIX shared memory (Triton's system shared memory extension) where the partition shares this host's /dev/shm, instead of in the gRPC request; partitions that cannot map it get the audio in the request")
-	fs.DurationVar(&c.QueueTimeout, "triton-queue-timeout", 0, "how long a chunk may wait in Triton's queue before it answers UNAVAILABLE (0: the model's default)")
+	fs.Uint64Var(&c.Priority, "triton-priority", 0, "Triton request priority of every chunk of -queue-url (1 is highest; 0: the model's default)")
+	fs.BoolVar(&c.SharedMemory, "triton-shared-memory", true, "pass chunks' audio through POSIX shared memory where the partition shares this host's /dev/shm\nTriton's system shared memory extension, instead of in the gRPC request; partitions that cannot map it get the audio in the request.")
+	fs.DurationVar(&c.QueueTimeout, "triton-queue-timeout", 0, "how long a chunk may wait in Triton's queue before UNAVAILABLE (0: the model's default)")
 }
 
 // Validate reports unusable settings.

@@ -190,9 +190,9 @@ func TestLongFormAccuracy(t *testing.T) {
 	e.put("long.mp3", mp3)
 	e.sendJob("long.mp3")
 	cfg := e.config()
-	cfg.ChunkSeconds = *accuracyChunk
-	cfg.JobTimeout = 30 * time.Minute
-	cfg.VisibilityTimeout = 2 * time.Minute
+	cfg.Audio.ChunkSeconds = *accuracyChunk
+	cfg.Jobs.Timeout = 30 * time.Minute
+	cfg.Queues.VisibilityTimeout = 2 * time.Minute
 	e.runFor(cfg, 30*time.Minute)
 	tr, ok := e.transcript("long.mp3")
 	if !ok {

@@ -58,8 +58,8 @@ const jobOverheadBytes = 4 << 20
 // the decoder's buffers and windows instead.
 func (w *Worker) estimateMemory(size int64, info audio.Info, streaming bool) int64 {
 	// Chunks in flight: no more than the recording has.
-	inFlight := min(int64(w.cfg.ChunkParallelism), int64(math.Ceil(info.Duration()/w.cfg.ChunkSeconds))+1)
-	chunks := inFlight * int64(w.cfg.ChunkSeconds*ModelRate) * 4 * 2
+	inFlight := min(int64(w.cfg.Audio.ChunkParallelism), int64(math.Ceil(info.Duration()/w.cfg.Audio.ChunkSeconds))+1)
+	chunks := inFlight * int64(w.cfg.Audio.ChunkSeconds*ModelRate) * 4 * 2
 	if streaming {
 		return chunks + w.streamBytes() + jobOverheadBytes
 	}
@@ -176,21 +176,35 @@ func (g *slotGate) grantLocked(rank, want int) int {
 }
 
 // acquire waits until rank may take at least one slot, and takes up to want.
+// A receiver is counted as waiting from its first refusal until it is
+// granted or gives up, and only the first of a rank to wait, and the last
+// to stop, signals the others: whether a rank waits changes what the
+// others may take, but its waiters waking and looking again do not (two
+// waiters that signalled each time they looked again woke each other
+// forever, a CPU core's worth of it while both queues waited).
 func (g *slotGate) acquire(ctx context.Context, rank, want int) (int, error) {
 	if ctx.Err() != nil {
 		return 0, context.Cause(ctx)
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	waiting := false
 	for {
 		if n := g.grantLocked(rank, want); n > 0 {
+			if waiting {
+				g.waiting[rank]--
+			}
 			g.used[rank] += n
 			g.m.slotsInUse.WithLabelValues(g.names[rank]).Set(float64(g.used[rank]))
 			g.signalLocked()
-			g.mu.Unlock()
 			return n, nil
 		}
-		g.waiting[rank]++
-		g.signalLocked() // a waiter changes what others may take
+		if !waiting {
+			waiting = true
+			if g.waiting[rank]++; g.waiting[rank] == 1 {
+				g.signalLocked()
+			}
+		}
 		ch := g.changed
 		g.mu.Unlock()
 		select {
@@ -198,10 +212,10 @@ func (g *slotGate) acquire(ctx context.Context, rank, want int) (int, error) {
 		case <-ctx.Done():
 		}
 		g.mu.Lock()
-		g.waiting[rank]--
 		if ctx.Err() != nil {
-			g.signalLocked()
-			g.mu.Unlock()
+			if g.waiting[rank]--; g.waiting[rank] == 0 {
+				g.signalLocked()
+			}
 			return 0, context.Cause(ctx)
 		}
 	}

@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/internal/testwait"
 )
 
 func pcmWAV(rate, channels, bits, frames int) []byte {
@@ -34,7 +36,7 @@ func pcmWAV(rate, channels, bits, frames int) []byte {
 // The admission estimate bounds what decoding and resampling really
 // allocate, for the shapes that grow most (low rates) and least.
 func TestEstimateBoundsDecodeAndResample(t *testing.T) {
-	w := &Worker{cfg: Config{ChunkParallelism: 8, ChunkSeconds: 30}}
+	w := &Worker{cfg: Config{Audio: AudioConfig{ChunkParallelism: 8, ChunkSeconds: 30}}}
 	for _, c := range []struct{ rate, channels, bits, frames int }{
 		{1000, 1, 8, 2_000_000}, {8000, 1, 8, 1_000_000}, {8000, 1, 16, 800_000},
 		{44100, 2, 16, 1_000_000}, {48000, 6, 24, 200_000}, {16000, 1, 16, 1_000_000},
@@ -69,7 +71,7 @@ func TestEstimateBoundsDecodeAndResample(t *testing.T) {
 // buffers, whatever its length: a 4-hour WAV costs what a 20-minute one
 // does.
 func TestEstimateOfAStreamDoesNotGrowWithTheRecording(t *testing.T) {
-	w := &Worker{cfg: Config{ChunkParallelism: 32, ChunkSeconds: 30}}
+	w := &Worker{cfg: Config{Audio: AudioConfig{ChunkParallelism: 32, ChunkSeconds: 30}}}
 	short := w.estimateMemory(50<<20, audio.Info{Format: "wav", Rate: 44100, Channels: 2, Frames: 20 * 60 * 44100}, true)
 	long := w.estimateMemory(2540<<20, audio.Info{Format: "wav", Rate: 44100, Channels: 2, Frames: 4 * 3600 * 44100}, true)
 	whole := w.estimateMemory(2540<<20, audio.Info{Format: "wav", Rate: 44100, Channels: 2, Frames: 4 * 3600 * 44100}, false)
@@ -80,36 +82,39 @@ func TestEstimateOfAStreamDoesNotGrowWithTheRecording(t *testing.T) {
 
 // Jobs wait for room in the budget; one that alone exceeds it is refused.
 func TestMemoryGate(t *testing.T) {
-	g := newMemoryGate(100, newMetrics(prometheus.NewRegistry()))
-	if _, err := g.acquire(context.Background(), 101); ErrorClass(err) != contract.ClassTooLarge {
-		t.Fatalf("over budget: %v", err)
-	}
-	release, err := g.acquire(context.Background(), 60)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan func(), 1)
-	go func() {
-		r, err := g.acquire(context.Background(), 60)
-		if err != nil {
-			t.Error(err)
+	synctest.Test(t, func(t *testing.T) {
+		g := newMemoryGate(100, newMetrics(prometheus.NewRegistry()))
+		if _, err := g.acquire(t.Context(), 101); ErrorClass(err) != contract.ClassTooLarge {
+			t.Fatalf("over budget: %v", err)
 		}
-		got <- r
-	}()
-	select {
-	case <-got:
-		t.Fatal("second job admitted while the first holds 60 of 100")
-	case <-time.After(50 * time.Millisecond):
-	}
-	release()
-	(<-got)()
-	ctx, cancel := context.WithCancel(context.Background())
-	hold, _ := g.acquire(context.Background(), 100)
-	cancel()
-	if _, err := g.acquire(ctx, 1); err == nil {
-		t.Error("acquire ignored a cancelled context")
-	}
-	hold()
+		release, err := g.acquire(t.Context(), 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan func(), 1)
+		go func() {
+			r, err := g.acquire(t.Context(), 60)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- r
+		}()
+		synctest.Wait() // the second acquire is blocked in the gate, or done
+		select {
+		case <-got:
+			t.Fatal("second job admitted while the first holds 60 of 100")
+		default:
+		}
+		release()
+		(<-got)()
+		ctx, cancel := context.WithCancel(t.Context())
+		hold, _ := g.acquire(t.Context(), 100)
+		cancel()
+		if _, err := g.acquire(ctx, 1); err == nil {
+			t.Error("acquire ignored a cancelled context")
+		}
+		hold()
+	})
 }
 
 // acquireAsync starts an acquire and returns a channel with its grant.
@@ -122,24 +127,26 @@ func acquireAsync(ctx context.Context, g *slotGate, rank, want int) <-chan int {
 	return ch
 }
 
-// waitWaiting blocks until rank has a receiver waiting in the gate.
+// waitWaiting waits (under synctest) until every goroutine is blocked, and
+// checks that one of them is rank's receiver, waiting in the gate.
 func waitWaiting(t *testing.T, g *slotGate, rank int) {
 	t.Helper()
-	for {
-		g.mu.Lock()
-		w := g.waiting[rank]
-		g.mu.Unlock()
-		if w > 0 {
-			return
-		}
-		runtime.Gosched()
+	synctest.Wait()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.waiting[rank] == 0 {
+		t.Fatalf("no receiver of rank %d waiting in the gate", rank)
 	}
 }
 
 // Strict priority with a guaranteed minimum: a freed slot goes to the
 // waiting higher queue, unless the lower one is below its share.
 func TestSlotGatePriorityAndMinShare(t *testing.T) {
-	ctx := context.Background()
+	synctest.Test(t, testSlotGate)
+}
+
+func testSlotGate(t *testing.T) {
+	ctx := t.Context()
 	g := newSlotGate(4, 2, 1, newMetrics(prometheus.NewRegistry()))
 	// Bulk alone takes everything.
 	if n, _ := g.acquire(ctx, 1, 10); n != 4 {
@@ -176,4 +183,40 @@ func TestSlotGatePriorityAndMinShare(t *testing.T) {
 	if n, err := g.acquire(cctx, 0, 1); n != 0 || err == nil {
 		t.Errorf("cancelled acquire: %d, %v", n, err)
 	}
+}
+
+// Receivers of two queues waiting on a full gate (a saturated worker with
+// a live and a bulk queue, its usual state) sleep until a slot is given
+// back: nothing wakes them while nothing changes. They used to wake each
+// other forever, burning more than a core. Real time, not synctest: a
+// spinning goroutine never lets a synctest bubble's clock move.
+func TestSlotGateWaitersSleep(t *testing.T) {
+	g := newSlotGate(4, 2, 1, newMetrics(prometheus.NewRegistry()))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if n, _ := g.acquire(ctx, 1, 4); n != 4 {
+		t.Fatalf("bulk took %d of 4", n)
+	}
+	live, bulk := acquireAsync(ctx, g, 0, 10), acquireAsync(ctx, g, 1, 10)
+	testwait.For(t, "both receivers waiting", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.waiting[0] == 1 && g.waiting[1] == 1
+	})
+	generation := func() chan struct{} {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.changed
+	}
+	before := generation()
+	time.Sleep(20 * time.Millisecond)
+	if generation() != before {
+		t.Fatal("the gate signalled while nothing changed: its waiters wake each other")
+	}
+	g.release(1, 1)
+	if n := <-live; n != 1 {
+		t.Fatalf("live got %d", n)
+	}
+	cancel()
+	<-bulk
 }

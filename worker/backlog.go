@@ -17,10 +17,10 @@ import (
 // the backlog and a growing DLQ without CloudWatch. One GetQueueAttributes
 // per queue and DLQ per interval.
 func (w *Worker) watchBacklog(ctx context.Context) {
-	if w.cfg.QueueStatsInterval <= 0 {
+	if w.cfg.Queues.StatsInterval <= 0 {
 		return
 	}
-	t := time.NewTicker(w.cfg.QueueStatsInterval)
+	t := time.NewTicker(w.cfg.Queues.StatsInterval)
 	defer t.Stop()
 	dlqs := map[string]string{} // queue URL → its DLQ's URL, once known
 	for {

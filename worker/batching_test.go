@@ -59,8 +59,8 @@ func TestChunksFormBatchesInBothModes(t *testing.T) {
 				want[k] = n
 			}
 			cfg := e.config()
-			cfg.Concurrency = 16
-			cfg.ChunkSeconds = 3
+			cfg.Jobs.Concurrency = 16
+			cfg.Audio.ChunkSeconds = 3
 			e.run(cfg, nil)
 			for k, n := range want {
 				tr, ok := e.transcript(k)

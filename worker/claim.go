@@ -1,17 +1,13 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/rs/zerolog"
 
 	"github.com/fleetscribe/fleetscribe/contract"
@@ -38,25 +34,15 @@ type claim struct {
 // claim of the same message (a redelivery after a crash) or an expired
 // one is taken over. The returned release deletes the claim.
 func (w *Worker) claimJob(ctx context.Context, log zerolog.Logger, keys contract.OutputKeys, msgID string) (won bool, release func(), err error) {
-	if w.cfg.ClaimSettle == 0 {
+	if w.cfg.Claims.Settle == 0 {
 		return true, func() {}, nil
 	}
-	mine := claim{Token: newToken(), MessageID: msgID, Expires: w.now().Add(w.cfg.JobTimeout + w.cfg.VisibilityTimeout).UTC()}
+	mine := claim{Token: newToken(), MessageID: msgID, Expires: w.now().Add(w.cfg.Jobs.Timeout + w.cfg.Queues.VisibilityTimeout).UTC()}
 	body, err := json.Marshal(mine)
 	if err != nil {
 		return false, nil, err
 	}
-	put := func(ifNoneMatch bool) error {
-		in := &s3.PutObjectInput{
-			Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(keys.Claim), Body: bytes.NewReader(body),
-			ContentType: aws.String("application/json"), ContentLength: aws.Int64(int64(len(body))),
-		}
-		if ifNoneMatch {
-			in.IfNoneMatch = aws.String("*")
-		}
-		_, err := w.s3.PutObject(ctx, in)
-		return err
-	}
+	put := func(ifAbsent bool) error { return w.out.putClaim(ctx, keys.Claim, body, ifAbsent) }
 	outcome := "won"
 	if err := put(true); err != nil {
 		if !s3errs.PreconditionFailed(err) {
@@ -75,7 +61,7 @@ func (w *Worker) claimJob(ctx context.Context, log zerolog.Logger, keys contract
 		}
 		outcome = "taken_over"
 	}
-	if err := backoff.Sleep(ctx, w.cfg.ClaimSettle); err != nil {
+	if err := backoff.Sleep(ctx, w.cfg.Claims.Settle); err != nil {
 		return false, nil, err
 	}
 	held, err := w.readClaim(ctx, keys.Claim)
@@ -96,7 +82,7 @@ func (w *Worker) claimJob(ctx context.Context, log zerolog.Logger, keys contract
 		// Only our own claim is removed; a failed delete leaves a claim
 		// that expires by itself.
 		if c, err := w.readClaim(dctx, keys.Claim); err == nil && c != nil && c.Token == mine.Token {
-			if _, err := w.s3.DeleteObject(dctx, &s3.DeleteObjectInput{Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(keys.Claim)}); err != nil {
+			if err := w.out.remove(dctx, keys.Claim); err != nil {
 				log.Warn().Err(err).Msg("delete claim failed; it expires by itself")
 			}
 		}
@@ -106,17 +92,12 @@ func (w *Worker) claimJob(ctx context.Context, log zerolog.Logger, keys contract
 
 // readClaim returns the claim at key, or nil when there is none.
 func (w *Worker) readClaim(ctx context.Context, key string) (*claim, error) {
-	out, err := w.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(w.cfg.OutputBucket), Key: aws.String(key)})
-	if err != nil {
-		if s3errs.NotFound(err) {
-			return nil, nil
-		}
+	b, err := w.out.read(ctx, key, 4096)
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("read claim: %w", err)
-	}
-	defer func() { _ = out.Body.Close() }()
-	b, err := io.ReadAll(io.LimitReader(out.Body, 4096))
-	if err != nil {
-		return nil, fmt.Errorf("read claim: %w", err)
+	case b == nil:
+		return nil, nil
 	}
 	var c claim
 	if json.Unmarshal(b, &c) != nil {

@@ -108,7 +108,7 @@ func TestMultiRecordRetryRedoesNothingDone(t *testing.T) {
 	e.put("b.wav", tone(16000, 3200))
 	e.send(s3Event(e.in, "a.wav", "b.wav"))
 	cfg := e.config()
-	cfg.ExitWhenIdle = 4 * time.Second
+	cfg.Jobs.ExitWhenIdle = 4 * time.Second
 	e.run(cfg, nil)
 	if _, ok := e.transcript("b.wav"); !ok {
 		t.Fatal("b.wav not transcribed after its retry")
@@ -138,7 +138,7 @@ func TestOutputKeysDoNotCollide(t *testing.T) {
 	b, _ := contract.Job{Bucket: other, Key: "a/x.wav"}.Encode()
 	e.send(string(b))
 	cfg := e.config()
-	cfg.InputBuckets = append(cfg.InputBuckets, other)
+	cfg.Inputs.Buckets = append(cfg.Inputs.Buckets, other)
 	e.run(cfg, nil)
 	for i, k := range keys {
 		tr, ok := e.transcript(k)
@@ -245,8 +245,8 @@ func TestLowRateRecordingIsRefusedBeforeDownload(t *testing.T) {
 	e.sendJob("low.wav")
 	e.sendJob("long.wav")
 	cfg := e.config()
-	cfg.MemoryBudget = 64 << 20
-	cfg.MaxAudioSeconds = 120
+	cfg.Jobs.MemoryBudget = 64 << 20
+	cfg.Inputs.MaxAudioSeconds = 120
 	counting := &countingS3{S3API: e.s3}
 	e.runS3(cfg, counting)
 	for _, k := range []string{"low.wav", "long.wav"} {
@@ -302,7 +302,7 @@ func TestLastAttemptLeavesARecordUntilItSucceeds(t *testing.T) {
 	e.sendJob("a.wav")
 	e.servers[0].Hold()
 	cfg := e.config()
-	cfg.MaxReceives = 1
+	cfg.Queues.MaxReceives = 1
 	done := make(chan struct{})
 	go func() { defer close(done); e.run(cfg, nil) }()
 	<-e.servers[0].Started()
@@ -338,7 +338,7 @@ func TestUntrustedMessagesAreRefused(t *testing.T) {
 	b, _ := json.Marshal(map[string]any{"v": 1, "bucket": e.in, "key": "ok.wav", "output_prefix": "transcripts/tenant-a/"})
 	e.send(string(b))
 	cfg := e.config()
-	cfg.InputBuckets = []string{e.in}
+	cfg.Inputs.Buckets = []string{e.in}
 	e.run(cfg, nil)
 	out := listOutputs(t, e.s3, e.out, secret, "payroll.wav")
 	var rec contract.ErrorRecord
@@ -393,7 +393,7 @@ func TestIgnoredEventsAndHeartbeatsAfterDelete(t *testing.T) {
 		e.sendJob(k)
 	}
 	cfg := e.config()
-	cfg.HeartbeatInterval = 2 * time.Millisecond
+	cfg.Queues.HeartbeatInterval = 2 * time.Millisecond
 	e.run(cfg, &strictSQS{recordingSQS: e.recorder, deleted: map[string]bool{}})
 	if got := counter(t, e.wreg, "fleetscribe_jobs_total", "outcome", "ok"); got != 10 {
 		t.Errorf("ok jobs = %v, want 10 (ignored events are not jobs)", got)
@@ -429,7 +429,7 @@ func concurrentDuplicates(t *testing.T, srv *localaws.Server, maxDup int) {
 		e.sendJob(k)
 	}
 	cfg := e.config()
-	cfg.ClaimSettle = 100 * time.Millisecond
+	cfg.Claims.Settle = 100 * time.Millisecond
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
@@ -475,7 +475,7 @@ func TestPanicInChunkFailsOnlyTheJob(t *testing.T) {
 	e.put("a.wav", tone(16000, 1600))
 	e.sendJob("a.wav")
 	cfg := e.config()
-	cfg.MaxReceives = 1
+	cfg.Queues.MaxReceives = 1
 	w, err := worker.New(cfg, "asr", e.sqs, e.s3, panickingTranscriber{}, zerolog.New(io.Discard), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -501,7 +501,7 @@ func TestJobModelOverride(t *testing.T) {
 		e.send(string(b))
 	}
 	cfg := e.config()
-	cfg.Models = []string{"asr-v2"}
+	cfg.Jobs.Models = []string{"asr-v2"}
 	e.run(cfg, nil)
 	if n := e.servers[0].ModelCalls("asr-v2"); n != 1 {
 		t.Errorf("%d requests for asr-v2, want 1", n)
@@ -556,8 +556,8 @@ func (s signallingSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessag
 func TestShutdownDuringLongPollStrandsNothing(t *testing.T) {
 	e := newEnv(t, 1, 3)
 	cfg := e.config()
-	cfg.WaitTime = 3 * time.Second
-	cfg.ExitWhenIdle = 0
+	cfg.Queues.WaitTime = 3 * time.Second
+	cfg.Jobs.ExitWhenIdle = 0
 	polling := make(chan struct{}, 1)
 	w, err := worker.New(cfg, "asr", signallingSQS{e.recorder, polling}, e.s3, e.pool, zerolog.New(io.Discard), prometheus.NewRegistry())
 	if err != nil {

@@ -27,17 +27,16 @@ type fanout struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	g       *errgroup.Group
-	model   string
-	job     jobValues
+	infer   inference
 	spans   []chunkSpan
 	results []*triton.Result // each written by its request alone
 }
 
-func (w *Worker) newFanout(ctx context.Context, model string) *fanout {
+func (w *Worker) newFanout(ctx context.Context, infer inference) *fanout {
 	ctx, cancel := context.WithCancelCause(ctx)
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(w.cfg.ChunkParallelism)
-	return &fanout{w: w, ctx: gctx, cancel: cancel, g: g, model: model, job: jobFrom(ctx)}
+	g.SetLimit(w.cfg.Audio.ChunkParallelism)
+	return &fanout{w: w, ctx: gctx, cancel: cancel, g: g, infer: infer}
 }
 
 // send transcribes chunk c in its own goroutine. pooled: c.Samples came
@@ -69,7 +68,7 @@ func (f *fanout) send(c audio.Chunk, pooled, shared bool) error {
 		if pooled {
 			defer putFloats(c.Samples)
 		}
-		return f.w.transcribeChunk(f.ctx, f.job, i, c.Samples, f.model, r, !pooled && shared)
+		return f.w.transcribeChunk(f.ctx, f.infer, i, c.Samples, r, !pooled && shared)
 	})
 	return nil
 }
@@ -82,7 +81,7 @@ func (f *fanout) wait() error {
 
 // transcribeChunk levels samples (on a copy when copyFirst) and transcribes
 // them into r.
-func (w *Worker) transcribeChunk(ctx context.Context, job jobValues, i int, samples []float32, model string, r *triton.Result, copyFirst bool) (err error) {
+func (w *Worker) transcribeChunk(ctx context.Context, infer inference, i int, samples []float32, r *triton.Result, copyFirst bool) (err error) {
 	// errgroup does not recover: a panic here would end the process with
 	// every job in hand.
 	defer func() {
@@ -90,7 +89,7 @@ func (w *Worker) transcribeChunk(ctx context.Context, job jobValues, i int, samp
 			err = recoverError(p)
 		}
 	}()
-	if w.cfg.Normalize {
+	if w.cfg.Audio.Normalize {
 		if copyFirst {
 			samples = append([]float32(nil), samples...)
 		}
@@ -98,7 +97,7 @@ func (w *Worker) transcribeChunk(ctx context.Context, job jobValues, i int, samp
 			return Permanent(contract.ClassCorruptAudio, fmt.Errorf("chunk %d: %w", i, err))
 		}
 	}
-	res, err := w.tr.Transcribe(ctx, triton.Request{Samples: samples, Timestamps: w.cfg.Timestamps, Model: model, Priority: job.priority})
+	res, err := w.tr.Transcribe(ctx, triton.Request{Samples: samples, Timestamps: w.cfg.Audio.Timestamps, Model: infer.model, Priority: infer.priority})
 	if err != nil {
 		if errors.Is(err, triton.ErrRejected) {
 			return Permanent(contract.ClassRejected, fmt.Errorf("chunk %d: %w", i, err))
@@ -106,7 +105,7 @@ func (w *Worker) transcribeChunk(ctx context.Context, job jobValues, i int, samp
 		return fmt.Errorf("transcribe chunk %d: %w", i, err)
 	}
 	*r = res
-	job.prog.done.Add(1)
+	infer.prog.done.Add(1)
 	return nil
 }
 
@@ -116,30 +115,29 @@ func (w *Worker) transcribeChunk(ctx context.Context, job jobValues, i int, samp
 // once).
 func (w *Worker) splitConfig() audio.SplitConfig {
 	overlap := 0
-	if w.cfg.Timestamps {
+	if w.cfg.Audio.Timestamps {
 		overlap = ModelRate
 	}
-	return audio.SplitConfig{Max: int(w.cfg.ChunkSeconds * ModelRate), Frame: ModelRate * 30 / 1000, Overlap: overlap}
+	return audio.SplitConfig{Max: int(w.cfg.Audio.ChunkSeconds * ModelRate), Frame: ModelRate * 30 / 1000, Overlap: overlap}
 }
 
 // transcribe splits samples (at ModelRate) at quiet points, transcribes
 // the chunks in parallel and stitches the results in order with absolute
 // timestamps.
-func (w *Worker) transcribe(ctx context.Context, samples []float32, model string) (contract.Transcript, error) {
+func (w *Worker) transcribe(ctx context.Context, samples []float32, infer inference) (contract.Transcript, error) {
 	chunks := audio.Split(samples, w.splitConfig())
-	job := jobFrom(ctx)
-	job.prog.total.Store(int64(len(chunks)))
+	infer.prog.total.Store(int64(len(chunks)))
 	if len(chunks) == 1 {
 		// A short recording: no goroutine for its one chunk.
 		var r triton.Result
 		if len(samples) > 0 {
-			if err := w.transcribeChunk(ctx, job, 0, samples, model, &r, false); err != nil {
+			if err := w.transcribeChunk(ctx, infer, 0, samples, &r, false); err != nil {
 				return contract.Transcript{}, err
 			}
 		}
 		return stitch([]chunkSpan{{length: len(samples)}}, []*triton.Result{&r}, len(samples)), nil
 	}
-	f := w.newFanout(ctx, model)
+	f := w.newFanout(ctx, infer)
 	for i, c := range chunks {
 		// Overlapping chunks share samples and are sent at once: each
 		// levels its own copy.

@@ -80,7 +80,7 @@ func TestUploadFormatsBecomeTranscripts(t *testing.T) {
 		e2.sendJob(k)
 	}
 	cfg := e2.config()
-	cfg.FFmpeg = ""
+	cfg.Inputs.FFmpeg = ""
 	e2.run(cfg, nil)
 	if rec, ok := e2.errorRecord("call.m4a"); !ok || rec.Class != contract.ClassUnsupported || !strings.Contains(rec.Message, "mp4") || !strings.Contains(rec.Message, "ffmpeg") {
 		t.Errorf("m4a without ffmpeg: %+v (found %v), want unsupported_audio naming mp4 and ffmpeg", rec, ok)

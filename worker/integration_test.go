@@ -104,12 +104,12 @@ func (e *env) startPool(addrs []string, timeout time.Duration) {
 
 func (e *env) config() worker.Config {
 	return worker.Config{
-		QueueURL: e.queue.URL, OutputBucket: e.out, OutputPrefix: "transcripts/", InputBuckets: []string{e.in},
-		Concurrency: 4, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second,
-		JobTimeout: time.Minute, DrainTimeout: 30 * time.Second, MaxReceives: 3,
-		RetryBackoff: time.Second, MaxObjectBytes: 1 << 24, MaxAudioSeconds: 3600, MemoryBudget: 1 << 30,
-		ClaimSettle: 20 * time.Millisecond, ChunkSeconds: 30, ChunkParallelism: 4,
-		Timestamps: true, ExitWhenIdle: 2 * time.Second, FFmpeg: "ffmpeg", Normalize: true,
+		Queues:  worker.QueueConfig{URL: e.queue.URL, WaitTime: time.Second, VisibilityTimeout: 30 * time.Second, MaxReceives: 3, RetryBackoff: time.Second},
+		Jobs:    worker.JobConfig{Concurrency: 4, Timeout: time.Minute, DrainTimeout: 30 * time.Second, MemoryBudget: 1 << 30, ExitWhenIdle: 2 * time.Second},
+		Inputs:  worker.InputConfig{Buckets: []string{e.in}, MaxObjectBytes: 1 << 24, MaxAudioSeconds: 3600, FFmpeg: "ffmpeg"},
+		Outputs: worker.OutputConfig{Bucket: e.out, Prefix: "transcripts/"},
+		Claims:  worker.ClaimConfig{Settle: 20 * time.Millisecond},
+		Audio:   worker.AudioConfig{ChunkSeconds: 30, ChunkParallelism: 4, Timestamps: true, Normalize: true},
 	}
 }
 
@@ -399,7 +399,7 @@ func TestBadInputsGetErrorRecordsAndNoRedelivery(t *testing.T) {
 	e.send(`{"not": "a job"}`)
 	e.send(`this is not json`)
 	cfg := e.config()
-	cfg.MaxObjectBytes = 1 << 20
+	cfg.Inputs.MaxObjectBytes = 1 << 20
 	e.run(cfg, nil)
 
 	wantClass := map[string]string{
@@ -466,8 +466,8 @@ func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
 	e.put("a.wav", tone(16000, 4000))
 	e.sendJob("a.wav")
 	cfg := e.config()
-	cfg.MaxReceives = 2
-	cfg.ExitWhenIdle = 4 * time.Second // longer than the 1 s and 2 s backoffs
+	cfg.Queues.MaxReceives = 2
+	cfg.Jobs.ExitWhenIdle = 4 * time.Second // longer than the 1 s and 2 s backoffs
 	e.run(cfg, nil)
 
 	var rec contract.ErrorRecord
@@ -490,7 +490,7 @@ func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
 	e.servers[0].Heal()
 	sum, err := enqueue.Redrive(context.Background(), e.sqs, e.s3, enqueue.RedriveOptions{
 		DLQURL: e.queue.DLQURL, ToURL: e.queue.URL, Classes: []string{contract.ClassExhausted},
-		OutputBucket: cfg.OutputBucket, WorkerOutputPrefix: cfg.OutputPrefix, WorkerModel: "asr", Hold: time.Minute,
+		OutputBucket: cfg.Outputs.Bucket, WorkerOutputPrefix: cfg.Outputs.Prefix, WorkerModel: "asr", Hold: time.Minute,
 	})
 	if err != nil || sum.Moved != 1 {
 		t.Fatalf("redrive: %s: %v", sum, err)
@@ -595,8 +595,8 @@ func TestUnwritableErrorRecordKeepsMessage(t *testing.T) {
 	e.put("corrupt.wav", []byte("RIFF\x10\x00\x00\x00WAVEjunkjunk"))
 	e.sendJob("corrupt.wav")
 	cfg := e.config()
-	cfg.ExitWhenIdle = time.Second
-	cfg.RetryBackoff = 3 * time.Second // the first run is over before the message returns
+	cfg.Jobs.ExitWhenIdle = time.Second
+	cfg.Queues.RetryBackoff = 3 * time.Second // the first run is over before the message returns
 	e.wreg = prometheus.NewRegistry()
 	w, err := worker.New(cfg, "asr", e.recorder, failingErrorRecords{e.s3}, e.pool, zerolog.New(io.Discard), e.wreg)
 	if err != nil {
@@ -612,7 +612,7 @@ func TestUnwritableErrorRecordKeepsMessage(t *testing.T) {
 		t.Fatalf("message should wait for redelivery, depth %d", v+f)
 	}
 	// Once S3 works again, the redelivery writes the record and deletes.
-	cfg.ExitWhenIdle = 5 * time.Second // past the 3 s retry backoff
+	cfg.Jobs.ExitWhenIdle = 5 * time.Second // past the 3 s retry backoff
 	e.run(cfg, nil)
 	var rec contract.ErrorRecord
 	if err := json.Unmarshal(e.outputs("corrupt.wav")["error.json"], &rec); err != nil || rec.Class != contract.ClassCorruptAudio || rec.Attempt != 2 {
@@ -626,7 +626,7 @@ func TestUnwritableErrorRecordKeepsMessage(t *testing.T) {
 func TestMissingQueueIsAClearError(t *testing.T) {
 	e := newEnv(t, 1, 3)
 	cfg := e.config()
-	cfg.QueueURL = e.queue.URL + "-nope"
+	cfg.Queues.URL = e.queue.URL + "-nope"
 	w, err := worker.New(cfg, "asr", e.sqs, e.s3, e.pool, zerolog.New(io.Discard), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -654,8 +654,8 @@ func TestLostHeartbeatAbandonsJob(t *testing.T) {
 	e.put("a.wav", tone(16000, 4000))
 	e.sendJob("a.wav")
 	cfg := e.config()
-	cfg.HeartbeatInterval = 100 * time.Millisecond
-	cfg.ExitWhenIdle = time.Second
+	cfg.Queues.HeartbeatInterval = 100 * time.Millisecond
+	cfg.Jobs.ExitWhenIdle = time.Second
 	e.run(cfg, failingHeartbeats{e.recorder})
 
 	if outs := e.outputs("a.wav"); len(outs) != 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/fleetscribe/fleetscribe/internal/testwait"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
 
@@ -25,7 +26,7 @@ func TestInterruptionFinishesWhatCanFinishAndReleasesTheRest(t *testing.T) {
 	e.put("medium.wav", tone(16000, 4*16000)) // 4 chunks: about 0.4 s
 	e.put("later.wav", tone(16000, 16000))
 	cfg := e.config()
-	cfg.ChunkSeconds, cfg.ChunkParallelism, cfg.ExitWhenIdle, cfg.ClaimSettle = 1, 1, 0, 0
+	cfg.Audio.ChunkSeconds, cfg.Audio.ChunkParallelism, cfg.Jobs.ExitWhenIdle, cfg.Claims.Settle = 1, 1, 0, 0
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(cfg, "asr", e.recorder, e.s3, e.pool, zerolog.New(io.Discard), reg)
 	if err != nil {
@@ -36,20 +37,16 @@ func TestInterruptionFinishesWhatCanFinishAndReleasesTheRest(t *testing.T) {
 	e.sendJob("long.wav")
 	// The long job's second chunk means its first is done (one chunk at a
 	// time): its pace is known. Then the medium one arrives.
-	for e.servers[0].Calls() < 2 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, "the long job's second chunk", func() bool { return e.servers[0].Calls() >= 2 })
 	e.sendJob("medium.wav")
-	for metricValue(t, reg, "fleetscribe_jobs_inflight", nil, 0) < 2 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, "two jobs in flight", func() bool { return metricValue(t, reg, "fleetscribe_jobs_inflight", nil, 0) >= 2 })
 	interrupted := time.Now()
 	w.Interrupt(worker.Interruption{Reason: "spot interruption notice", Deadline: interrupted.Add(3 * time.Second)})
 	e.sendJob("later.wav")
 	// The long job goes back at once, not at the deadline.
-	for counter(t, reg, "fleetscribe_messages_total", "outcome", worker.MessageReleased) < 1 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, "the long job released", func() bool {
+		return counter(t, reg, "fleetscribe_messages_total", "outcome", worker.MessageReleased) >= 1
+	})
 	if d := time.Since(interrupted); d > 1500*time.Millisecond {
 		t.Errorf("the job that cannot finish was released %s after the notice; it should go at once", d)
 	}

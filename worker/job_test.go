@@ -3,6 +3,7 @@ package worker
 import (
 	"cmp"
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 // as under a folder, and no two jobs share a key: neither through the input
 // key, nor the bucket, nor a job's own output prefix.
 func TestOutputKeysNeverNest(t *testing.T) {
-	cfg := Config{OutputPrefix: "transcripts/", OutputPrefixes: []string{"transcripts/"}}
+	cfg := Config{Outputs: OutputConfig{Prefix: "transcripts/", Prefixes: []string{"transcripts/"}}}
 	a := contract.Job{V: 1, Bucket: "inbox", Key: "x"}
 	for _, b := range []contract.Job{
 		{V: 1, Bucket: "inbox", Key: "x/asr/unversioned.json/y"},
@@ -37,7 +38,7 @@ func TestOutputKeysNeverNest(t *testing.T) {
 // jobKeys are every key a job can write: its outputs, claim and error
 // record, and the key of its error record when S3 refuses that one.
 func jobKeys(cfg Config, j contract.Job) []string {
-	prefix := cfg.OutputPrefix
+	prefix := cfg.Outputs.Prefix
 	if j.OutputPrefix != "" {
 		prefix = j.OutputPrefix
 	}
@@ -76,7 +77,7 @@ func FuzzOutputKeysNeverNest(f *testing.F) {
 	f.Add([]byte(`{"v":1,"bucket":"inbox","key":"x","output_prefix":"transcripts/a/"}`), []byte(`{"v":1,"bucket":"a","key":"k"}`), "m2")
 	f.Add([]byte(`{"v":1,"bucket":"inbox","key":"k","model":"m.json"}`), []byte(`{"v":1,"bucket":"inbox","key":"k/m%2Ejson/unversioned.json/z"}`), "x.error.json")
 	f.Add([]byte(`{"Records":[{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"inbox"},"object":{"key":"a/./b"}}}]}`), []byte(`{"v":1,"bucket":"inbox","key":"a/%2E/b","etag":"e"}`), "")
-	cfg := Config{OutputPrefix: "transcripts/", OutputPrefixes: []string{"transcripts/"}}
+	cfg := Config{Outputs: OutputConfig{Prefix: "transcripts/", Prefixes: []string{"transcripts/"}}}
 	f.Fuzz(func(t *testing.T, m1, m2 []byte, messageID string) {
 		var jobs []contract.Job
 		for _, m := range [][]byte{m1, m2} {
@@ -91,7 +92,7 @@ func FuzzOutputKeysNeverNest(f *testing.F) {
 				jobs = append(jobs, j)
 			}
 		}
-		invalid := contract.InvalidMessageKey(cfg.OutputPrefix, messageID)
+		invalid := contract.InvalidMessageKey(cfg.Outputs.Prefix, messageID)
 		for i, a := range jobs {
 			for _, k := range jobKeys(cfg, a) {
 				if k == invalid || strings.HasPrefix(k, invalid+"/") || strings.HasPrefix(invalid, k+"/") {
@@ -113,7 +114,7 @@ func FuzzOutputKeysNeverNest(f *testing.F) {
 // and the same version id (or, without one, the same ETag).
 func sameOutputs(cfg Config, a, b contract.Job) bool {
 	id := func(j contract.Job) [5]string {
-		prefix, model := cmp.Or(j.OutputPrefix, cfg.OutputPrefix), cmp.Or(j.Model, "asr")
+		prefix, model := cmp.Or(j.OutputPrefix, cfg.Outputs.Prefix), cmp.Or(j.Model, "asr")
 		tag := ""
 		switch {
 		case j.VersionID != "" && j.VersionID != "null":
@@ -133,18 +134,22 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(); err == nil {
 		t.Fatal("defaults without queue and bucket should not validate")
 	}
-	c.QueueURL, c.OutputBucket = "q", "b"
+	c.Queues.URL, c.Outputs.Bucket = "q", "b"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "input buckets are required") {
 		t.Fatalf("defaults without input buckets: %v, want them required", err)
 	}
-	c.InputBuckets = []string{"uploads", "calls/2026/"}
+	c.Inputs.Buckets = []string{"uploads", "calls/2026/"}
+	before := fmt.Sprintf("%#v", c)
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults with queue and buckets: %v", err)
 	}
-	if c.HeartbeatInterval != c.VisibilityTimeout/3 {
-		t.Errorf("heartbeat interval %v, want a third of %v", c.HeartbeatInterval, c.VisibilityTimeout)
+	if after := fmt.Sprintf("%#v", c); after != before {
+		t.Errorf("Validate changed the configuration:\n%s\n%s", before, after)
 	}
-	c.HeartbeatInterval = c.VisibilityTimeout
+	if c.Queues.Heartbeat() != c.Queues.VisibilityTimeout/3 {
+		t.Errorf("heartbeat interval %v, want a third of %v", c.Queues.Heartbeat(), c.Queues.VisibilityTimeout)
+	}
+	c.Queues.HeartbeatInterval = c.Queues.VisibilityTimeout
 	if err := c.Validate(); err == nil {
 		t.Error("heartbeat interval equal to the visibility timeout should not validate")
 	}

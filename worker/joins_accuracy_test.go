@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/internal/wer"
-	"github.com/fleetscribe/fleetscribe/triton"
 )
 
 // cpuTriton serves real Triton with the CPU recogniser (pocketsphinx)
@@ -48,7 +48,7 @@ const joinWindow = 1.5
 // those within joinWindow seconds of a join and the rest, with the
 // reference words in each: an error is placed at its hypothesis word's
 // time (a deleted word between its aligned neighbours).
-func joinErrors(ref []string, hyp []triton.Word, joins []float64) (nearErr, nearWords, farErr, farWords int) {
+func joinErrors(ref []string, hyp []contract.Word, joins []float64) (nearErr, nearWords, farErr, farWords int) {
 	names := make([]string, len(hyp))
 	for i, w := range hyp {
 		names[i] = strings.ToLower(w.Word)
@@ -93,9 +93,9 @@ func joinErrors(ref []string, hyp []triton.Word, joins []float64) (nearErr, near
 }
 
 func TestJoinErrorsPlacesErrors(t *testing.T) {
-	w := func(s string, at float64) triton.Word { return triton.Word{Word: s, Start: at, End: at + 0.2} }
+	w := func(s string, at float64) contract.Word { return contract.Word{Word: s, Start: at, End: at + 0.2} }
 	ref := []string{"a", "b", "c", "d", "e", "f"}
-	hyp := []triton.Word{w("a", 1), w("x", 10), w("c", 10.5), w("e", 20), w("f", 21), w("g", 30)}
+	hyp := []contract.Word{w("a", 1), w("x", 10), w("c", 10.5), w("e", 20), w("f", 21), w("g", 30)}
 	ne, nw, fe, fw := joinErrors(ref, hyp, []float64{10.2})
 	// b substituted (x, near), d deleted after c (near), g inserted (far).
 	if ne != 2 || nw != 3 || fe != 1 || fw != 3 {
@@ -140,9 +140,9 @@ func TestJoinAccuracy(t *testing.T) {
 	e.put("noisy.wav", audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: x}))
 	e.sendJob("noisy.wav")
 	cfg := e.config()
-	cfg.ChunkSeconds = chunkSeconds
-	cfg.JobTimeout = 30 * time.Minute
-	cfg.VisibilityTimeout = 2 * time.Minute
+	cfg.Audio.ChunkSeconds = chunkSeconds
+	cfg.Jobs.Timeout = 30 * time.Minute
+	cfg.Queues.VisibilityTimeout = 2 * time.Minute
 	e.runFor(cfg, 30*time.Minute)
 	tr, ok := e.transcript("noisy.wav")
 	if !ok {

@@ -26,7 +26,7 @@ func TestMetricsTimeStagesAndSampleQueueDepths(t *testing.T) {
 		}
 	}
 	cfg := e.config()
-	cfg.QueueStatsInterval = 20 * time.Millisecond
+	cfg.Queues.StatsInterval = 20 * time.Millisecond
 	e.run(cfg, nil)
 
 	families := map[string]*dto.MetricFamily{}

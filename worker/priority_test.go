@@ -20,6 +20,7 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/internal/testwait"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
@@ -116,9 +117,9 @@ func TestLiveBeforeBulkInOneWorker(t *testing.T) {
 	sendJobs(t, e, bulkQ.URL, bulk)
 
 	cfg := e.config()
-	cfg.LowerQueueURLs = []string{bulkQ.URL}
-	cfg.Concurrency, cfg.LowerMinShare, cfg.QueuePriorities = 8, 0.25, []uint64{1, 2}
-	cfg.ChunkParallelism, cfg.ExitWhenIdle = 1, 2*time.Second
+	cfg.Queues.LowerURLs = []string{bulkQ.URL}
+	cfg.Jobs.Concurrency, cfg.Queues.LowerMinShare, cfg.Queues.Priorities = 8, 0.25, []uint64{1, 2}
+	cfg.Audio.ChunkParallelism, cfg.Jobs.ExitWhenIdle = 1, 2*time.Second
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(cfg, "asr", e.sqs, e.s3, tr, zerolog.New(io.Discard), reg)
 	if err != nil {
@@ -128,9 +129,7 @@ func TestLiveBeforeBulkInOneWorker(t *testing.T) {
 	start := time.Now()
 	go func() { done <- w.Run(context.Background()) }()
 	waitOK := func(n float64) {
-		for counter(t, reg, "fleetscribe_jobs_total", "outcome", "ok") < n {
-			time.Sleep(10 * time.Millisecond)
-		}
+		testwait.For(t, "jobs done", func() bool { return counter(t, reg, "fleetscribe_jobs_total", "outcome", "ok") >= n })
 	}
 
 	waitOK(100)
@@ -183,14 +182,18 @@ func (f transcriberFunc) Transcribe(ctx context.Context, r triton.Request) (trit
 // Queue priorities must name every queue; a minimum share must leave the
 // higher queue something.
 func TestPriorityValidation(t *testing.T) {
-	cfg := worker.Config{QueueURL: "q", OutputBucket: "o", Concurrency: 4, WaitTime: time.Second, VisibilityTimeout: time.Minute,
-		JobTimeout: time.Minute, MaxReceives: 3, MaxObjectBytes: 1, MaxAudioSeconds: 1, ChunkSeconds: 30, ChunkParallelism: 1,
-		LowerQueueURLs: []string{"b"}, QueuePriorities: []uint64{1}}
+	cfg := worker.Config{
+		Queues:  worker.QueueConfig{URL: "q", WaitTime: time.Second, VisibilityTimeout: time.Minute, MaxReceives: 3, LowerURLs: []string{"b"}, Priorities: []uint64{1}},
+		Jobs:    worker.JobConfig{Concurrency: 4, Timeout: time.Minute},
+		Inputs:  worker.InputConfig{MaxObjectBytes: 1, MaxAudioSeconds: 1},
+		Outputs: worker.OutputConfig{Bucket: "o"},
+		Audio:   worker.AudioConfig{ChunkSeconds: 30, ChunkParallelism: 1},
+	}
 	if err := cfg.Validate(); err == nil {
 		t.Error("one priority for two queues accepted")
 	}
-	cfg.QueuePriorities = []uint64{1, 2}
-	cfg.LowerMinShare = 1
+	cfg.Queues.Priorities = []uint64{1, 2}
+	cfg.Queues.LowerMinShare = 1
 	if err := cfg.Validate(); err == nil {
 		t.Error("a min share of 1 accepted")
 	}
@@ -206,7 +209,7 @@ func TestReadyNeedsEveryQueue(t *testing.T) {
 	}
 	cfg := e.config()
 	// Short polls: the live queue answers many times a second.
-	cfg.LowerQueueURLs, cfg.ExitWhenIdle, cfg.WaitTime = []string{bulkQ.URL}, 0, 0
+	cfg.Queues.LowerURLs, cfg.Jobs.ExitWhenIdle, cfg.Queues.WaitTime = []string{bulkQ.URL}, 0, 0
 	w, err := worker.New(cfg, "asr", e.sqs, e.s3, e.pool, zerolog.New(io.Discard), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -217,15 +220,11 @@ func TestReadyNeedsEveryQueue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	for !w.Ready() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, "the worker ready", w.Ready)
 	if _, err := e.sqs.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(bulkQ.URL)}); err != nil {
 		t.Fatal(err)
 	}
-	for w.Ready() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, "the worker not ready with its bulk queue gone", func() bool { return !w.Ready() })
 	// The live queue keeps answering meanwhile.
 	for range 60 {
 		if w.Ready() {

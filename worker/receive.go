@@ -62,96 +62,122 @@ func (w *Worker) Ready() bool {
 // queue takes slots from a shared gate before each receive, so the queues
 // share -concurrency by priority. It returns nil after a clean drain.
 func (w *Worker) Run(ctx context.Context) error {
+	s, err := w.start(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	reason, interrupt := s.wait(ctx)
+	s.drain(reason, interrupt)
+	return nil
+}
+
+// session is one Run: its receivers, the jobs they started, and the
+// helpers the jobs need (heartbeats, batched deletes, the backlog watch).
+// Jobs run under workCtx, which outlives Run's context: cancelling that
+// only stops receiving.
+type session struct {
+	w                  *Worker
+	workCtx            context.Context
+	cancelWork         context.CancelCauseFunc
+	stopReceiving      context.CancelCauseFunc
+	stopHelpers        func()
+	hb                 *heartbeat
+	gate               *slotGate
+	pool               runners
+	jobs, receivers    sync.WaitGroup
+	inHand, lastActive atomic.Int64
+}
+
+// start checks the queues, then starts the helpers and one receiver per
+// queue.
+func (w *Worker) start(ctx context.Context) (*session, error) {
 	for _, q := range w.queues {
 		if err := w.checkQueue(ctx, q.url); err != nil {
-			return err
+			return nil, err
 		}
 		q.reachable.Store(true)
 	}
 	w.running.Store(true)
-	defer w.running.Store(false)
-	// Jobs outlive ctx: cancelling ctx only stops receiving.
-	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancelWork(nil)
-	hb := &heartbeat{
-		sqs: w.sqs, visibility: w.cfg.VisibilityTimeout,
-		interval: w.cfg.HeartbeatInterval, log: w.log, m: w.m, now: w.now, beats: map[string]*beat{},
+	s := &session{w: w}
+	s.workCtx, s.cancelWork = context.WithCancelCause(context.WithoutCancel(ctx))
+	s.hb = &heartbeat{
+		sqs: w.sqs, visibility: w.cfg.Queues.VisibilityTimeout,
+		interval: w.cfg.Queues.Heartbeat(), log: w.log, m: w.m, now: w.now, beats: map[string]*beat{},
 	}
 	var helpers sync.WaitGroup
-	hbCtx, stopHB := context.WithCancel(workCtx)
-	helpers.Go(func() { hb.run(hbCtx) })
+	hbCtx, stopHB := context.WithCancel(s.workCtx)
+	helpers.Go(func() { s.hb.run(hbCtx) })
 	del := newDeleter(w.sqs, 50*time.Millisecond, w.m)
-	delCtx, stopDel := context.WithCancel(workCtx)
+	delCtx, stopDel := context.WithCancel(s.workCtx)
 	helpers.Go(func() { del.run(delCtx) })
 	helpers.Go(func() { w.watchBacklog(delCtx) })
-	defer func() { stopDel(); stopHB(); helpers.Wait() }()
+	s.stopHelpers = func() { stopDel(); stopHB(); helpers.Wait() }
 
-	gate := newSlotGate(w.cfg.Concurrency, len(w.queues), w.cfg.minShareSlots(), w.m)
+	s.gate = newSlotGate(w.cfg.Jobs.Concurrency, len(w.queues), w.cfg.minShareSlots(), w.m)
 	recvCtx, stopReceiving := context.WithCancelCause(ctx)
-	defer stopReceiving(nil)
-	var (
-		jobs       sync.WaitGroup
-		inHand     atomic.Int64
-		lastActive atomic.Int64
-	)
-	lastActive.Store(w.now().UnixNano())
-	var pool runners
-	defer pool.stop()
-	start := func(q *queue, msg types.Message) {
-		inHand.Add(1)
-		jobs.Add(1)
-		pool.run(func() {
+	s.stopReceiving = stopReceiving
+	s.lastActive.Store(w.now().UnixNano())
+	handle := func(q *queue, msg types.Message) {
+		s.inHand.Add(1)
+		s.jobs.Add(1)
+		s.pool.run(func() {
 			defer func() {
-				gate.release(q.rank, 1)
-				lastActive.Store(w.now().UnixNano())
-				inHand.Add(-1)
-				jobs.Done()
+				s.gate.release(q.rank, 1)
+				s.lastActive.Store(w.now().UnixNano())
+				s.inHand.Add(-1)
+				s.jobs.Done()
 			}()
-			w.handle(workCtx, hb, del, q, msg)
+			w.handle(s.workCtx, s.hb, del, q, msg)
 		})
 	}
 	urls := make([]string, len(w.queues))
 	for i, q := range w.queues {
 		urls[i] = q.url
 	}
-	w.log.Info().Strs("queue_urls", urls).Int("concurrency", w.cfg.Concurrency).Msg("worker started")
-
-	var receivers sync.WaitGroup
+	w.log.Info().Strs("queue_urls", urls).Int("concurrency", w.cfg.Jobs.Concurrency).Msg("worker started")
 	for _, q := range w.queues {
-		receivers.Go(func() { w.receiveLoop(recvCtx, q, gate, start, &lastActive) })
+		s.receivers.Go(func() { w.receiveLoop(recvCtx, q, s.gate, handle, &s.lastActive) })
 	}
-	var (
-		reason    = "shutdown requested"
-		interrupt *Interruption
-	)
+	return s, nil
+}
+
+// wait returns why receiving should stop: ctx cancelled, an interruption
+// (returned with its deadline), or the queues idle for ExitWhenIdle.
+func (s *session) wait(ctx context.Context) (reason string, interrupt *Interruption) {
+	w := s.w
 	idle := time.NewTicker(50 * time.Millisecond)
 	defer idle.Stop()
-wait:
 	for {
 		select {
 		case <-ctx.Done():
-			break wait
+			return "shutdown requested", nil
 		case in := <-w.interrupt:
-			reason, interrupt = in.Reason, &in
-			break wait
+			return in.Reason, &in
 		case <-idle.C:
-			if w.cfg.ExitWhenIdle > 0 && inHand.Load() == 0 && w.now().Sub(time.Unix(0, lastActive.Load())) >= w.cfg.ExitWhenIdle {
-				reason = "queue idle"
-				break wait
+			if w.cfg.Jobs.ExitWhenIdle > 0 && s.inHand.Load() == 0 && w.now().Sub(time.Unix(0, s.lastActive.Load())) >= w.cfg.Jobs.ExitWhenIdle {
+				return "queue idle", nil
 			}
 		}
 	}
-	stopReceiving(errors.New(reason))
+}
+
+// drain stops receiving and waits for the jobs in hand, until the drain
+// timeout (or the interruption's deadline, less a margin for the
+// releases); then the rest are released to the queue.
+func (s *session) drain(reason string, interrupt *Interruption) {
+	w := s.w
+	s.stopReceiving(errors.New(reason))
 	if interrupt != nil && !interrupt.Deadline.IsZero() {
 		// Jobs that cannot make it go back now, for another instance.
-		hb.releaseHopeless(interrupt.Deadline)
+		s.hb.releaseHopeless(interrupt.Deadline)
 	}
-	receivers.Wait()
+	s.receivers.Wait()
 
-	w.log.Info().Str("reason", reason).Int64("jobs_in_hand", inHand.Load()).Msg("stopped receiving; draining")
+	w.log.Info().Str("reason", reason).Int64("jobs_in_hand", s.inHand.Load()).Msg("stopped receiving; draining")
 	drained := make(chan struct{})
-	go func() { jobs.Wait(); close(drained) }()
-	deadline := w.cfg.DrainTimeout
+	go func() { s.jobs.Wait(); close(drained) }()
+	deadline := w.cfg.Jobs.DrainTimeout
 	if interrupt != nil && !interrupt.Deadline.IsZero() {
 		// Keep a tenth of what is left (at most 2 s) for the releases.
 		left := interrupt.Deadline.Sub(w.now())
@@ -164,15 +190,23 @@ wait:
 		case <-drained:
 		case <-t.C:
 			w.log.Warn().Dur("drain_timeout", deadline).Msg("drain deadline; releasing jobs in hand to the queue")
-			cancelWork(errDrainTimeout)
+			s.cancelWork(errDrainTimeout)
 			<-drained
 		}
 	} else {
-		cancelWork(errDrainTimeout)
+		s.cancelWork(errDrainTimeout)
 		<-drained
 	}
 	w.log.Info().Msg("worker stopped")
-	return nil
+}
+
+// close stops what start started, in reverse.
+func (s *session) close() {
+	s.pool.stop()
+	s.stopReceiving(nil)
+	s.stopHelpers()
+	s.cancelWork(nil)
+	s.w.running.Store(false)
 }
 
 var errDrainTimeout = errors.New("drain deadline reached during shutdown")
@@ -224,7 +258,7 @@ func (w *Worker) receiveLoop(ctx context.Context, q *queue, gate *slotGate, star
 		}
 		// A long poll in flight is never cut short: SQS may already have
 		// handed its messages out. It ends within the poll wait.
-		rctx, cancelReceive := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WaitTime+30*time.Second)
+		rctx, cancelReceive := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Queues.WaitTime+30*time.Second)
 		msgs, err := w.receive(rctx, q, n)
 		cancelReceive()
 		gate.release(q.rank, n-len(msgs))
@@ -267,8 +301,8 @@ func (w *Worker) receive(ctx context.Context, q *queue, n int) ([]types.Message,
 	out, err := w.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 		QueueUrl:                    aws.String(q.url),
 		MaxNumberOfMessages:         int32(n),
-		WaitTimeSeconds:             int32(w.cfg.WaitTime / time.Second),
-		VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
+		WaitTimeSeconds:             int32(w.cfg.Queues.WaitTime / time.Second),
+		VisibilityTimeout:           int32(w.cfg.Queues.VisibilityTimeout / time.Second),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
 	})
 	if err != nil {

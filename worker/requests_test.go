@@ -75,8 +75,8 @@ func TestRequestsPerJob(t *testing.T) {
 	e.put("short.wav", short)
 	e.sendJob("short.wav")
 	cfg := e.config()
-	cfg.ClaimMinAudio = time.Minute
-	cfg.Timestamps = false // chunks meet end to end: the model sees each sample once
+	cfg.Claims.MinAudio = time.Minute
+	cfg.Audio.Timestamps = false // chunks meet end to end: the model sees each sample once
 	tally := &tallyS3{S3API: e.s3}
 	e.runS3(cfg, tally)
 	want := map[string]int{"get": 1, "head": 1, "put": 1, "delete": 1}

@@ -33,7 +33,7 @@ func expectedText(t *testing.T, rec []byte, cfg worker.Config) string {
 	}
 	x := audio.Resample(clip.Samples, clip.Rate, worker.ModelRate)
 	var parts []string
-	for _, c := range audio.Split(x, audio.SplitConfig{Max: int(cfg.ChunkSeconds * worker.ModelRate), Frame: worker.ModelRate * 30 / 1000, Overlap: worker.ModelRate}) {
+	for _, c := range audio.Split(x, audio.SplitConfig{Max: int(cfg.Audio.ChunkSeconds * worker.ModelRate), Frame: worker.ModelRate * 30 / 1000, Overlap: worker.ModelRate}) {
 		s := append([]float32(nil), c.Samples...)
 		_, _ = audio.Normalize(s)
 		parts = append(parts, tritontest.Fingerprint(s))
@@ -214,7 +214,7 @@ func TestStreamedReadFailuresAreRetried(t *testing.T) {
 
 	e.put("flaky.wav", old)
 	e.sendJob("flaky.wav")
-	cfg.MaxReceives = 1
+	cfg.Queues.MaxReceives = 1
 	e.runS3(cfg, &breakingS3{S3API: e.s3, breaks: 100, after: 100 << 10})
 	rec, ok := e.errorRecord("flaky.wav")
 	if !ok || rec.Class == contract.ClassCorruptAudio || !strings.Contains(rec.Message, "connection reset") {
@@ -240,7 +240,7 @@ func TestStreamedRecordingPastTheLimitIsTooLarge(t *testing.T) {
 	e.put("long.ogg", ogg)
 	e.sendJob("long.ogg")
 	cfg := e.config()
-	cfg.MaxAudioSeconds = 60
+	cfg.Inputs.MaxAudioSeconds = 60
 	e.runS3(cfg, e.s3)
 	rec, ok := e.errorRecord("long.ogg")
 	if !ok || rec.Class != contract.ClassTooLarge || !rec.Final || !strings.Contains(rec.Message, "60 s") {

@@ -48,7 +48,8 @@ type Worker struct {
 	cfg    Config
 	model  string
 	sqs    SQSAPI
-	s3     S3API
+	in     inputs  // the input buckets
+	out    outputs // the output bucket
 	tr     Transcriber
 	log    zerolog.Logger
 	m      *metrics
@@ -75,24 +76,24 @@ func New(cfg Config, model string, sqsc SQSAPI, s3c S3API, tr Transcriber, log z
 	if model == "" {
 		return nil, errors.New("model name is required")
 	}
-	if cfg.MemoryBudget == 0 {
-		cfg.MemoryBudget = DefaultMemoryBudget()
+	if cfg.Jobs.MemoryBudget == 0 {
+		cfg.Jobs.MemoryBudget = DefaultMemoryBudget()
 	}
 	m := newMetrics(reg)
-	w := &Worker{cfg: cfg, model: model, sqs: sqsc, s3: s3c, tr: tr, log: log, m: m, gate: newMemoryGate(cfg.MemoryBudget, m), now: time.Now,
+	w := &Worker{cfg: cfg, model: model, sqs: sqsc, in: inputs{s3c}, out: outputs{s3c, cfg.Outputs.Bucket}, tr: tr, log: log, m: m, gate: newMemoryGate(cfg.Jobs.MemoryBudget, m), now: time.Now,
 		interrupt: make(chan Interruption, 1)}
-	if cfg.FFmpeg != "" {
-		if bin, err := exec.LookPath(cfg.FFmpeg); err == nil {
-			w.ffmpeg = &audio.FFmpeg{Bin: bin, Timeout: cfg.JobTimeout, MaxSeconds: cfg.MaxAudioSeconds}
+	if cfg.Inputs.FFmpeg != "" {
+		if bin, err := exec.LookPath(cfg.Inputs.FFmpeg); err == nil {
+			w.ffmpeg = &audio.FFmpeg{Bin: bin, Timeout: cfg.Jobs.Timeout, MaxSeconds: cfg.Inputs.MaxAudioSeconds}
 		} else {
-			log.Warn().Str("ffmpeg", cfg.FFmpeg).Msg("ffmpeg not found: Ogg, Opus, M4A/AAC, WebM, AMR and other formats without a Go decoder will get unsupported_audio records")
+			log.Warn().Str("ffmpeg", cfg.Inputs.FFmpeg).Msg("ffmpeg not found: Ogg, Opus, M4A/AAC, WebM, AMR and other formats without a Go decoder will get unsupported_audio records")
 		}
 	}
-	for i, u := range append([]string{cfg.QueueURL}, cfg.LowerQueueURLs...) {
+	for i, u := range append([]string{cfg.Queues.URL}, cfg.Queues.LowerURLs...) {
 		q := &queue{url: u, rank: i}
 		switch {
-		case len(cfg.QueuePriorities) > 0:
-			q.priority = cfg.QueuePriorities[i]
+		case len(cfg.Queues.Priorities) > 0:
+			q.priority = cfg.Queues.Priorities[i]
 		case i > 0:
 			q.priority = uint64(i + 1) // below the first queue's (the pool's -triton-priority)
 		}
@@ -120,8 +121,8 @@ func (w *Worker) checkQueue(ctx context.Context, url string) error {
 		MaxReceiveCount json.Number `json:"maxReceiveCount"`
 	}
 	if json.Unmarshal([]byte(raw), &rp) == nil {
-		if n, err := rp.MaxReceiveCount.Int64(); err == nil && int(n) != w.cfg.MaxReceives {
-			w.log.Warn().Str("queue_url", url).Int64("queue_max_receive_count", n).Int("max_receives", w.cfg.MaxReceives).
+		if n, err := rp.MaxReceiveCount.Int64(); err == nil && int(n) != w.cfg.Queues.MaxReceives {
+			w.log.Warn().Str("queue_url", url).Int64("queue_max_receive_count", n).Int("max_receives", w.cfg.Queues.MaxReceives).
 				Msg("queue redrive maxReceiveCount differs from -max-receives: error records for exhausted retries will be written at the wrong receive")
 		}
 	}

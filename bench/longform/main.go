@@ -42,7 +42,7 @@ func main() {
 	perRow := flag.Duration("per-row", 80*time.Millisecond, "latency model: time per 30 s row of a batch (a quarter of a GPU)")
 	var defaults worker.Config
 	defaults.RegisterFlags(flag.NewFlagSet("worker", flag.ContinueOnError))
-	parallel := flag.Int("chunk-parallelism", defaults.ChunkParallelism, "the worker's -chunk-parallelism (default: the worker's)")
+	parallel := flag.Int("chunk-parallelism", defaults.Audio.ChunkParallelism, "the worker's -chunk-parallelism (default: the worker's)")
 	flag.Parse()
 	if err := run(*minutes, *launch, *perRow, *parallel); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-longform:", err)
@@ -127,10 +127,11 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 		return 0, triton.ServerStats{}, err
 	}
 	cfg := worker.Config{
-		QueueURL: queueURL, OutputBucket: out, OutputPrefix: "transcripts/", InputBuckets: []string{in}, Concurrency: 1, WaitTime: time.Second,
-		VisibilityTimeout: time.Minute, JobTimeout: 10 * time.Minute, DrainTimeout: time.Minute, MaxReceives: 3,
-		RetryBackoff: time.Second, MaxObjectBytes: 1 << 30, MaxAudioSeconds: 4 * 3600, MemoryBudget: 4 << 30,
-		ChunkSeconds: 30, ChunkParallelism: parallel, Timestamps: false, ExitWhenIdle: time.Second, QueueStatsInterval: time.Hour,
+		Queues:  worker.QueueConfig{URL: queueURL, WaitTime: time.Second, VisibilityTimeout: time.Minute, MaxReceives: 3, RetryBackoff: time.Second, StatsInterval: time.Hour},
+		Jobs:    worker.JobConfig{Concurrency: 1, Timeout: 10 * time.Minute, DrainTimeout: time.Minute, MemoryBudget: 4 << 30, ExitWhenIdle: time.Second},
+		Inputs:  worker.InputConfig{Buckets: []string{in}, MaxObjectBytes: 1 << 30, MaxAudioSeconds: 4 * 3600},
+		Outputs: worker.OutputConfig{Bucket: out, Prefix: "transcripts/"},
+		Audio:   worker.AudioConfig{ChunkSeconds: 30, ChunkParallelism: parallel, Timestamps: false},
 	}
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(cfg, "asr", sqsc, s3c, pool, zerolog.New(io.Discard), reg)

@@ -75,7 +75,7 @@ func awsFlags(fs *flag.FlagSet) *awsconf.Config {
 }
 
 func parse(fs *flag.FlagSet, args []string, summary string) error {
-	fs.Usage = flagenv.Usage(fs, EnvPrefix, summary)
+	fs.Usage = flagenv.Usage(fs, EnvPrefix, summary, flagenv.All(fs))
 	if err := flagenv.Apply(fs, EnvPrefix, nil); err != nil {
 		return err
 	}

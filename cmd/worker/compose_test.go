@@ -88,7 +88,7 @@ func TestComposeStackShape(t *testing.T) {
 	}
 }
 
-// The same names in --help, docker-compose and the README.
+// The same names in --help, docker-compose and the configuration reference.
 func TestComposeAndReadmeUseWorkerFlagNames(t *testing.T) {
 	known := workerFlags()
 	p := loadCompose(t)
@@ -103,13 +103,13 @@ func TestComposeAndReadmeUseWorkerFlagNames(t *testing.T) {
 			}
 		}
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile(referencePath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for k := range known {
 		if !strings.Contains(string(readme), k) {
-			t.Errorf("README does not document %s", k)
+			t.Errorf("docs/configuration.md does not document %s", k)
 		}
 	}
 }

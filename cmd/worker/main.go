@@ -34,6 +34,9 @@ import (
 // EnvPrefix prefixes the environment variable of every flag.
 const EnvPrefix = "FLEETSCRIBE"
 
+// Summary heads -help.
+const Summary = "worker: drain an SQS queue of audio keys through Triton into S3 transcripts"
+
 type config struct {
 	worker      worker.Config
 	pool        triton.PoolConfig
@@ -55,22 +58,37 @@ type config struct {
 	memProfile  string
 }
 
-func (c *config) registerFlags(fs *flag.FlagSet) {
-	c.worker.RegisterFlags(fs)
-	c.pool.RegisterFlags(fs)
-	c.model.RegisterFlags(fs)
-	c.aws.RegisterFlags(fs)
-	fs.StringVar(&c.metricsAddr, "metrics-addr", ":9100", "listen address of the /metrics, /healthz (liveness) and /readyz (queues reachable, a partition ready; ?local=1: a partition ready) HTTP server (empty: off); the default is every interface, as a container's published port needs: on a host, 127.0.0.1:9100 keeps it local")
-	fs.StringVar(&c.imds, "imds", "auto", "watch EC2 instance metadata (IMDSv2) for spot interruption notices, rebalance recommendations and Auto Scaling termination: on, off, or auto (on where IMDS answers)")
+func (c *config) registerFlags(fs *flag.FlagSet) flagenv.Layout {
+	return flagenv.Register(fs, c.sections()...)
+}
+
+// sections are the worker's flags by section, as -help and
+// docs/configuration.md show them.
+func (c *config) sections() []flagenv.Section {
+	return append(c.worker.Sections(),
+		flagenv.Section{Title: "Triton partitions", Register: c.pool.RegisterFlags},
+		flagenv.Section{Title: "Model", Register: c.model.RegisterFlags},
+		flagenv.Section{Title: "AWS", Register: c.aws.RegisterFlags},
+		flagenv.Section{Title: "EC2 and Auto Scaling", Register: c.registerFleetFlags},
+		flagenv.Section{Title: "Metrics, logs and profiles", Register: c.registerOpsFlags},
+	)
+}
+
+func (c *config) registerFleetFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.imds, "imds", "auto", "watch EC2 instance metadata (IMDSv2): on, off, or auto (on where IMDS answers)\nFor spot interruption notices, rebalance recommendations and Auto Scaling termination.")
 	fs.StringVar(&c.imdsURL, "imds-endpoint", fleet.DefaultEndpoint, "instance metadata service address")
 	fs.DurationVar(&c.imdsEvery, "imds-interval", 5*time.Second, "how often instance metadata is polled")
-	fs.DurationVar(&c.margin, "interruption-margin", 15*time.Second, "on a spot interruption notice, jobs must be finished or released this long before the instance goes")
-	fs.BoolVar(&c.rebalance, "drain-on-rebalance", false, "treat an EC2 rebalance recommendation like a termination: stop receiving and drain (off: an Auto Scaling group with capacity rebalancing launches a replacement and then terminates this instance through its drain, and a worker that stopped at the recommendation would leave GPUs idle that still count as capacity)")
-	fs.BoolVar(&c.protect, "scale-in-protection", false, "protect this instance from Auto Scaling scale-in while it holds jobs, and unprotect it when idle (needs -asg-name and instance metadata)")
+	fs.DurationVar(&c.margin, "interruption-margin", 15*time.Second, "on a spot interruption notice, finish or release jobs this long before the instance goes")
+	fs.BoolVar(&c.rebalance, "drain-on-rebalance", false, "treat an EC2 rebalance recommendation like a termination: stop receiving and drain\nOff by default: an Auto Scaling group with capacity rebalancing launches a replacement and then terminates this instance through its drain, and a worker that stopped at the recommendation would leave GPUs idle that still count as capacity.")
+	fs.BoolVar(&c.protect, "scale-in-protection", false, "protect this instance from scale-in while it holds jobs, unprotect it when idle\nNeeds -asg-name and instance metadata. SetInstanceProtection is called when the first job is taken and after -scale-in-protection-idle without one, not per job.")
 	fs.DurationVar(&c.protectIdle, "scale-in-protection-idle", 30*time.Second, "how long the worker must hold no job before its instance is unprotected")
 	fs.StringVar(&c.asgName, "asg-name", "", "this instance's Auto Scaling group, for -scale-in-protection")
 	fs.StringVar(&c.asEndpoint, "autoscaling-endpoint", "", "override endpoint for Auto Scaling (tests); empty uses AWS")
-	fs.IntVar(&c.gpus, "gpus", 1, "GPUs the partitions run on (the MPS plan's override sets it), exported as fleetscribe_gpus for throughput per GPU")
+}
+
+func (c *config) registerOpsFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.metricsAddr, "metrics-addr", ":9100", "listen address of /metrics, /healthz and /readyz (empty: off)\n/healthz is liveness; /readyz is the queues reachable and a partition ready, /readyz?local=1 a partition ready. The default is every interface, as a container's published port needs: on a host, 127.0.0.1:9100 keeps it local.")
+	fs.IntVar(&c.gpus, "gpus", 1, "GPUs the partitions run on (the MPS plan's override sets it)\nExported as fleetscribe_gpus, for throughput per GPU.")
 	fs.StringVar(&c.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof)")
 	fs.StringVar(&c.memProfile, "mem-profile", "", "write a Go allocation profile to this file at exit (for go tool pprof)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -98,8 +116,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	var cfg config
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfg.registerFlags(fs)
-	fs.Usage = flagenv.Usage(fs, EnvPrefix, "worker: drain an SQS queue of audio keys through Triton into S3 transcripts")
+	fs.Usage = flagenv.Usage(fs, EnvPrefix, Summary, cfg.registerFlags(fs))
 	if err := flagenv.Apply(fs, EnvPrefix, nil); err != nil {
 		return err
 	}
@@ -112,8 +129,8 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err := cfg.model.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	if m := cfg.model.MaxChunk(); m > 0 && int(cfg.worker.ChunkSeconds*worker.ModelRate) > m {
-		return fmt.Errorf("config: -chunk-seconds %g is longer than the largest bucket (%gs): chunks must fit a bucket", cfg.worker.ChunkSeconds, float64(m)/worker.ModelRate)
+	if m := cfg.model.MaxChunk(); m > 0 && int(cfg.worker.Audio.ChunkSeconds*worker.ModelRate) > m {
+		return fmt.Errorf("config: -chunk-seconds %g is longer than the largest bucket (%gs): chunks must fit a bucket", cfg.worker.Audio.ChunkSeconds, float64(m)/worker.ModelRate)
 	}
 	if cfg.gpus < 1 {
 		return errors.New("config: -gpus must be at least 1")
@@ -138,7 +155,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	// Every job in hand may have a request or two to S3 in flight, and
 	// each call past the idle pool would open a new connection.
-	cfg.aws.IdleConnsPerHost = 2*cfg.worker.Concurrency + 16
+	cfg.aws.IdleConnsPerHost = 2*cfg.worker.Jobs.Concurrency + 16
 	level, err := zerolog.ParseLevel(cfg.logLevel)
 	if err != nil {
 		return fmt.Errorf("config: log level: %w", err)
@@ -147,7 +164,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 
 	reg := prometheus.NewRegistry()
 	registerProcessMetrics(reg, cfg)
-	cfg.pool.ChunkSamples = int(cfg.worker.ChunkSeconds * worker.ModelRate)
+	cfg.pool.ChunkSamples = int(cfg.worker.Audio.ChunkSeconds * worker.ModelRate)
 	cfg.pool.OnSharedMemoryError = func(partition string, err error) {
 		log.Warn().Err(err).Str("partition", partition).Msg("shared memory unavailable for this partition; its chunks go in the gRPC request")
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetscribe/fleetscribe/internal/testwait"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
@@ -145,20 +146,20 @@ func TestBatcherDropsAbandonedAndBoundsQueue(t *testing.T) {
 		_, err := c.Infer(context.Background(), triton.Request{Samples: make([]float32, 10)})
 		busy <- err
 	}()
-	waitUntil(t, func() bool { return g.count(10) == 1 }) // the only instance is busy
+	testwait.For(t, "the only instance to be busy", func() bool { return g.count(10) == 1 }) // the only instance is busy
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	if _, err := c.Infer(ctx, triton.Request{Samples: make([]float32, 20)}); err == nil {
 		t.Fatal("abandoned request answered")
 	}
 	cancel()
-	waitUntil(t, func() bool { return queued(srv) == 0 }) // dropped from the queue once the server sees the cancellation
+	testwait.For(t, "the cancelled request to leave the queue", func() bool { return queued(srv) == 0 }) // dropped from the queue once the server sees the cancellation
 	// Queue of 2: a third waiting request is refused.
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	for i := range 2 {
 		wg.Go(func() { _, errs[i] = c.Infer(context.Background(), triton.Request{Samples: make([]float32, 30)}) })
 	}
-	waitUntil(t, func() bool { return queued(srv) == 2 })
+	testwait.For(t, "queued", func() bool { return queued(srv) == 2 })
 	_, errs[2] = c.Infer(context.Background(), triton.Request{Samples: make([]float32, 30)})
 	if errs[2] == nil || !strings.Contains(errs[2].Error(), "Exceeds maximum queue size") {
 		t.Errorf("third request: %v, want UNAVAILABLE Exceeds maximum queue size", errs[2])
@@ -177,17 +178,6 @@ func TestBatcherDropsAbandonedAndBoundsQueue(t *testing.T) {
 }
 
 func queued(srv *kserve.Server) int { return srv.Queued() }
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 // The batcher batches only identical shapes unless ragged, sends the
 // largest preferred size it can form at once, and otherwise waits up to the
@@ -212,10 +202,10 @@ func TestBatcherSemantics(t *testing.T) {
 			}
 		}
 		wg.Go(func() { infer(1) })
-		waitUntil(t, func() bool { return srv.BatchStats().Batches == 1 })
+		testwait.For(t, "the first batch", func() bool { return srv.BatchStats().Batches == 1 })
 		for i := range 8 { // four of one length, then four of another, queued in turn
 			wg.Go(func() { infer(100 + 100*(i/4)) })
-			waitUntil(t, func() bool { return queued(srv) == i+1 })
+			testwait.For(t, "queued", func() bool { return queued(srv) == i+1 })
 		}
 		close(gate)
 		wg.Wait()
@@ -251,11 +241,11 @@ func TestBatcherPriorityAndQueueTimeout(t *testing.T) {
 		}
 	}
 	wg.Go(func() { infer(1, 0) })
-	waitUntil(t, func() bool { return g.count(1) == 1 })
+	testwait.For(t, "the instance to be busy", func() bool { return g.count(1) == 1 })
 	wg.Go(func() { infer(2, 0) }) // bulk, queued first
-	waitUntil(t, func() bool { return queued(srv) == 1 })
+	testwait.For(t, "queued", func() bool { return queued(srv) == 1 })
 	wg.Go(func() { infer(3, 1) }) // live, queued second
-	waitUntil(t, func() bool { return queued(srv) == 2 })
+	testwait.For(t, "queued", func() bool { return queued(srv) == 2 })
 	_, err := c.Infer(context.Background(), triton.Request{Samples: make([]float32, 4), QueueTimeout: 20 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "Request timeout expired") {
 		t.Errorf("queue timeout: %v", err)

@@ -11,6 +11,9 @@ import (
 	"github.com/fleetscribe/fleetscribe/contract"
 )
 
+// A recording is transcribed whole from its first read when that read
+// holds all of it and it is plain WAV (transcribeObject), else streamed.
+//
 // A recording longer than its first read streams: its bytes are decoded
 // as they arrive, resampled, cut into chunks and sent, so that a job holds
 // the chunks in flight and a few blocks, never the whole recording. A
@@ -22,16 +25,16 @@ const streamBlock = 1 << 15
 // streamBytes bounds what a streaming job holds besides its chunks: the
 // decoder's block and buffers, the resampler's and splitter's windows.
 func (w *Worker) streamBytes() int64 {
-	chunk := int64(w.cfg.ChunkSeconds * ModelRate * 4)
+	chunk := int64(w.cfg.Audio.ChunkSeconds * ModelRate * 4)
 	return 3*chunk + 16*streamBlock + 2<<20
 }
 
-// transcribeStream transcribes an input whose first bytes, head, have
-// been read, reading the rest as it goes. info is what its head says.
-// opening is how long the first read took (the fetch stage is that and
-// the reads of the rest).
-func (w *Worker) transcribeStream(ctx context.Context, job contract.Job, in *contract.InputRef, head []byte, model string, info audio.Info, opening time.Duration) (contract.Transcript, error) {
-	body := &inputReader{w: w, ctx: ctx, job: job, in: in, head: head, spent: opening}
+// transcribeStream transcribes a job's input from its first read on,
+// reading the rest as it goes. The fetch stage is the first read's time
+// and the reads of the rest.
+func (w *Worker) transcribeStream(ctx context.Context, t *task) (contract.Transcript, error) {
+	in, info, opening := &t.in, t.info, t.opening
+	body := &inputReader{w: w, ctx: ctx, job: t.job, in: in, head: t.obj.head, spent: opening}
 	defer body.close()
 	start := time.Now()
 	src, err := audio.OpenStream(ctx, body, in.Size, w.ffmpeg)
@@ -41,13 +44,13 @@ func (w *Worker) transcribeStream(ctx context.Context, job contract.Job, in *con
 	defer func() { _ = src.Close() }()
 	rs := audio.NewResampler(src.Rate(), ModelRate)
 	sp := audio.NewSplitter(w.splitConfig())
-	f := w.newFanout(ctx, model)
-	prog := jobFrom(ctx).prog
+	f := w.newFanout(ctx, t.infer)
+	prog := t.infer.prog
 	// Chunks to come, from the header (an overestimate for formats whose
 	// length is guessed from their size), until the last is cut.
-	estimate := int64(min(info.Duration(), w.cfg.MaxAudioSeconds)/w.cfg.ChunkSeconds) + 1
+	estimate := int64(min(info.Duration(), w.cfg.Inputs.MaxAudioSeconds)/w.cfg.Audio.ChunkSeconds) + 1
 	prog.total.Store(estimate)
-	limit := int64(w.cfg.MaxAudioSeconds * ModelRate)
+	limit := int64(w.cfg.Inputs.MaxAudioSeconds * ModelRate)
 	block := getFloats(streamBlock)[:streamBlock]
 	defer putFloats(block)
 	var (
@@ -74,7 +77,7 @@ func (w *Worker) transcribeStream(ctx context.Context, job contract.Job, in *con
 		}
 		resampling += time.Since(t)
 		if total += int64(len(out)); total > limit {
-			return contract.Transcript{}, f.abort(Permanentf(contract.ClassTooLarge, "recording is longer than the limit of %.0f s", w.cfg.MaxAudioSeconds))
+			return contract.Transcript{}, f.abort(Permanentf(contract.ClassTooLarge, "recording is longer than the limit of %.0f s", w.cfg.Inputs.MaxAudioSeconds))
 		}
 		sp.Write(out)
 		for {
@@ -107,9 +110,9 @@ func (w *Worker) transcribeStream(ctx context.Context, job contract.Job, in *con
 	if total == 0 {
 		return contract.Transcript{}, Permanentf(contract.ClassEmptyAudio, "recording has a valid header but no samples")
 	}
-	t := stitch(f.spans, f.results, int(total))
-	t.SampleRate = src.Rate()
-	return t, nil
+	tr := stitch(f.spans, f.results, int(total))
+	tr.SampleRate = src.Rate()
+	return tr, nil
 }
 
 // abort stops the requests in flight after err and returns it once they
@@ -154,7 +157,7 @@ func (r *inputReader) Read(p []byte) (int, error) {
 	defer func() { r.spent += time.Since(start) }()
 	for {
 		if r.body == nil {
-			obj, err := r.w.getInput(r.ctx, r.job, r.in, fmt.Sprintf("bytes=%d-", r.pos))
+			obj, err := r.w.in.get(r.ctx, r.job, r.in, fmt.Sprintf("bytes=%d-", r.pos))
 			if err != nil {
 				return 0, err
 			}
@@ -189,4 +192,50 @@ func (r *inputReader) close() {
 		_ = r.body.Close()
 		r.body = nil
 	}
+}
+
+// transcribeObject decodes, resamples and transcribes a whole input read
+// in one piece. opening is how long that read took.
+func (w *Worker) transcribeObject(ctx context.Context, data []byte, infer inference, opening time.Duration) (contract.Transcript, error) {
+	w.m.stages[StageFetch].Observe(opening.Seconds())
+	start := time.Now()
+	clip, err := audio.DecodeContext(ctx, data, getFloats(len(data)/2), w.ffmpeg)
+	if err != nil {
+		return contract.Transcript{}, audioError(err)
+	}
+	// Every chunk request has returned once transcribe does.
+	defer putFloats(clip.Samples)
+	if len(clip.Samples) == 0 {
+		return contract.Transcript{}, Permanentf(contract.ClassEmptyAudio, "recording has a valid header but no samples")
+	}
+	if d := float64(len(clip.Samples)) / float64(clip.Rate); d > w.cfg.Inputs.MaxAudioSeconds {
+		return contract.Transcript{}, Permanentf(contract.ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.Inputs.MaxAudioSeconds)
+	}
+	w.m.since(StageDecode, start)
+	start = time.Now()
+	rate := clip.Rate
+	samples := audio.Resample(clip.Samples, clip.Rate, ModelRate)
+	w.m.since(StageResample, start)
+	start = time.Now()
+	t, err := w.transcribe(ctx, samples, infer)
+	if err != nil {
+		return contract.Transcript{}, err
+	}
+	w.m.since(StageInfer, start)
+	t.SampleRate = rate
+	return t, nil
+}
+
+func audioError(err error) error {
+	var fe *audio.FormatError
+	switch {
+	case errors.Is(err, audio.ErrTooLong):
+		return Permanent(contract.ClassTooLarge, err)
+	case errors.Is(err, audio.ErrUnsupported):
+		return Permanent(contract.ClassUnsupported, err)
+	case errors.As(err, &fe):
+		return Permanent(contract.ClassCorruptAudio, err)
+	}
+	// ffmpeg could not run, or was cancelled: not the recording's fault.
+	return err
 }

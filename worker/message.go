@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -51,14 +50,13 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, del *deleter, q *que
 
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	jctx, cancelTimeout := context.WithTimeoutCause(jctx, w.cfg.JobTimeout, errors.New("job timeout"))
+	jctx, cancelTimeout := context.WithTimeoutCause(jctx, w.cfg.Jobs.Timeout, errors.New("job timeout"))
 	defer cancelTimeout()
 	l := lease{q: q, id: id, receipt: aws.ToString(msg.ReceiptHandle)}
 	prog := &progress{start: w.now()}
 	hb.add(l, cancel, prog)
-	jctx = withJob(jctx, q.priority, prog)
 
-	outcome, err := w.runMessage(jctx, log, msg, attempt)
+	outcome, err := w.runMessage(jctx, log, msg, attempt, q.priority, prog)
 	// Stop extending before the final action: an extension racing the
 	// delete would fail and be taken for a lost heartbeat.
 	hb.remove(id)
@@ -81,7 +79,7 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, del *deleter, q *que
 	default:
 		outcome = MessageRetry
 		backoff := w.retryBackoff(attempt)
-		log.Warn().Err(err).Dur("retry_in", backoff).Bool("last_attempt", attempt >= w.cfg.MaxReceives).Msg("message will be retried")
+		log.Warn().Err(err).Dur("retry_in", backoff).Bool("last_attempt", attempt >= w.cfg.Queues.MaxReceives).Msg("message will be retried")
 		w.setVisibility(fctx, log, q, msg, backoff)
 	}
 	w.m.messages.WithLabelValues(outcome).Inc()
@@ -89,7 +87,7 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, del *deleter, q *que
 }
 
 func (w *Worker) retryBackoff(attempt int) time.Duration {
-	return backoff.Delay(w.cfg.RetryBackoff, 15*time.Minute, attempt)
+	return backoff.Delay(w.cfg.Queues.RetryBackoff, 15*time.Minute, attempt)
 }
 
 // deleteMessage deletes through the batched deleter, trying three times.
@@ -122,32 +120,12 @@ type progress struct {
 	done, total atomic.Int64 // chunks
 }
 
-type jobKey struct{}
-
-type jobValues struct {
-	priority uint64
-	prog     *progress
-}
-
-// withJob puts the queue's Triton priority and the job's progress in ctx.
-func withJob(ctx context.Context, priority uint64, prog *progress) context.Context {
-	return context.WithValue(ctx, jobKey{}, jobValues{priority, prog})
-}
-
-func jobFrom(ctx context.Context) jobValues {
-	v, _ := ctx.Value(jobKey{}).(jobValues)
-	if v.prog == nil {
-		v.prog = &progress{}
-	}
-	return v
-}
-
 // runMessage takes every job of a message to its own terminal outcome. It
 // returns nil when the message can be deleted (every job has a transcript
 // or an error record, or needs none), or the first retryable error. Jobs
 // already done on an earlier delivery are skipped, so a retried message
 // redoes no finished work.
-func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, msg types.Message, attempt int) (outcome string, err error) {
+func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, msg types.Message, attempt int, priority uint64, prog *progress) (outcome string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = recoverError(r)
@@ -171,7 +149,7 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, msg types.M
 		if len(jobs) > 1 {
 			jlog = jlog.With().Int("record", i).Logger()
 		}
-		if err := w.runJob(ctx, jlog, aws.ToString(msg.MessageId), job, attempt); err != nil && retryErr == nil {
+		if err := w.runJob(ctx, jlog, aws.ToString(msg.MessageId), job, attempt, priority, prog); err != nil && retryErr == nil {
 			retryErr = fmt.Errorf("record %d of %d: %w", i+1, len(jobs), err)
 		}
 		if ctx.Err() != nil {
@@ -184,129 +162,6 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, msg types.M
 	return MessageDeleted, retryErr
 }
 
-// runJob processes one job to an outcome. It returns nil when the job is
-// terminal (transcript written, error record written, already done or
-// taken by another message), and a retryable error otherwise. On the last
-// receive a retryable failure is recorded too (final=false), and the
-// queue's redrive policy moves the message to the DLQ.
-func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, msgID string, job contract.Job, attempt int) (err error) {
-	start := w.now()
-	in := contract.InputRef{Bucket: job.Bucket, Key: job.Key, ETag: job.ETag, VersionID: job.VersionID}
-	model, prefix := w.model, w.cfg.OutputPrefix
-	var outcome string
-	defer func() {
-		if r := recover(); r != nil {
-			outcome, err = OutcomeRetry, recoverError(r)
-			log.Error().Err(err).Msg("job panicked")
-		}
-		w.m.jobs.WithLabelValues(outcome).Inc()
-		w.m.duration.WithLabelValues(outcome).Observe(w.now().Sub(start).Seconds())
-		log.Info().Str("outcome", outcome).Dur("took", w.now().Sub(start)).Msg("job done")
-	}()
-
-	var keys contract.OutputKeys
-	err = w.admitJob(job)
-	if err == nil {
-		if job.Model != "" {
-			model = job.Model
-		}
-		if job.OutputPrefix != "" {
-			prefix = job.OutputPrefix
-		}
-		outcome, keys, err = w.process(ctx, log, msgID, job, &in, prefix, model, attempt)
-	}
-	if err == nil {
-		return nil
-	}
-	class := ErrorClass(err)
-	final := class != ""
-	if !final {
-		w.m.errors.WithLabelValues("retryable").Inc()
-	}
-	if cause := context.Cause(ctx); !final && (errors.Is(cause, errHeartbeatLost) || errors.Is(cause, errDrainTimeout)) {
-		outcome = OutcomeReleased // shutdown or heartbeat loss, not the job's fault
-		return err
-	}
-	if !final && attempt < w.cfg.MaxReceives {
-		outcome = OutcomeRetry
-		log.Warn().Err(err).Msg("job failed; will retry")
-		return err
-	}
-	if keys.JSON == "" {
-		keys = contract.KeysFor(prefix, in, model)
-	}
-	if class == "" {
-		class = contract.ClassExhausted
-	}
-	w.m.errors.WithLabelValues(class).Inc()
-	rec := contract.ErrorRecord{
-		Schema: contract.ErrorSchema, Input: in, Model: model, Class: class, Message: err.Error(),
-		Attempt: attempt, Final: final, CreatedAt: w.now().UTC(),
-	}
-	werr := w.writeErrorRecord(ctx, keys.Error, rec)
-	if ErrorClass(werr) == contract.ClassOutputRejected {
-		// S3 refused the record's key itself: put it where any key fits.
-		fallback := contract.UnwritableRecordKey(prefix, keys)
-		log.Warn().Err(werr).Str("error_key", fallback).Msg("error record refused by S3; writing it under _unwritable")
-		keys.Error = fallback
-		werr = w.writeErrorRecord(ctx, fallback, rec)
-	}
-	if werr != nil {
-		// Without its record the failure would be silent: retry instead.
-		outcome = OutcomeRetry
-		return fmt.Errorf("%w (job error: %v)", werr, err) //nolint:errorlint // flattened: must not match as permanent
-	}
-	outcome = OutcomeFailed
-	log.Warn().Str("error_class", class).Bool("final", final).Str("error_key", keys.Error).Err(err).Msg("job failed; error record written")
-	if final {
-		return nil
-	}
-	return err
-}
-
-// admitJob applies the input and output policy to a job from the queue:
-// anyone who can send to the queue could otherwise make the worker read
-// any bucket its role reaches or write anywhere in the output bucket.
-func (w *Worker) admitJob(job contract.Job) error {
-	if !w.cfg.InputAllowed(job.Bucket, job.Key) {
-		return Permanentf(contract.ClassBadMessage, "input s3://%s/%s is outside the allowed input buckets and prefixes", job.Bucket, job.Key)
-	}
-	if job.OutputPrefix != "" {
-		if err := contract.CheckOutputPrefix(job.OutputPrefix); err != nil {
-			return Permanent(contract.ClassBadMessage, err)
-		}
-		if !w.cfg.OutputPrefixAllowed(job.OutputPrefix) {
-			return Permanentf(contract.ClassBadMessage, "output prefix %q is not under an allowed output prefix", job.OutputPrefix)
-		}
-	}
-	if job.Model != "" && job.Model != w.model && !slices.Contains(w.cfg.Models, job.Model) {
-		return Permanentf(contract.ClassBadMessage, "job asks for model %q; this worker serves %s", job.Model, w.servedModels())
-	}
-	return nil
-}
-
-func (w *Worker) servedModels() string {
-	s := strconv.Quote(w.model)
-	for _, m := range w.cfg.Models {
-		if m != w.model {
-			s += ", " + strconv.Quote(m)
-		}
-	}
-	return s
-}
-
-// writeErrorRecord writes rec at key, even after ctx is cancelled. A final
-// record carries metadata so a redelivery can skip the job with one HEAD.
-func (w *Worker) writeErrorRecord(ctx context.Context, key string, rec contract.ErrorRecord) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	meta := map[string]string{contract.MetaFinal: strconv.FormatBool(rec.Final)}
-	if err := w.putJSON(wctx, key, rec, contract.ErrorRecordTag, meta); err != nil {
-		return fmt.Errorf("write error record: %w", err)
-	}
-	return nil
-}
-
 // recordInvalidMessage writes the error record of a message that is not a
 // job. A failed write leaves the message for redelivery.
 func (w *Worker) recordInvalidMessage(ctx context.Context, msg types.Message, attempt int, err error) error {
@@ -316,5 +171,5 @@ func (w *Worker) recordInvalidMessage(ctx context.Context, msg types.Message, at
 		Attempt: attempt, Final: true, CreatedAt: w.now().UTC(),
 		MessageID: aws.ToString(msg.MessageId), MessageBody: aws.ToString(msg.Body),
 	}
-	return w.writeErrorRecord(ctx, contract.InvalidMessageKey(w.cfg.OutputPrefix, aws.ToString(msg.MessageId)), rec)
+	return w.out.errorRecord(ctx, contract.InvalidMessageKey(w.cfg.Outputs.Prefix, aws.ToString(msg.MessageId)), rec)
 }

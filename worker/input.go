@@ -1,0 +1,116 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
+	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/internal/s3errs"
+)
+
+// inputs reads recordings from the input buckets: every read of an input
+// is here, and every answer S3 gives is turned into the job's error.
+type inputs struct{ s3 S3API }
+
+// firstRead is how much of an input the first GET reads: the whole of a
+// typical short recording, so one request fetches it, and the header of a
+// long one, to learn its format and length before it is admitted.
+const firstRead = 1 << 20
+
+// opened is what the first read of an input learned.
+type opened struct {
+	etag, version string
+	size          int64
+	head          []byte // the first min(size, firstRead) bytes
+}
+
+// open reads the first firstRead bytes of the input and its ETag, version
+// and size, in one GET.
+func (i inputs) open(ctx context.Context, job contract.Job) (opened, error) {
+	obj, err := i.s3.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID),
+		Range: aws.String(fmt.Sprintf("bytes=0-%d", firstRead-1)),
+	})
+	switch {
+	case err == nil:
+	case s3errs.NotFound(err):
+		return opened{}, Permanentf(contract.ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
+	case isInvalidRange(err):
+		// An empty object has no first byte: its metadata from a HEAD.
+		return i.head(ctx, job)
+	default:
+		return opened{}, fmt.Errorf("get input: %w", err)
+	}
+	defer func() { _ = obj.Body.Close() }()
+	o := opened{etag: strings.Trim(aws.ToString(obj.ETag), `"`), version: aws.ToString(obj.VersionId), size: aws.ToInt64(obj.ContentLength)}
+	if cr := aws.ToString(obj.ContentRange); cr != "" {
+		_, total, ok := strings.Cut(cr, "/")
+		n, err := strconv.ParseInt(total, 10, 64)
+		if !ok || err != nil {
+			return opened{}, fmt.Errorf("get input: unexpected Content-Range %q", cr)
+		}
+		o.size = n
+	}
+	// A server that ignored the range sends everything: read only the head.
+	o.head = getBytes(int(min(o.size, firstRead)))
+	if _, err := io.ReadFull(obj.Body, o.head); err != nil {
+		putBytes(o.head)
+		return opened{}, fmt.Errorf("read input: %w", err)
+	}
+	return o, nil
+}
+
+// head learns the input's ETag, version and size from a HEAD.
+func (i inputs) head(ctx context.Context, job contract.Job) (opened, error) {
+	h, err := i.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
+	switch {
+	case s3errs.NotFound(err):
+		return opened{}, Permanentf(contract.ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
+	case err != nil:
+		return opened{}, fmt.Errorf("head input: %w", err)
+	}
+	return opened{etag: strings.Trim(aws.ToString(h.ETag), `"`), version: aws.ToString(h.VersionId), size: aws.ToInt64(h.ContentLength)}, nil
+}
+
+// get starts a GET of exactly the object version that was checked, from
+// rng on (an HTTP range, or empty for all of it).
+func (i inputs) get(ctx context.Context, job contract.Job, in *contract.InputRef, rng string) (*s3.GetObjectOutput, error) {
+	get := &s3.GetObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(in.VersionID)}
+	if in.VersionID == "" && in.ETag != "" {
+		get.IfMatch = aws.String(`"` + in.ETag + `"`)
+	}
+	if rng != "" {
+		get.Range = aws.String(rng)
+	}
+	obj, err := i.s3.GetObject(ctx, get)
+	switch {
+	case err == nil:
+		return obj, nil
+	case s3errs.NotFound(err):
+		return nil, Permanentf(contract.ClassMissing, "s3://%s/%s was deleted while being processed", job.Bucket, job.Key)
+	case s3errs.PreconditionFailed(err):
+		return nil, fmt.Errorf("input changed while being processed: %w", err)
+	default:
+		return nil, fmt.Errorf("get input: %w", err)
+	}
+}
+
+func isInvalidRange(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && (ae.ErrorCode() == "InvalidRange" || ae.ErrorCode() == "416")
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return aws.String(s)
+}

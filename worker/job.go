@@ -1,0 +1,418 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/contract"
+)
+
+// ModelRate is the sample rate the model takes.
+const ModelRate = 16000
+
+// A job's walk, top to bottom: each stage is a method of task, run in this
+// order by run; the first stage that ends the job returns its outcome.
+//
+//	policy     the input, output prefix and model the job asks for are allowed
+//	open       one GET: the input's first bytes, ETag, version and size
+//	superseded the input was overwritten since the job was queued: skip
+//	skipIfDone one HEAD: the transcript exists already: skip
+//	limits     size and length within the configured limits
+//	claim      no other message is doing the same input right now
+//	admit      the job's memory fits the worker's budget (waits until it does)
+//	provisional on the last receive, an error record first, in case the
+//	           process dies
+//	transcribe decode, resample, chunk, infer, stitch
+//	write      formats, then the JSON transcript; the error record goes
+//
+// fail then turns an error into the job's outcome: retry, release, or an
+// error record.
+//
+// S3 requests of a short recording: one GET (the object, with its ETag
+// and version), one HEAD (is the transcript there already), one PUT (the
+// transcript) and one DELETE (an error record of an earlier delivery, if
+// any: free, where a HEAD to look first is not).
+
+// task is one job of a message, from the queue to its outcome.
+type task struct {
+	w       *Worker
+	log     zerolog.Logger
+	msgID   string
+	job     contract.Job
+	attempt int
+	infer   inference // model, Triton priority, progress
+
+	prefix    string            // output prefix: the job's, else the worker's
+	in        contract.InputRef // filled in from S3 as the job learns it
+	keys      contract.OutputKeys
+	obj       opened        // the first read
+	opening   time.Duration // how long the first read took
+	info      audio.Info    // what the first read says the recording is
+	streaming bool          // read and decoded as it goes, not whole
+	done      []func()      // releases, run when the walk ends (last first)
+}
+
+// inference is what a job's chunk requests carry: the model, the queue's
+// Triton priority, and where the job counts its chunks.
+type inference struct {
+	model    string
+	priority uint64
+	prog     *progress
+}
+
+// runJob processes one job to an outcome. It returns nil when the job is
+// terminal (transcript written, error record written, already done or
+// taken by another message), and a retryable error otherwise. On the last
+// receive a retryable failure is recorded too (final=false), and the
+// queue's redrive policy moves the message to the DLQ.
+func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, msgID string, job contract.Job, attempt int, priority uint64, prog *progress) (err error) {
+	start := w.now()
+	t := &task{
+		w: w, log: log, msgID: msgID, job: job, attempt: attempt, prefix: w.cfg.Outputs.Prefix,
+		infer: inference{model: w.model, priority: priority, prog: prog},
+		in:    contract.InputRef{Bucket: job.Bucket, Key: job.Key, ETag: job.ETag, VersionID: job.VersionID},
+	}
+	var outcome string
+	defer func() {
+		if r := recover(); r != nil {
+			outcome, err = OutcomeRetry, recoverError(r)
+			log.Error().Err(err).Msg("job panicked")
+		}
+		w.m.jobs.WithLabelValues(outcome).Inc()
+		w.m.duration.WithLabelValues(outcome).Observe(w.now().Sub(start).Seconds())
+		log.Info().Str("outcome", outcome).Dur("took", w.now().Sub(start)).Msg("job done")
+	}()
+	if outcome, err = t.run(ctx); err == nil {
+		return nil
+	}
+	outcome, err = t.fail(ctx, err)
+	return err
+}
+
+// run walks the stages. It returns the outcome of a job that ended, or
+// the error that stopped it.
+func (t *task) run(ctx context.Context) (string, error) {
+	defer t.release()
+	if err := t.policy(); err != nil {
+		return "", err
+	}
+	if err := t.open(ctx); err != nil {
+		return "", err
+	}
+	if t.superseded() {
+		t.log.Info().Msg("input changed since the job was queued; skipping")
+		return OutcomeSuperseded, nil
+	}
+	switch done, err := t.skipIfDone(ctx); {
+	case err != nil:
+		return "", err
+	case done:
+		return OutcomeDuplicate, nil
+	}
+	if err := t.limits(); err != nil {
+		return "", err
+	}
+	switch won, err := t.claim(ctx); {
+	case err != nil:
+		return "", err
+	case !won:
+		return OutcomeClaimed, nil
+	}
+	if err := t.admit(ctx); err != nil {
+		return "", err
+	}
+	if err := t.provisional(ctx); err != nil {
+		return "", err
+	}
+	tr, err := t.transcribe(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := t.write(ctx, tr); err != nil {
+		return "", err
+	}
+	return OutcomeOK, nil
+}
+
+// release runs the stages' releases (claim, memory, buffers), last first.
+func (t *task) release() {
+	for _, f := range slices.Backward(t.done) {
+		f()
+	}
+}
+
+// policy applies the input and output policy to a job from the queue:
+// anyone who can send to the queue could otherwise make the worker read
+// any bucket its role reaches or write anywhere in the output bucket.
+// Only an allowed job's own model and output prefix are taken.
+func (t *task) policy() error {
+	w, job := t.w, t.job
+	if !w.cfg.InputAllowed(job.Bucket, job.Key) {
+		return Permanentf(contract.ClassBadMessage, "input s3://%s/%s is outside the allowed input buckets and prefixes", job.Bucket, job.Key)
+	}
+	if job.OutputPrefix != "" {
+		if err := contract.CheckOutputPrefix(job.OutputPrefix); err != nil {
+			return Permanent(contract.ClassBadMessage, err)
+		}
+		if !w.cfg.OutputPrefixAllowed(job.OutputPrefix) {
+			return Permanentf(contract.ClassBadMessage, "output prefix %q is not under an allowed output prefix", job.OutputPrefix)
+		}
+	}
+	if job.Model != "" && job.Model != w.model && !slices.Contains(w.cfg.Jobs.Models, job.Model) {
+		return Permanentf(contract.ClassBadMessage, "job asks for model %q; this worker serves %s", job.Model, w.servedModels())
+	}
+	if job.Model != "" {
+		t.infer.model = job.Model
+	}
+	if job.OutputPrefix != "" {
+		t.prefix = job.OutputPrefix
+	}
+	return nil
+}
+
+func (w *Worker) servedModels() string {
+	s := strconv.Quote(w.model)
+	for _, m := range w.cfg.Jobs.Models {
+		if m != w.model {
+			s += ", " + strconv.Quote(m)
+		}
+	}
+	return s
+}
+
+// open reads the input's first bytes and learns its ETag, version and
+// size, and with them the job's output keys.
+func (t *task) open(ctx context.Context) error {
+	start := time.Now()
+	obj, err := t.w.in.open(ctx, t.job)
+	t.opening = time.Since(start)
+	if err != nil {
+		var perm *PermanentError
+		if !errors.As(err, &perm) && ctx.Err() == nil {
+			// The read failed but the object may be there: learn its ETag
+			// from a HEAD (only on this path), so that a last attempt can
+			// still leave its error record where the transcript would go.
+			if h, herr := t.w.in.head(ctx, t.job); herr == nil {
+				t.learn(h)
+			}
+		}
+		return err
+	}
+	t.obj = obj
+	t.done = append(t.done, func() { putBytes(obj.head) })
+	if !t.superseded() {
+		t.learn(obj)
+	}
+	return nil
+}
+
+// learn takes the input's identity from S3, and the output keys from it.
+func (t *task) learn(o opened) {
+	t.in.ETag, t.in.VersionID, t.in.Size = o.etag, o.version, o.size
+	t.keys = contract.KeysFor(t.prefix, t.in, t.infer.model)
+}
+
+// superseded reports an input overwritten since its event: the new upload
+// has its own event.
+func (t *task) superseded() bool {
+	return t.job.ETag != "" && t.job.VersionID == "" && strings.Trim(t.job.ETag, `"`) != t.obj.etag
+}
+
+// skipIfDone reports a job whose transcript exists. An error record is
+// not looked for (one paid HEAD per job): a job that failed for good is
+// computed again when a new message asks for it, and fails the same way.
+func (t *task) skipIfDone(ctx context.Context) (bool, error) {
+	done, err := t.w.out.exists(ctx, t.keys.JSON)
+	if err != nil {
+		return false, fmt.Errorf("check for existing transcript: %w", err)
+	}
+	if done {
+		t.log.Info().Msg("job already has a transcript; nothing to do")
+	}
+	return done, nil
+}
+
+// limits refuses an input over the size limit, or over the length limit
+// by what its header says. It learns the recording's format and length,
+// and whether it streams.
+func (t *task) limits() error {
+	w := t.w
+	if t.in.Size > w.cfg.Inputs.MaxObjectBytes {
+		return Permanentf(contract.ClassTooLarge, "object is %d bytes, limit is %d", t.in.Size, w.cfg.Inputs.MaxObjectBytes)
+	}
+	info, err := probe(t.obj.head, t.in.Size)
+	if err != nil {
+		return err
+	}
+	if d := info.Duration(); d > w.cfg.Inputs.MaxAudioSeconds && !info.Estimated {
+		// (An estimated length, from the size of a compressed recording
+		// ffmpeg reads, is checked after decoding instead.)
+		return Permanentf(contract.ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.Inputs.MaxAudioSeconds)
+	}
+	t.info = info
+	// A recording past the first read streams; so does any format but
+	// plain WAV, whatever its size: ffmpeg reads it from a temporary file
+	// either way, and decoded whole at its own rate (48 kHz for Opus) the
+	// minutes of compressed speech in one read would take tens of MB.
+	t.streaming = int64(len(t.obj.head)) < t.in.Size || info.Format != "wav" || info.Estimated
+	return nil
+}
+
+// probe learns the format and length of the input from its head.
+func probe(head []byte, size int64) (audio.Info, error) {
+	if size == 0 {
+		return audio.Info{}, Permanentf(contract.ClassCorruptAudio, "empty object")
+	}
+	info, err := audio.Probe(head, size)
+	switch {
+	case err == nil:
+		return info, nil
+	case errors.Is(err, audio.ErrHeaderBeyondPrefix):
+		// An odd file with its header far in: assume the worst case the
+		// decoder accepts (8-bit mono at 1 kHz) so admission stays safe.
+		// Its length is checked as it decodes.
+		return audio.Info{Format: "wav", Rate: 1000, Channels: 1, Frames: size, Estimated: true}, nil
+	default:
+		return audio.Info{}, audioError(err)
+	}
+}
+
+// claim reports whether this message may do the job: false when another
+// message for the same input holds it (see claimJob). Recordings shorter
+// than ClaimMinAudio are not worth a claim's requests.
+func (t *task) claim(ctx context.Context) (bool, error) {
+	if t.info.Duration() < t.w.cfg.Claims.MinAudio.Seconds() {
+		return true, nil
+	}
+	won, release, err := t.w.claimJob(ctx, t.log, t.keys, t.msgID)
+	if err != nil {
+		return false, err
+	}
+	if !won {
+		t.log.Info().Msg("another message for this input is in progress; dropping this one")
+		return false, nil
+	}
+	t.done = append(t.done, release)
+	return true, nil
+}
+
+// admit waits until the job's memory fits the worker's budget.
+func (t *task) admit(ctx context.Context) error {
+	release, err := t.w.gate.acquire(ctx, t.w.estimateMemory(t.in.Size, t.info, t.streaming))
+	if err != nil {
+		return err
+	}
+	t.done = append(t.done, release)
+	return nil
+}
+
+// provisional leaves an error record before the last attempt: the queue
+// will not deliver this message again, so even an attempt that takes the
+// process down (out of memory, killed) ends with one. Success removes it;
+// failure overwrites it.
+func (t *task) provisional(ctx context.Context) error {
+	w := t.w
+	if t.attempt < w.cfg.Queues.MaxReceives {
+		return nil
+	}
+	rec := contract.ErrorRecord{
+		Schema: contract.ErrorSchema, Input: t.in, Model: t.infer.model, Class: contract.ClassExhausted, Attempt: t.attempt, CreatedAt: w.now().UTC(),
+		Message: fmt.Sprintf("last attempt (%d of %d) started; this record remains only if that attempt never finished (process crash or kill)", t.attempt, w.cfg.Queues.MaxReceives),
+	}
+	return w.out.errorRecord(ctx, t.keys.Error, rec)
+}
+
+// transcribe turns the recording into a transcript: streamed, or decoded
+// from the first read whole.
+func (t *task) transcribe(ctx context.Context) (contract.Transcript, error) {
+	var tr contract.Transcript
+	var err error
+	if t.streaming {
+		tr, err = t.w.transcribeStream(ctx, t)
+	} else {
+		tr, err = t.w.transcribeObject(ctx, t.obj.head[:t.in.Size], t.infer, t.opening)
+	}
+	if err != nil {
+		return contract.Transcript{}, err
+	}
+	tr.Input, tr.Model, tr.Attempt = t.in, t.infer.model, t.attempt
+	tr.CreatedAt = t.w.now().UTC()
+	return tr, nil
+}
+
+// write puts the transcript's formats and the transcript, then deletes
+// the job's error record: the provisional record of this attempt, the
+// record of an earlier delivery that ran out of retries (a message
+// redriven from the DLQ), or a final one of an earlier failure. The
+// transcript supersedes it.
+func (t *task) write(ctx context.Context, tr contract.Transcript) error {
+	w := t.w
+	start := time.Now()
+	if err := w.out.transcript(ctx, t.keys, t.job.Formats, tr); err != nil {
+		return err
+	}
+	w.m.since(StageUpload, start)
+	if err := w.out.remove(ctx, t.keys.Error); err != nil {
+		t.log.Warn().Err(err).Msg("delete error record failed; the transcript supersedes it")
+	}
+	w.m.audioSeconds.Add(tr.DurationSec)
+	t.log.Info().Str("transcript_key", t.keys.JSON).Float64("audio_s", tr.DurationSec).Int("chunks", tr.Chunks).Msg("transcript written")
+	return nil
+}
+
+// fail turns the error that stopped a job into its outcome. A permanent
+// error, or a retryable one on the last receive, is recorded where the
+// transcript would have gone; a retryable one before that is retried; one
+// caused by shutdown or a lost heartbeat releases the job.
+func (t *task) fail(ctx context.Context, err error) (string, error) {
+	w, log := t.w, t.log
+	class := ErrorClass(err)
+	final := class != ""
+	if !final {
+		w.m.errors.WithLabelValues("retryable").Inc()
+	}
+	if cause := context.Cause(ctx); !final && (errors.Is(cause, errHeartbeatLost) || errors.Is(cause, errDrainTimeout)) {
+		return OutcomeReleased, err // shutdown or heartbeat loss, not the job's fault
+	}
+	if !final && t.attempt < w.cfg.Queues.MaxReceives {
+		log.Warn().Err(err).Msg("job failed; will retry")
+		return OutcomeRetry, err
+	}
+	keys := t.keys
+	if keys.JSON == "" {
+		keys = contract.KeysFor(t.prefix, t.in, t.infer.model)
+	}
+	if class == "" {
+		class = contract.ClassExhausted
+	}
+	w.m.errors.WithLabelValues(class).Inc()
+	rec := contract.ErrorRecord{
+		Schema: contract.ErrorSchema, Input: t.in, Model: t.infer.model, Class: class, Message: err.Error(),
+		Attempt: t.attempt, Final: final, CreatedAt: w.now().UTC(),
+	}
+	werr := w.out.errorRecord(ctx, keys.Error, rec)
+	if ErrorClass(werr) == contract.ClassOutputRejected {
+		// S3 refused the record's key itself: put it where any key fits.
+		fallback := contract.UnwritableRecordKey(t.prefix, keys)
+		log.Warn().Err(werr).Str("error_key", fallback).Msg("error record refused by S3; writing it under _unwritable")
+		keys.Error = fallback
+		werr = w.out.errorRecord(ctx, fallback, rec)
+	}
+	if werr != nil {
+		// Without its record the failure would be silent: retry instead.
+		return OutcomeRetry, fmt.Errorf("%w (job error: %v)", werr, err) //nolint:errorlint // flattened: must not match as permanent
+	}
+	log.Warn().Str("error_class", class).Bool("final", final).Str("error_key", keys.Error).Err(err).Msg("job failed; error record written")
+	if final {
+		return OutcomeFailed, nil
+	}
+	return OutcomeFailed, err
+}
