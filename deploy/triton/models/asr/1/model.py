@@ -18,7 +18,7 @@ One model file, four engines chosen by the model config parameter
 
 The worker cannot tell the engines apart: they share everything below.
 
-Implements the worker's model contract (README, "Model contract") in the
+Implements the worker's model contract (docs/contracts.md, "Model contract") in the
 ragged batching mode of ../config.pbtxt: Triton's dynamic batcher hands
 execute() a list of requests of any lengths; they are transcribed together
 in one call of the model (NeMo pads the batch itself), and each gets its
