@@ -38,9 +38,11 @@ prepare_carried() {
     {
       [[ -d "$work/nemosite" ]] && echo "import site; site.addsitedir('$work/nemosite')"
       echo "import site; site.addsitedir('$site')"
-      # The machine's scipy (built for numpy 2) names numpy.long, which
-      # numpy 1.x lacks: the same type under the name numpy 2 gives it.
-      echo "import numpy; numpy.long = getattr(numpy, 'long', numpy.int_); numpy.ulong = getattr(numpy, 'ulong', numpy.uint)"
+      # The machine's scipy (built for numpy 2) names numpy.long and
+      # numpy.exceptions.RankWarning, which numpy 1.26 has under other
+      # names: the same objects under the names numpy 2 gives them (scipy
+      # 1.17 then imports and runs with numpy 1.26).
+      echo "import numpy, numpy.exceptions; numpy.long = getattr(numpy, 'long', numpy.int_); numpy.ulong = getattr(numpy, 'ulong', numpy.uint); numpy.exceptions.RankWarning = getattr(numpy.exceptions, 'RankWarning', numpy.RankWarning)"
     } >"$sp/fleetscribe-machine.pth"
   fi
   [[ -d "$work/stubenv" ]] && export FLEETSCRIBE_TRITON_VENV="$work/stubenv"

@@ -237,6 +237,8 @@ def main():
     ap.add_argument("--batches", default="1,8,32,64,128")
     ap.add_argument("--eager-batches", default="8,128")
     ap.add_argument("--amp", default="bf16", choices=["bf16", "none"])
+    ap.add_argument("--served-batches", default="",
+                    help="also time forward and decoding as the shipped model.py configures them (word timestamps on) at these batches")
     args = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.time()
@@ -286,8 +288,47 @@ def main():
                 "; direct %.1f clips/s (encoder %.0f ms, decode %.0f ms)" % (d["clips_per_s"], 1000 * d["encoder_s"], 1000 * d["decode_s"]) if d and mode == "cuda_graph" else ""), flush=True)
             if dev == "cuda":
                 torch.cuda.empty_cache()
+    if args.served_batches:
+        out["served_decoding"] = served(model, amp, clip, n, dev, [int(b) for b in args.served_batches.split(",") if b])
     with open(args.out, "w") as f:
         json.dump(out, f, indent=2)
+
+
+def served(model, amp, clip, n, dev, batches):
+    """Forward and decoding as model.py's NemoEngine runs them: decoding
+    configured once with compute_timestamps (word times), CUDA graphs asked
+    for, then the timestamps worked out of the hypotheses. Timed with the
+    timestamps flag off and on, to see what word times cost."""
+    from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
+    from omegaconf import open_dict
+
+    rows = {}
+    for ts in (False, True):
+        cfg = model.cfg.decoding
+        with open_dict(cfg):
+            cfg.greedy.use_cuda_graph_decoder = True
+            cfg.compute_timestamps = ts
+        model.change_decoding_strategy(cfg, verbose=False)
+        for bs in batches:
+            x = torch.from_numpy(np.stack([clip] * bs)).to(dev)
+            lengths = torch.full((bs,), n, device=dev)
+
+            def once():
+                with torch.inference_mode(), amp:
+                    enc, enc_len = model.forward(input_signal=x, input_signal_length=lengths)
+                    hyps = model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True)
+                if ts:
+                    hyps = process_timestamp_outputs(hyps, model.encoder.subsampling_factor, model.cfg.preprocessor.window_stride)
+                return hyps
+
+            once()
+            sec = timed(once, 3)
+            key = "%s/%d" % ("timestamps" if ts else "text", bs)
+            rows[key] = {"clips_per_s": bs / sec, "seconds": sec, "graphs_mode": graphs_mode(model)}
+            print("served decoding, %-10s batch %4d: %7.1f clips/s (%.0f ms a batch; %s)" % (
+                "timestamps" if ts else "text only", bs, bs / sec, 1000 * sec, graphs_mode(model)), flush=True)
+            del x
+    return rows
 
 
 if __name__ == "__main__":
