@@ -328,6 +328,27 @@ def served(model, amp, clip, n, dev, batches):
             print("served decoding, %-10s batch %4d: %7.1f clips/s (%.0f ms a batch; %s)" % (
                 "timestamps" if ts else "text only", bs, bs / sec, 1000 * sec, graphs_mode(model)), flush=True)
             del x
+    # As a server sees them: after a warm-up at the largest batch, batches
+    # of changing sizes one after another (the graphs were captured for
+    # the warm-up's size).
+    mixed = [max(batches), 8, 6, 9, 7, 8, 6, 9, 7]
+    xs = {bs: torch.from_numpy(np.stack([clip] * bs)).to(dev) for bs in set(mixed)}
+    times = []
+    for i, bs in enumerate(mixed):
+        lengths = torch.full((bs,), n, device=dev)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.inference_mode(), amp:
+            enc, enc_len = model.forward(input_signal=xs[bs], input_signal_length=lengths)
+            model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        if i > 0:
+            times.append({"batch": bs, "ms": 1000 * (time.perf_counter() - t0)})
+    print("served decoding, changing batch sizes after a warm-up at %d: %s" % (
+        max(batches), ", ".join("%d: %.0f ms" % (t["batch"], t["ms"]) for t in times)), flush=True)
+    rows["changing_sizes"] = times
     return rows
 
 

@@ -106,7 +106,8 @@ for step in "$@"; do
       if [[ ! -f "$NEMO_MODEL" ]]; then
         log "building the NeMo model"; anchor --out "$work/nemo-build.json" --save "$NEMO_MODEL" --batches "" --eager-batches "" || log "NeMo model build failed"
       fi
-      arrangements clip "${step#nemo:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=45" ;;
+      # -param replaces the list: PARAMS (log_timings=N, ...) joins the model's.
+      arrangements clip "${step#nemo:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=45${PARAMS:+,$PARAMS}" ;;
     *) log "unknown step $step"; exit 2 ;;
   esac
 done

@@ -4,6 +4,7 @@ stand-in triton_python_backend_utils module and a stand-in model object.
 Run: python3 -m unittest discover -s deploy/triton/tests (make test does).
 """
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -281,3 +282,58 @@ class ModuleEngineTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AttrDict(dict):
+    """Enough of an omegaconf DictConfig: keys as attributes."""
+
+    def __getattr__(self, k):
+        try:
+            return self[k]
+        except KeyError as e:
+            raise AttributeError(k) from e
+
+    def __setattr__(self, k, v):
+        self[k] = v
+
+
+class FakeNemoTDT:
+    """A NeMo transducer model as NemoEngine configures it: its decoding
+    config, and the config change_decoding_strategy was given."""
+
+    def __init__(self, strategy, graphs):
+        self.cfg = AttrDict(decoding=AttrDict(strategy=strategy, greedy=AttrDict(loop_labels=True, use_cuda_graph_decoder=graphs)))
+        self.decoding = types.SimpleNamespace(rnnt_decoder_predictions_tensor=None)
+        self.applied = None
+
+    def change_decoding_strategy(self, cfg, verbose):
+        self.applied = AttrDict(cfg, greedy=AttrDict(cfg.greedy))
+
+
+class NemoEngineTest(unittest.TestCase):
+    def setUp(self):
+        fake_torch = types.SimpleNamespace(bfloat16="bf16", empty=lambda n: np.empty(n))
+        fake_omegaconf = types.SimpleNamespace(open_dict=lambda cfg: contextlib.nullcontext())
+        self.saved = {k: sys.modules.get(k) for k in ("torch", "omegaconf")}
+        sys.modules["torch"], sys.modules["omegaconf"] = fake_torch, fake_omegaconf
+
+    def tearDown(self):
+        for k, v in self.saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+    def test_greedy_batch_decodes_under_cuda_graphs(self):
+        # A .nemo saved with the graphs off decoded eagerly, 5-7x slower a
+        # batch on the H200; the engine turns them on, with word times.
+        fake = FakeNemoTDT("greedy_batch", graphs=False)
+        model.NemoEngine(fake, "cuda:0", "bf16")
+        self.assertTrue(fake.applied.compute_timestamps)
+        self.assertTrue(fake.applied.greedy.use_cuda_graph_decoder)
+
+    def test_other_strategies_left_alone(self):
+        fake = FakeNemoTDT("beam", graphs=False)
+        model.NemoEngine(fake, "cuda:0", "bf16")
+        self.assertTrue(fake.applied.compute_timestamps)
+        self.assertFalse(fake.applied.greedy.use_cuda_graph_decoder)
