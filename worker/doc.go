@@ -15,6 +15,9 @@
 //	        MaxReceives an error record is written and the queue's
 //	        redrive policy moves the message to the DLQ
 //
+// A job's walk is worker/job.go, one stage per method of task, in order;
+// the job contract (messages, keys, records) is package contract.
+//
 // Cancelling Run's context stops receiving; jobs in hand keep a separate
 // context until the drain timeout, and their final delete or visibility
 // reset runs even after that. The worker never speaks gRPC itself.

@@ -87,7 +87,7 @@ func FuzzOutputKeysNeverNest(f *testing.F) {
 			}
 			for _, j := range js {
 				if j.OutputPrefix != "" && (contract.CheckOutputPrefix(j.OutputPrefix) != nil || !cfg.OutputPrefixAllowed(j.OutputPrefix)) {
-					continue // the worker refuses it (admitJob) with a record under the worker's prefix
+					continue // the worker refuses it (task.policy) with a record under the worker's prefix
 				}
 				jobs = append(jobs, j)
 			}
