@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -94,20 +95,37 @@ func (m *ModelIO) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.NumWordsOutput, "model-output-num-words", d.NumWordsOutput, "name of the INT32 word count output tensor (empty: not requested)")
 	fs.BoolVar(&m.BatchDim, "model-batch-dim", d.BatchDim, "send inputs with a leading batch dimension of 1 (models with max_batch_size > 0)")
 	fs.StringVar(&m.LengthInput, "model-input-length", d.LengthInput, "name of the INT32 true-length input of bucket-padded audio (empty: none)")
-	fs.Func("model-buckets", "comma-separated bucket lengths in seconds, for fixed-shape models (empty: ragged batching)\nEach chunk is padded with zeros to the smallest bucket that holds it and sent with its true length; without buckets chunks go at their own length.", func(s string) error {
-		var l flagext.StringSliceCSV
-		_ = l.Set(s)
-		m.Buckets = nil
-		for _, v := range l {
-			sec, err := strconv.ParseFloat(v, 64)
-			if err != nil || sec <= 0 {
-				return fmt.Errorf("bucket %q: want seconds > 0", v)
-			}
-			m.Buckets = append(m.Buckets, int(sec*16000))
+	fs.Var((*bucketSeconds)(&m.Buckets), "model-buckets", "comma-separated bucket lengths in seconds, for fixed-shape models (empty: ragged batching)\nEach chunk is padded with zeros to the smallest bucket that holds it and sent with its true length; without buckets chunks go at their own length.")
+}
+
+// bucketSeconds is the -model-buckets flag: bucket lengths given in
+// seconds, comma-separated, kept in samples and sorted.
+type bucketSeconds []int
+
+// String implements flag.Value.
+func (b bucketSeconds) String() string {
+	parts := make([]string, len(b))
+	for i, n := range b {
+		parts[i] = strconv.FormatFloat(float64(n)/16000, 'g', -1, 64)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Set implements flag.Value: the whole list is replaced.
+func (b *bucketSeconds) Set(v string) error {
+	var l flagext.StringSliceCSV
+	_ = l.Set(v)
+	out := make([]int, 0, len(l))
+	for _, s := range l {
+		sec, err := strconv.ParseFloat(s, 64)
+		if err != nil || sec <= 0 {
+			return fmt.Errorf("bucket %q: want seconds > 0", s)
 		}
-		slices.Sort(m.Buckets)
-		return nil
-	})
+		out = append(out, int(sec*16000))
+	}
+	slices.Sort(out)
+	*b = out
+	return nil
 }
 
 // Validate reports a configuration that cannot form a request.

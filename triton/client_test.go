@@ -3,6 +3,9 @@ package triton_test
 import (
 	"context"
 	"errors"
+	"flag"
+	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -433,5 +436,23 @@ func TestPoolServesSoonAfterPartitionRestarts(t *testing.T) {
 	}
 	if took := time.Since(restarted); took > 3*time.Second {
 		t.Errorf("served again %v after the restart, want within 3s", took)
+	}
+}
+
+func TestModelBucketsFlag(t *testing.T) {
+	var m triton.ModelIO
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	m.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-model-buckets", "30, 5,10"}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.Buckets, []int{5 * 16000, 10 * 16000, 30 * 16000}) || fs.Lookup("model-buckets").Value.String() != "5,10,30" {
+		t.Fatalf("buckets %v (%s)", m.Buckets, fs.Lookup("model-buckets").Value)
+	}
+	for _, bad := range []string{"0", "-1", "x"} {
+		if err := fs.Parse([]string{"-model-buckets", bad}); err == nil {
+			t.Errorf("-model-buckets %s accepted", bad)
+		}
 	}
 }
