@@ -21,17 +21,17 @@ const ModelRate = 16000
 // A job's walk, top to bottom: each stage is a method of task, run in this
 // order by run; the first stage that ends the job returns its outcome.
 //
-//	policy     the input, output prefix and model the job asks for are allowed
-//	open       one GET: the input's first bytes, ETag, version and size
-//	superseded the input was overwritten since the job was queued: skip
-//	skipIfDone one HEAD: the transcript exists already: skip
-//	limits     size and length within the configured limits
-//	claim      no other message is doing the same input right now
-//	admit      the job's memory fits the worker's budget (waits until it does)
+//	policy      the input, output prefix and model the job asks for are allowed
+//	open        one GET: the input's first bytes, ETag, version and size
+//	superseded  the input was overwritten since the job was queued: skip
+//	skipIfDone  one HEAD: the transcript exists already: skip
+//	limits      size and length within the configured limits
+//	claim       no other message is doing the same input right now
+//	admit       the job's memory fits the worker's budget (waits until it does)
 //	provisional on the last receive, an error record first, in case the
-//	           process dies
-//	transcribe decode, resample, chunk, infer, stitch
-//	write      formats, then the JSON transcript; the error record goes
+//	            process dies
+//	transcribe  decode, resample, chunk, infer, stitch
+//	write       formats, then the JSON transcript; the error record goes
 //
 // fail then turns an error into the job's outcome: retry, release, or an
 // error record.
