@@ -6,6 +6,9 @@ SHELL := bash
 GO ?= go
 # make bench-worker WORKER_CPUS=0-3: the worker runs on those CPUs only (empty: all)
 WORKER_CPUS ?=
+# make bench-worker BENCH_WORKER_ARGS="-bulk-queue -partition-latency 200ms -jobs 2000":
+# live and bulk queues both busy, partitions with a GPU's latency
+BENCH_WORKER_ARGS ?=
 # Expanded when used (=, not :=): make deps may install go first.
 GOBIN = $(shell $(GO) env GOPATH)/bin
 export GOTOOLCHAIN ?= auto
@@ -107,7 +110,7 @@ bench-narrowband: deps ## telephone audio (8 kHz, band-limited, mu-law, A-law) a
 
 .PHONY: bench-worker
 bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into four zero-latency fake partitions: jobs/s, worker CPU per job, peak RSS, requests and connections per job, request cost
-	$(GO) run ./bench/worker -worker-bin $(BIN)/worker -worker-cpus "$(WORKER_CPUS)"
+	$(GO) run ./bench/worker -worker-bin $(BIN)/worker -worker-cpus "$(WORKER_CPUS)" $(BENCH_WORKER_ARGS)
 
 .PHONY: chaos
 chaos: build ## 1000 jobs through two real workers and three real Triton partitions while workers are killed, partitions are SIGKILLed and S3/SQS fail; table and RESULT line

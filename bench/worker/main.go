@@ -61,6 +61,8 @@ func main() {
 	flag.IntVar(&o.partitions, "partitions", 4, "fake Triton partitions")
 	flag.StringVar(&o.workerBin, "worker-bin", "bin/worker", "the worker binary")
 	flag.StringVar(&o.extra, "worker-args", "", "further worker flags, space-separated")
+	flag.DurationVar(&o.latency, "partition-latency", 0, "each fake partition's latency per request (0: none, to measure the worker alone)")
+	flag.BoolVar(&o.bulk, "bulk-queue", false, "half the jobs go to a second queue the worker drains after the first (-lower-queue-urls), as live uploads and a backfill at once")
 	flag.StringVar(&o.cpus, "worker-cpus", "", "run the worker on these CPUs only (a list as taskset takes it: \"0-3\" for a g6e.xlarge's 4 vCPUs); empty: on all of this machine's")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -73,6 +75,8 @@ type options struct {
 	jobs, concurrency, partitions int
 	clipSeconds                   float64
 	workerBin, extra, cpus        string
+	bulk                          bool
+	latency                       time.Duration
 	ncpu                          int // CPUs the worker may run on
 }
 
@@ -122,11 +126,20 @@ func run(o options) error {
 			return err
 		}
 		defer s.Close()
+		s.SetLatency(o.latency)
 		addrs = append(addrs, s.Addr)
 	}
 
+	bulkURL := ""
+	if o.bulk {
+		bq, err := localaws.CreateQueue(ctx, sqsc, "bench-bulk", 5, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		bulkURL = bq.URL
+	}
 	fmt.Printf("preparing %d recordings of %.0f s and %d jobs...\n", o.jobs, o.clipSeconds, o.jobs)
-	if err := prepare(ctx, s3c, sqsc, q.URL, o); err != nil {
+	if err := prepare(ctx, s3c, sqsc, q.URL, bulkURL, o); err != nil {
 		return err
 	}
 
@@ -140,6 +153,9 @@ func run(o options) error {
 		"-queue-url", q.URL, "-output-bucket", outBucket, "-input-buckets", inBucket, "-aws-endpoint", proxy.URL,
 		"-triton-addrs", strings.Join(addrs, ","), "-concurrency", strconv.Itoa(o.concurrency),
 		"-metrics-addr", "", "-imds", "off", "-log-level", "warn", "-wait-time", "1s",
+	}
+	if o.bulk {
+		args = append(args, "-lower-queue-urls", bulkURL)
 	}
 	args = append(args, strings.Fields(o.extra)...)
 	cmd := exec.Command(bin, args...)
@@ -165,6 +181,13 @@ func run(o options) error {
 		v, f, err := localaws.Depth(ctx, sqsc, q.URL)
 		if err != nil {
 			return err
+		}
+		if bulkURL != "" {
+			bv, bf, err := localaws.Depth(ctx, sqsc, bulkURL)
+			if err != nil {
+				return err
+			}
+			v, f = v+bv, f+bf
 		}
 		if v+f == 0 {
 			// Read the worker's own counters before anything else runs.
@@ -195,8 +218,8 @@ func run(o options) error {
 }
 
 // prepare uploads the recordings (distinct keys, one shared body) and
-// queues one job each.
-func prepare(ctx context.Context, s3c *s3.Client, sqsc *sqs.Client, queueURL string, o options) error {
+// queues one job each; with bulkURL, every other job goes to that queue.
+func prepare(ctx context.Context, s3c *s3.Client, sqsc *sqs.Client, queueURL, bulkURL string, o options) error {
 	n := int(o.clipSeconds * 16000)
 	samples := make([]float32, n)
 	for i := range samples {
@@ -220,6 +243,10 @@ func prepare(ctx context.Context, s3c *s3.Client, sqsc *sqs.Client, queueURL str
 	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(16)
 	for start := 0; start < o.jobs; start += 10 {
+		url := queueURL
+		if bulkURL != "" && (start/10)%2 == 1 {
+			url = bulkURL
+		}
 		g.Go(func() error {
 			var entries []types.SendMessageBatchRequestEntry
 			for i := start; i < min(start+10, o.jobs); i++ {
@@ -229,7 +256,7 @@ func prepare(ctx context.Context, s3c *s3.Client, sqsc *sqs.Client, queueURL str
 				}
 				entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(string(b))})
 			}
-			out, err := sqsc.SendMessageBatch(gctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(queueURL), Entries: entries})
+			out, err := sqsc.SendMessageBatch(gctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
 			if err == nil && len(out.Failed) > 0 {
 				err = fmt.Errorf("%d entries failed", len(out.Failed))
 			}
