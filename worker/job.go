@@ -360,7 +360,8 @@ func (t *task) write(ctx context.Context, tr contract.Transcript) error {
 		return err
 	}
 	w.m.since(StageUpload, start)
-	if err := w.out.remove(ctx, t.keys.Error); err != nil {
+	// Even once the job's context is cancelled: the transcript is written.
+	if err := w.out.remove(context.WithoutCancel(ctx), t.keys.Error); err != nil {
 		t.log.Warn().Err(err).Msg("delete error record failed; the transcript supersedes it")
 	}
 	w.m.audioSeconds.Add(tr.DurationSec)

@@ -74,10 +74,10 @@ func (o outputs) errorRecord(ctx context.Context, key string, rec contract.Error
 	return nil
 }
 
-// remove deletes key, even after ctx is cancelled. Deleting what may not
-// be there: a DELETE is free, a HEAD to look first is not.
+// remove deletes key. Deleting what may not be there: a DELETE is free, a
+// HEAD to look first is not.
 func (o outputs) remove(ctx context.Context, key string) error {
-	_, err := o.s3.DeleteObject(context.WithoutCancel(ctx), &s3.DeleteObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
+	_, err := o.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
 	return err
 }
 
