@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/asticode/go-astisub"
 	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/internal/golden"
 )
 
 // checkCues parses SRT and WebVTT with an independent parser (go-astisub)
@@ -144,21 +144,9 @@ func TestNoSpeechSubtitles(t *testing.T) {
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-func golden(t *testing.T, name string, got []byte) {
+func goldenFile(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from golden file:\n%s", name, got)
-	}
+	golden.Check(t, filepath.Join("testdata", name), got, *update, "go test ./subtitle -update")
 }
 
 func TestSubtitleGolden(t *testing.T) {
@@ -174,7 +162,7 @@ func TestSubtitleGolden(t *testing.T) {
 	if len(tr.Segments) != 3 {
 		t.Fatalf("%d segments, want 3: %+v", len(tr.Segments), tr.Segments)
 	}
-	golden(t, "transcript.srt", RenderSRT(tr))
-	golden(t, "transcript.vtt", RenderVTT(tr))
-	golden(t, "transcript.txt", RenderTXT(tr))
+	goldenFile(t, "transcript.srt", RenderSRT(tr))
+	goldenFile(t, "transcript.vtt", RenderVTT(tr))
+	goldenFile(t, "transcript.txt", RenderTXT(tr))
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleetscribe/fleetscribe/internal/golden"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
@@ -89,28 +90,5 @@ func TestReadmeReferenceIsCurrent(t *testing.T) {
 	if i < 0 {
 		t.Fatalf("%s has no %q section", path, strings.TrimSpace(referenceHeading))
 	}
-	want := reference(t)
-	if *update {
-		if err := os.WriteFile(path, []byte(string(readme[:i])+want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	got := string(readme[i:])
-	if got == want {
-		return
-	}
-	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
-	for n := 0; n < len(gl) || n < len(wl); n++ {
-		var g, w string
-		if n < len(gl) {
-			g = gl[n]
-		}
-		if n < len(wl) {
-			w = wl[n]
-		}
-		if g != w {
-			t.Fatalf("%s's reference is out of date (run make tf-docs); first difference, line %d of the section:\n have %s\n want %s", path, n+1, g, w)
-		}
-	}
+	golden.Check(t, path, append(readme[:i:i], reference(t)...), *update, "make tf-docs")
 }

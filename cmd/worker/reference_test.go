@@ -2,11 +2,11 @@ package main
 
 import (
 	"flag"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/fleetscribe/fleetscribe/internal/flagenv"
+	"github.com/fleetscribe/fleetscribe/internal/golden"
 )
 
 var updateDocs = flag.Bool("update-docs", false, "rewrite docs/configuration.md from the flags (make docs)")
@@ -31,32 +31,7 @@ func reference(t *testing.T) string {
 // redescribed without it fails here. It replaces a README table written by
 // hand, which had drifted (a default that was no longer true).
 func TestConfigurationReferenceIsCurrent(t *testing.T) {
-	want := reference(t)
-	if *updateDocs {
-		if err := os.WriteFile(referencePath, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	got, err := os.ReadFile(referencePath)
-	if err != nil {
-		t.Fatalf("%v (make docs writes it)", err)
-	}
-	if string(got) != want {
-		gl, wl := strings.Split(string(got), "\n"), strings.Split(want, "\n")
-		for i := range max(len(gl), len(wl)) {
-			g, w := "", ""
-			if i < len(gl) {
-				g = gl[i]
-			}
-			if i < len(wl) {
-				w = wl[i]
-			}
-			if g != w {
-				t.Fatalf("docs/configuration.md is out of date (run make docs); line %d:\n have %s\n want %s", i+1, g, w)
-			}
-		}
-	}
+	golden.Check(t, referencePath, []byte(reference(t)), *updateDocs, "make docs")
 }
 
 // Every flag belongs to a section, and -help gives each one line: the
