@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -683,5 +685,28 @@ func TestNonFiniteAndHugeFloatRecordings(t *testing.T) {
 	defer mu.Unlock()
 	if len(heard) != 1 || math.Abs(heard[0]-0.1) > 0.02 {
 		t.Errorf("the model heard RMS %v, want one chunk at 0.1 (-20 dBFS)", heard)
+	}
+}
+
+// A job whose ETag is not the object's (overwritten since its event: the
+// new upload has an event of its own) is dropped: no transcript, no error
+// record, the message deleted.
+func TestOverwrittenInputIsSuperseded(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.put("a.wav", tone(16000, 1600))
+	b, err := contract.Job{Bucket: e.in, Key: "a.wav", ETag: `"0123456789abcdef0123456789abcdef"`}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.send(string(b))
+	e.run(e.config(), nil)
+	if out := e.outputs("a.wav"); len(out) != 0 {
+		t.Errorf("outputs written for a superseded job: %v", slices.Collect(maps.Keys(out)))
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 0 {
+		t.Errorf("queue holds %d messages", v+f)
+	}
+	if e.servers[0].Calls() != 0 {
+		t.Errorf("%d inference calls for a superseded job", e.servers[0].Calls())
 	}
 }

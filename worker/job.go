@@ -208,9 +208,7 @@ func (t *task) open(ctx context.Context) error {
 	}
 	t.obj = obj
 	t.done = append(t.done, func() { putBytes(obj.head) })
-	if !t.superseded() {
-		t.learn(obj)
-	}
+	t.learn(obj)
 	return nil
 }
 
