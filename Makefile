@@ -37,13 +37,14 @@ demo: build ## transcribe synthesised speech end to end: local SQS/S3, four real
 	$(BIN)/demo -bin $(BIN)
 
 .PHONY: test
-test: deps tflint ## vet, format check, terraform checks and all tests with -race (real Triton among them)
+test: deps tflint ## vet, format check, terraform and Helm chart checks and all tests with -race (real Triton among them)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags chaos,accuracy ./chaos ./worker
 	$(MAKE) --no-print-directory tf-lint
 	FLEETSCRIBE_REQUIRE_TERRAFORM=1 $(MAKE) --no-print-directory tf-validate
-	FLEETSCRIBE_REQUIRE_PROMTOOL=1 FLEETSCRIBE_REQUIRE_TRITON=1 FLEETSCRIBE_REQUIRE_MOTO=1 $(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory k8s-validate
+	FLEETSCRIBE_REQUIRE_HELM=1 FLEETSCRIBE_REQUIRE_PROMTOOL=1 FLEETSCRIBE_REQUIRE_TRITON=1 FLEETSCRIBE_REQUIRE_MOTO=1 $(GO) test -race -count=1 ./...
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s deploy/triton/tests
 	FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -tags chaos -run TestChaosShort -v ./chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
 
@@ -62,13 +63,27 @@ tf-lint: tflint ## lint every Terraform module with tflint
 tf-validate: ## terraform init from the local provider mirror, validate and mock-provider tests of every module and the example
 	@scripts/tf-validate.sh
 
+.PHONY: k8s-validate
+k8s-validate: deps ## render the Helm chart (1, 4 and 8 GPUs, each sharing mode) with helm, decode every object strictly into the Kubernetes, KEDA and Prometheus-operator types, check its invariants and that each catches its mutation
+	@scripts/tools.sh helm
+	@mkdir -p $(BIN)
+	@rc=0; FLEETSCRIBE_REQUIRE_HELM=1 FLEETSCRIBE_HELM=$(GOBIN)/helm $(GO) test -count=1 -v ./deploy/helm > $(BIN)/k8s-validate.log 2>&1 || rc=$$?; \
+	  $(GO) test -count=1 -v -run 'TestPodRoleSharesTheWorkerPolicy' ./terraform >> $(BIN)/k8s-validate.log 2>&1 || rc=$$?; \
+	  grep -E '^(--- |ok|FAIL|panic)|_test.go:[0-9]+:' $(BIN)/k8s-validate.log || true; \
+	  if [ $$rc -ne 0 ]; then echo "k8s-validate failed: $(BIN)/k8s-validate.log"; exit $$rc; fi; \
+	  grep '^INVARIANT ' $(BIN)/k8s-validate.log; \
+	  charts=$$(grep -m1 '^CHARTS ' $(BIN)/k8s-validate.log | cut -d' ' -f2-); \
+	  [ -n "$$charts" ] || { echo "k8s-validate: no CHARTS line"; exit 1; }; \
+	  echo "RESULT $$charts invariants=$$(grep -c '^INVARIANT ' $(BIN)/k8s-validate.log)"
+
 .PHONY: tf-fmt
 tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)
 	$(GO) run ./internal/tffmt terraform
 
 .PHONY: docs
-docs: ## rewrite the generated references: docs/configuration.md from the worker's flags, terraform/README.md's tables from the modules
+docs: ## rewrite the generated references: docs/configuration.md from the worker's flags, terraform/README.md's tables from the modules, the Helm chart's plans
 	$(GO) test ./cmd/worker -run TestConfigurationReferenceIsCurrent -count=1 -update-docs
+	$(GO) test ./deploy/helm -run TestPlansAreCurrent -count=1 -update
 	$(GO) test ./terraform -run TestReadmeReferenceIsCurrent -count=1 -update
 
 .PHONY: tf-docs

@@ -15,6 +15,7 @@ for t in "$@"; do
     protoc-gen-go-grpc) install protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2 ;;
     tflint) install tflint github.com/terraform-linters/tflint@v0.61.0 ;;
     golangci-lint) install golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.6.2 ;;
+    helm) install helm helm.sh/helm/v3/cmd/helm@v3.22.0 ;;
     *) echo "unknown tool $t" >&2; exit 1 ;;
   esac
 done

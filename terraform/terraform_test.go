@@ -2,6 +2,7 @@ package terraform
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -311,7 +312,8 @@ func TestIAMNoWildcards(t *testing.T) {
 					}
 				}
 				if attr(st, "resources") == nil {
-					if effect != "Allow" || !slices.Contains(actions, "sts:AssumeRole") {
+					// Trust policies name principals, not resources.
+					if effect != "Allow" || !slices.Contains(actions, "sts:AssumeRole") && !slices.Contains(actions, "sts:AssumeRoleWithWebIdentity") {
 						t.Errorf("%s %s: statement without resources", dir, doc.Labels[1])
 					}
 				}
@@ -325,8 +327,12 @@ func TestIAMNoWildcards(t *testing.T) {
 
 func TestWorkerRoleGrantsExactlyWhatTheWorkerDoes(t *testing.T) {
 	doc := load(t, "modules/iam").one(t, "data", "aws_iam_policy_document", "worker")
+	shared := load(t, "modules/worker-policy").one(t, "data", "aws_iam_policy_document", "this")
+	if !refersTo(attr(doc, "source_policy_documents"), "module.policy.json") {
+		t.Fatal("the instance role's policy does not include the worker-policy module's")
+	}
 	var got []string
-	for _, st := range nested(doc, "statement") {
+	for _, st := range append(nested(doc, "statement"), nested(shared, "statement")...) {
 		a, _ := strs(t, attr(st, "actions"))
 		got = append(got, a...)
 	}
@@ -839,4 +845,64 @@ func TestRequiredVersionCoversValidations(t *testing.T) {
 			t.Errorf("%s: validations refer to other variables (%s) but required_version is %q: they need >= 1.9", dir, strings.Join(cross, ", "), req)
 		}
 	}
+}
+
+// The Kubernetes pods' role (pod-role, the Helm chart's service account)
+// and the instance role (iam) grant the worker's data access from one
+// document, the worker-policy module's, given the same inputs: neither
+// writes a statement of its own about queues, buckets or keys. The
+// pod-role module's terraform test compares the rendered JSON of both.
+func TestPodRoleSharesTheWorkerPolicy(t *testing.T) {
+	if p := sharedPolicyProblems(t, "modules/iam", "modules/pod-role"); len(p) > 0 {
+		t.Fatal(strings.Join(p, "\n"))
+	}
+	// The mutation: the pod role grants a read of its own.
+	dir := t.TempDir()
+	for _, f := range []string{"main.tf", "variables.tf", "outputs.tf", "versions.tf"} {
+		b, err := os.ReadFile(filepath.Join("modules/pod-role", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "main.tf" {
+			b = append(b, "\ndata \"aws_iam_policy_document\" \"extra\" {\n  statement {\n    actions   = [\"s3:GetObject\"]\n    resources = [\"*\"]\n  }\n}\n"...)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := sharedPolicyProblems(t, dir); len(p) == 0 {
+		t.Fatal("a pod role with a statement of its own passed")
+	}
+	fmt.Println("INVARIANT pod_role_policy_is_the_instance_roles mutation=\"a statement of the pod role's own\" caught")
+}
+
+func sharedPolicyProblems(t *testing.T, dirs ...string) []string {
+	var out []string
+	inputs := []string{"queue_arns", "input_bucket_arn", "input_prefixes", "output_bucket_arn", "output_prefix", "kms_key_arns", "model_repository_s3_uri", "model_kms_key_arn"}
+	for _, dir := range dirs {
+		m := load(t, dir)
+		call := m.one(t, "module", "policy")
+		if src := str(t, attr(call, "source")); src != "../worker-policy" {
+			out = append(out, fmt.Sprintf("%s: module policy from %q", dir, src))
+		}
+		for _, in := range inputs {
+			if !refersTo(attr(call, in), "var."+in) {
+				out = append(out, fmt.Sprintf("%s: the policy's %s is not the module's own var.%s", dir, in, in))
+			}
+		}
+		for _, doc := range m.blocks("data", "aws_iam_policy_document") {
+			for _, st := range nested(doc, "statement") {
+				actions, _ := strs(t, attr(st, "actions"))
+				for _, a := range actions {
+					if strings.HasPrefix(a, "s3:") || strings.HasPrefix(a, "sqs:") || strings.HasPrefix(a, "kms:") {
+						out = append(out, fmt.Sprintf("%s %s: grants %s itself, beside the shared worker policy", dir, doc.Labels[1], a))
+					}
+				}
+			}
+		}
+		if bs := m.blocks("resource", "aws_iam_role_policy", "this"); len(bs) == 1 && !refersTo(attr(bs[0], "policy"), "module.policy.json") {
+			out = append(out, dir+": the pods' role policy is not the worker-policy module's")
+		}
+	}
+	return out
 }

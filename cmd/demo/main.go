@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -95,7 +94,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	base, err := freePortRange(3 * *partitions)
+	base, err := tritonproc.FreePortRange(3 * *partitions)
 	if err != nil {
 		return err
 	}
@@ -221,32 +220,6 @@ var uploadFormats = []struct {
 }
 
 func step(s string) { fmt.Printf("==> %s\n", s) }
-
-// freePortRange finds n consecutive ports free on loopback now.
-func freePortRange(n int) (int, error) {
-	for try := 0; try < 50; try++ {
-		base, err := tritonproc.FreePort()
-		if err != nil {
-			return 0, err
-		}
-		if base+n > 65535 {
-			continue
-		}
-		ok := true
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-			if err != nil {
-				ok = false
-				continue
-			}
-			_ = l.Close()
-		}
-		if ok {
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("no %d consecutive free ports on loopback", n)
-}
 
 // readTranscript finds the transcript of key by its deterministic prefix.
 func readTranscript(ctx context.Context, c *s3.Client, bucket, inBucket, key string) (contract.Transcript, error) {

@@ -453,3 +453,52 @@ func TestScaleInProtection(t *testing.T) {
 		})
 	}
 }
+
+// `worker drain` (a Kubernetes preStop hook) starts the drain SIGTERM
+// starts: the worker stops receiving, releases the job it holds when the
+// drain timeout passes, and exits 0 with both jobs back in the queue.
+func TestDrainCommand(t *testing.T) {
+	emu, q := setupQueue(t, "drain", "a.wav", "b.wav")
+	asr := tritontest.Start(t)
+	asr.Hold()
+	defer asr.Release()
+	p := startWorker(t, "FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint, "FLEETSCRIBE_QUEUE_URL="+q.URL,
+		"FLEETSCRIBE_OUTPUT_BUCKET=out", "FLEETSCRIBE_INPUT_BUCKETS=inbox", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr,
+		"FLEETSCRIBE_IMDS=off", "FLEETSCRIBE_DRAIN_TIMEOUT=1s")
+	addr := p.metricsAddr(t)
+	select {
+	case <-asr.Started():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no job reached inference")
+	}
+	if code, _ := probe("http://" + addr + "/drain"); code != http.StatusMethodNotAllowed {
+		t.Errorf("GET /drain: %d, want 405 (only a POST drains)", code)
+	}
+	var out, errOut strings.Builder
+	if err := runDrain(t.Context(), []string{"-addr", addr}, &out, &errOut); err != nil {
+		t.Fatalf("worker drain: %v (%s)", err, errOut.String())
+	}
+	if out.String() != "draining\n" {
+		t.Errorf("worker drain printed %q", out.String())
+	}
+	p.next(t, "stopped receiving")
+	if code := p.exitCode(t); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.log.String())
+	}
+	sqsc, _ := emu.Clients()
+	v, f, err := localaws.Depth(context.Background(), sqsc, q.URL)
+	if err != nil || v != 2 || f != 0 {
+		t.Errorf("queue %d visible, %d in flight (%v); want both jobs back", v, f, err)
+	}
+	if err := runDrain(t.Context(), []string{"-addr", addr}, &out, &errOut); err == nil {
+		t.Error("worker drain with no worker listening succeeded")
+	}
+}
+
+func TestDrainOnlyFromLoopback(t *testing.T) {
+	for remote, want := range map[string]bool{"127.0.0.1:5000": true, "[::1]:5000": true, "10.0.3.7:5000": false, "[fd00::1]:80": false, "garbage": false} {
+		if got := fromLoopback(remote); got != want {
+			t.Errorf("fromLoopback(%q) = %v, want %v", remote, got, want)
+		}
+	}
+}

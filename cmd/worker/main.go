@@ -8,11 +8,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 	"time"
 
@@ -99,6 +101,8 @@ func main() {
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == "mps" {
 		err = runMPS(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	} else if len(os.Args) > 1 && os.Args[1] == "drain" {
+		err = runDrain(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	} else {
 		err = run(ctx, os.Args[1:], os.Stderr)
 	}
@@ -193,6 +197,10 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	}
 	log.Info().Strs("partitions", cfg.pool.Addrs).Str("model", cfg.model.Model).Msg("triton ready")
 
+	// POST /drain (from this host only: a Kubernetes preStop hook, `worker
+	// drain`) starts the drain SIGTERM starts.
+	ctx, drain := context.WithCancelCause(ctx)
+	defer drain(nil)
 	parts := []part{{name: "triton health checks", run: pool.Run}}
 	if cfg.metricsAddr != "" {
 		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.metricsAddr)
@@ -209,7 +217,12 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 			}
 			return nil
 		}
-		parts = append(parts, part{name: "metrics server", run: func(ctx context.Context) error { return serveMetrics(ctx, lis, reg, ready) }})
+		parts = append(parts, part{name: "metrics server", run: func(ctx context.Context) error {
+			return serveMetrics(ctx, lis, reg, ready, func() {
+				log.Info().Msg("drain requested over HTTP")
+				drain(errDrainRequested)
+			})
+		}})
 	}
 	if p, err := fleetPart(ctx, cfg, log, w); err != nil {
 		return err
@@ -350,7 +363,7 @@ func protectionPart(ctx context.Context, cfg config, log zerolog.Logger, w *work
 // only what this instance can fix (the worker's partitions), not whether
 // the queues answer: every instance shares those, and an instance health
 // check that replaced the fleet on an SQS outage would only make it worse.
-func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registry, ready func(local bool) error) error {
+func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registry, ready func(local bool) error, drain func()) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -360,6 +373,19 @@ func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registr
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("/drain", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST to drain", http.StatusMethodNotAllowed)
+			return
+		}
+		if !fromLoopback(r.RemoteAddr) {
+			http.Error(w, "drain is only taken from this host", http.StatusForbidden)
+			return
+		}
+		drain()
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = w.Write([]byte("draining\n"))
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
@@ -374,4 +400,46 @@ func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registr
 		<-errc
 		return nil
 	}
+}
+
+// errDrainRequested is the cause of a drain asked for over HTTP.
+var errDrainRequested = errors.New("drain requested")
+
+func fromLoopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// runDrain is `worker drain`: ask the worker of this host (or pod) to stop
+// receiving and finish the jobs in hand, as SIGTERM does. A Kubernetes
+// preStop hook runs it, so the drain starts whatever process gets the
+// signal, and the grace period counts from there.
+func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("worker drain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:9100", "the worker's -metrics-addr, on this host")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, "http://"+*addr+"/drain", nil)
+	if err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("drain: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	_, err = stdout.Write(body)
+	return err
 }

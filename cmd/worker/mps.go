@@ -32,6 +32,9 @@ const mpsUsage = `worker mps: plan CUDA MPS partitions from the GPUs present and
   worker mps status   [flags]             MPS servers, their state and clients per GPU
                                           against the plan; -recover restarts faulted
                                           partitions; exit 1 on any problem
+  worker mps helm     [helm flags] [-o FILE]
+                                          the plan of one Kubernetes pod as Helm values
+                                          for deploy/helm/fleetscribe (-gpus is a count)
 
 Every subcommand takes the plan flags below; the same flags give the same
 plan, so the host and the worker's -triton-addrs cannot disagree.
@@ -125,6 +128,9 @@ func runMPS(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return flag.ErrHelp
 	}
 	sub := args[0]
+	if sub == "helm" {
+		return runMPSHelm(args[1:], stdout, stderr)
+	}
 	var f mpsFlags
 	fs := flag.NewFlagSet("worker mps "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -369,4 +375,37 @@ func writeFileAtomic(path string, body []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// runMPSHelm is `worker mps helm`: the plan of one pod, as the Helm chart's
+// plan values. The chart's plans/ are these files (make docs writes them).
+func runMPSHelm(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("worker mps helm", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sharing := fs.String("sharing", mps.KubeMPS, "how the pod's partitions share its GPUs: mps (the pod's own MPS daemon), device-plugin-mps or device-plugin-timeslicing (replicas of the NVIDIA device plugin)")
+	gpus := fs.Int("gpus", 1, "GPUs of one pod (the node's, for one pod per node)")
+	perGPU := fs.Int("per-gpu", 0, "partitions per GPU (0: 8 for MPS, 4 for time-slicing, as measured)")
+	pct := fs.Int("percentage", 0, "thread percentage of each partition, for -sharing mps (0: the plan's default)")
+	basePort := fs.Int("base-port", 8001, "gRPC port of the first partition; each takes three (gRPC, HTTP, metrics)")
+	out := fs.String("o", "-", "file to write (-: standard output)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, mpsUsage, "\nflags of helm:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("mps helm: unexpected arguments %q", fs.Args())
+	}
+	kp, err := mps.PlanKube(*sharing, *gpus, *perGPU, *pct, *basePort)
+	if err != nil {
+		return fmt.Errorf("mps helm: %w", err)
+	}
+	body := kp.Values("worker mps helm " + strings.Join(planArgs(fs), " "))
+	if *out == "-" {
+		_, err = stdout.Write(body)
+		return err
+	}
+	return writeFileAtomic(*out, body)
 }

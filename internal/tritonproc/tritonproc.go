@@ -407,3 +407,29 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// FreePortRange finds n consecutive ports free on loopback now.
+func FreePortRange(n int) (int, error) {
+	for try := 0; try < 50; try++ {
+		base, err := FreePort()
+		if err != nil {
+			return 0, err
+		}
+		if base+n > 65535 {
+			continue
+		}
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				ok = false
+				continue
+			}
+			_ = l.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("no %d consecutive free ports on loopback", n)
+}
