@@ -37,7 +37,9 @@ import (
 const EnvPrefix = "FLEETSCRIBE"
 
 // Summary heads -help.
-const Summary = "worker: drain an SQS queue of audio keys through Triton into S3 transcripts"
+const Summary = "worker: drain an SQS queue of audio keys through Triton into S3 transcripts\n\n" +
+	"  worker mps ...           plan MPS partitions and run them (worker mps -help)\n" +
+	"  worker drain [-addr A]   ask the worker at A (default 127.0.0.1:9100) to drain, as SIGTERM does"
 
 type config struct {
 	worker      worker.Config
