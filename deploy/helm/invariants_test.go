@@ -443,12 +443,31 @@ func checkScaling(r rendering) error {
 	if pods.Type != "kubernetes-workload" || pods.Metadata["podSelector"] != labelSelector(d.Spec.Template.Labels) {
 		return fmt.Errorf("the pods trigger counts %q, the pods are %v", pods.Metadata["podSelector"], d.Spec.Template.Labels)
 	}
+	// KEDA's own admission checks, and the formula compiled as KEDA
+	// compiles it (its webhook's code).
+	if err := keda.ValidateTriggers(so.Spec.Triggers); err != nil {
+		return err
+	}
+	if err := keda.CheckReplicaCountBoundsAreValid(so); err != nil {
+		return err
+	}
+	prog, err := keda.ValidateAndCompileScalingModifiers(so.DeepCopy())
+	if err != nil {
+		return err
+	}
+	ta := must[*keda.TriggerAuthentication](r.one("TriggerAuthentication"))
+	if _, err := ta.ValidateCreate(nil); err != nil {
+		return err
+	}
+	if ref := so.Spec.Triggers[0].AuthenticationRef; ref.Name != ta.Name {
+		return fmt.Errorf("the triggers authenticate with %q, the chart's TriggerAuthentication is %q", ref.Name, ta.Name)
+	}
 	target, _ := strconv.ParseFloat(m.Target, 64)
 	for _, c := range backlogCases {
 		if c.gpus != 0 && c.gpus != r.Plan.GPUs {
 			continue
 		}
-		out, err := expr.Eval(m.Formula, map[string]any{
+		out, err := expr.Run(prog, map[string]float64{
 			"live_visible": c.liveVisible, "live_all": c.liveVisible + c.liveInflight,
 			"bulk_visible": c.bulkVisible, "bulk_all": c.bulkVisible + c.bulkInflight, "pods": c.pods,
 		})
