@@ -424,3 +424,39 @@ func TestDecodeIsStrict(t *testing.T) {
 		t.Errorf("%d objects", kinds)
 	}
 }
+
+// Every optional part off, an existing service account and a volume for
+// the models: what is left still decodes, and still holds the invariants
+// that do not need the parts turned off.
+func TestChartWithOptionsOff(t *testing.T) {
+	r := render(t, 1, mps.KubeMPS, "scaling.enabled=false", "replicas=3", "podDisruptionBudget.enabled=false",
+		"metrics.serviceMonitor.enabled=false", "metrics.prometheusRule.enabled=false", "metrics.dashboard.enabled=false",
+		"serviceAccount.create=false", "serviceAccount.name=transcriber", "model.s3Uri=", "model.volume.persistentVolumeClaim.claimName=models",
+		"imagePullSecrets[0].name=registry")
+	var kinds []string
+	for _, o := range r.Objects {
+		kinds = append(kinds, o.Kind)
+	}
+	slices.Sort(kinds)
+	if fmt.Sprint(kinds) != "[Deployment Service]" {
+		t.Fatalf("rendered %v", kinds)
+	}
+	d := r.deployment()
+	spec := d.Spec.Template.Spec
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 || spec.ServiceAccountName != "transcriber" || len(spec.ImagePullSecrets) != 1 {
+		t.Errorf("replicas %v, account %q, pull secrets %v", d.Spec.Replicas, spec.ServiceAccountName, spec.ImagePullSecrets)
+	}
+	if container(&spec, "model-sync") != nil {
+		t.Error("a model sync with the models on a volume")
+	}
+	for _, v := range spec.Volumes {
+		if v.Name == "models" && (v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "models") {
+			t.Errorf("models volume %+v", v)
+		}
+	}
+	for _, inv := range []func(rendering) error{checkGrace, checkWorkerAddrs, checkPartitions, checkGPUs, checkLifecycle, checkProbes} {
+		if err := inv(r); err != nil {
+			t.Error(err)
+		}
+	}
+}
