@@ -1,17 +1,16 @@
 package mps
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fleetscribe/fleetscribe/internal/syncbuf"
 	"github.com/fleetscribe/fleetscribe/internal/testwait"
 	"github.com/rs/zerolog"
 )
@@ -25,23 +24,6 @@ func statefulControl(t *testing.T) *Control {
 	return &Control{Bin: bin, Dirs: Dirs{Pipe: t.TempDir(), Log: t.TempDir()}}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The supervisor starts the daemon and one process per partition with its
 // MPS environment and ports, sees them as clients on their GPUs, restarts
 // all of them when the server reports FAULT, restarts one that exits, and
@@ -52,7 +34,7 @@ func TestSupervisorRunsPlanAndRecoversFromFault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	s := &Supervisor{
 		Plan: plan, Control: c, StartDaemon: true, CheckEvery: 50 * time.Millisecond, Output: out,
 		// The partition registers as an MPS client of its device, as a
@@ -210,7 +192,7 @@ func TestSupervisorTimeSlicedNeedsNoDaemon(t *testing.T) {
 	}
 	calls := filepath.Join(t.TempDir(), "calls")
 	control := &Control{Bin: "sh", Args: []string{"-c", `echo called >>` + calls + `; exit 1`, "control"}, Dirs: Dirs{Pipe: t.TempDir(), Log: t.TempDir()}}
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	s := &Supervisor{Plan: plan, Control: control, StartDaemon: true, CheckEvery: 10 * time.Millisecond, Output: out,
 		Command: []string{"sh", "-c", `echo "port={grpc_port} mps=${CUDA_MPS_PIPE_DIRECTORY:-none}"; exec sleep 60`}, Log: zerolog.Nop()}
 	ctx, cancel := context.WithCancel(t.Context())

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/internal/syncbuf"
 	"github.com/fleetscribe/fleetscribe/internal/testwait"
 	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/mps"
@@ -108,7 +108,7 @@ func TestRenderedPodRuns(t *testing.T) {
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 		cmd.WaitDelay = 20 * time.Second
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -129,7 +129,7 @@ func TestRenderedPodRuns(t *testing.T) {
 	for _, e := range w.Env {
 		wcmd.Env = append(wcmd.Env, e.Name+"="+e.Value)
 	}
-	var wlogs lockedBuffer
+	var wlogs syncbuf.Buffer
 	wcmd.Stdout, wcmd.Stderr = &wlogs, &wlogs
 	wcmd.Cancel = func() error { return wcmd.Process.Signal(syscall.SIGKILL) }
 	if err := wcmd.Start(); err != nil {
@@ -192,22 +192,4 @@ func argAt(argv []string, prefix string) string {
 		}
 	}
 	return ""
-}
-
-// lockedBuffer is a process's output, read while it may still write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -7,35 +7,17 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/internal/leaktest"
+	"github.com/fleetscribe/fleetscribe/internal/syncbuf"
 	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }
-
-// syncBuffer is a server's log, written by its process's copier.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func infer(t *testing.T, addr string, io triton.ModelIO, samples []float32) triton.Result {
 	t.Helper()
@@ -79,7 +61,7 @@ func TestCPURepository(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuffer
+	var log syncbuf.Buffer
 	s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: filepath.Join(root, "deploy", "triton", "cpu"), Log: &log})
 	if err != nil {
 		t.Fatal(err)
