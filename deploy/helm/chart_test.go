@@ -89,6 +89,26 @@ func planBody(b []byte) []byte {
 	return b
 }
 
+// builtWorker is the worker binary TestMain builds from this checkout.
+var builtWorker string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fleetscribe-chart-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	builtWorker = filepath.Join(dir, "worker")
+	build := exec.Command("go", "build", "-o", builtWorker, "github.com/fleetscribe/fleetscribe/cmd/worker")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build the worker: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 func helmBin(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("FLEETSCRIBE_HELM"); p != "" {
@@ -211,15 +231,25 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// render runs helm template with the test values, a plan, and sets.
-func render(t *testing.T, gpus int, sharing string, sets ...string) rendering {
+// helmTemplate runs helm template on the chart with the test values, a
+// plan file (empty: the default plan of values.yaml) and --set pairs.
+func helmTemplate(t *testing.T, plan string, sets ...string) ([]byte, error) {
 	t.Helper()
-	kp, _ := planValues(t, gpus, sharing)
-	args := []string{"template", "fs", chart, "--kube-version", kubeVersion, "-f", "testdata/values.yaml", "-f", planFile(gpus, sharing)}
+	args := []string{"template", "fs", chart, "--kube-version", kubeVersion, "-f", "testdata/values.yaml"}
+	if plan != "" {
+		args = append(args, "-f", plan)
+	}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
-	out, err := helm(t, args...)
+	return helm(t, args...)
+}
+
+// render renders one of the chart's plans, with sets, and decodes it.
+func render(t *testing.T, gpus int, sharing string, sets ...string) rendering {
+	t.Helper()
+	kp, _ := planValues(t, gpus, sharing)
+	out, err := helmTemplate(t, planFile(gpus, sharing), sets...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,11 +372,7 @@ func TestChartRefuses(t *testing.T) {
 		{"an unknown scaler identity", []string{"scaling.identityOwner=node"}, `scaling.identityOwner "node"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			args := []string{"template", "fs", chart, "--kube-version", kubeVersion, "-f", "testdata/values.yaml"}
-			for _, s := range c.sets {
-				args = append(args, "--set", s)
-			}
-			_, err := helm(t, args...)
+			_, err := helmTemplate(t, "", c.sets...)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("got %v, want an error with %q", err, c.want)
 			}
@@ -395,7 +421,7 @@ func selects(sel map[string]string, labels map[string]string) bool {
 // Decoding is strict for every kind the chart renders: a field the API type
 // does not have is an error, as the API server's field validation makes it.
 func TestDecodeIsStrict(t *testing.T) {
-	out, err := helm(t, "template", "fs", chart, "--kube-version", kubeVersion, "-f", "testdata/values.yaml")
+	out, err := helmTemplate(t, "")
 	if err != nil {
 		t.Fatal(err)
 	}

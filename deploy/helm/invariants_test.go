@@ -1,10 +1,12 @@
 package helm_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -207,34 +209,24 @@ func checkWorkerAddrs(r rendering) error {
 	return nil
 }
 
-// runPlan is the plan `worker mps run` starts given the container's flags.
+// runPlan is the plan `worker mps run` starts given the container's
+// flags: `worker mps plan` with the same flags, which plans through the
+// same code as run.
 func runPlan(cmd []string) ([]mps.Partition, error) {
 	i, j := indexOf(cmd, "run"), indexOf(cmd, "--")
 	if i < 0 || j < i {
 		return nil, fmt.Errorf("not a worker mps run command: %q", cmd)
 	}
-	c := mps.PlanConfig{}
-	for _, a := range cmd[i+1 : j] {
-		k, v, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		n, _ := strconv.Atoi(v)
-		switch k {
-		case "gpus":
-			g, err := mps.ParseGPUList(v)
-			if err != nil {
-				return nil, err
-			}
-			c.GPUs = g
-		case "per-gpu":
-			c.PerGPU = n
-		case "percentage":
-			c.Percentage = n
-		case "base-port":
-			c.BasePort = n
-		case "sharing":
-			c.Sharing = v
-		}
+	args := append(append([]string{"mps", "plan"}, cmd[i+1:j]...), "-format", "json")
+	out, err := exec.Command(builtWorker, args...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: %w", strings.Join(args, " "), err)
 	}
-	return mps.Plan(c)
+	var ps []mps.Partition
+	if err := json.Unmarshal(out, &ps); err != nil {
+		return nil, err
+	}
+	return ps, nil
 }
 
 func indexOf(s []string, v string) int {

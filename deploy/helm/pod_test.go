@@ -43,12 +43,7 @@ func TestRenderedPodRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "worker")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/worker")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the worker: %v\n%s", err, out)
-	}
+	bin := builtWorker
 
 	emu, err := localaws.Start(ctx)
 	if err != nil {
@@ -86,9 +81,8 @@ func TestRenderedPodRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := helm(t, "template", "fs", chart, "--kube-version", kubeVersion, "-f", "testdata/values.yaml", "-f", planPath,
-		"--set", "queues.live.url="+q.URL, "--set", "queues.bulk.url=", "--set", "aws.endpoint="+emu.Endpoint,
-		"--set", "worker.metricsPort="+strconv.Itoa(metrics), "--set", "worker.env.FLEETSCRIBE_WAIT_TIME=1s")
+	out, err := helmTemplate(t, planPath, "queues.live.url="+q.URL, "queues.bulk.url=", "aws.endpoint="+emu.Endpoint,
+		"worker.metricsPort="+strconv.Itoa(metrics), "worker.env.FLEETSCRIBE_WAIT_TIME=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
