@@ -14,6 +14,9 @@
 # numpy 1.x, static builds of the worker and gpubench), or, on a bare GPU
 # machine, the folder of bench/gpu/carry.sh (CARRY, default .gpu).
 # PER_GPU and PERCENTAGE override the plan's defaults; CONC and DUR the load.
+# CHART_DIR, a folder that `deploy/helm/gpu-rehearsal.sh render` wrote, runs
+# the Helm chart's rendered Triton container instead (its command, with this
+# host's paths for the pod's) and loads the rendered worker's addresses.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -34,21 +37,41 @@ done
 [[ -n "$mps" ]] || { echo "nvidia-cuda-mps-control not found" >&2; exit 1; }
 pipe=/tmp/fleetscribe-mps-pipe; logdir=/tmp/fleetscribe-mps-log
 mkdir -p "$pipe" "$logdir"
-plan=(-gpus auto -base-port "${BASE_PORT:-9001}" -pipe-dir "$pipe" -log-dir "$logdir")
-[[ -n "${PER_GPU:-}" ]] && plan+=(-per-gpu "$PER_GPU")
-[[ -n "${PERCENTAGE:-}" ]] && plan+=(-percentage "$PERCENTAGE")
-
 echo "== GPUs"; nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$out/gpus.txt"
-echo "== plan (the worker's defaults)"; "$worker" mps plan "${plan[@]}" | tee "$out/plan.txt"
-addrs=$("$worker" mps plan "${plan[@]}" -format addrs)
-
 "$bench" repo -dir "$out/repo" -model-config deploy/triton/models/asr/config.pbtxt -model-dir deploy/triton/models/asr/1 \
   -engine bench/gpu/standin.py
-echo "== worker mps run (daemon + one tritonserver per partition)"
-"$worker" mps run "${plan[@]}" -mps-control "$mps" -check-interval 2s -- \
-  "$root/scripts/tritonserver" --model-repository="$out/repo" --grpc-address=127.0.0.1 --http-address=127.0.0.1 \
-  '--grpc-port={grpc_port}' '--http-port={http_port}' '--metrics-port={metrics_port}' --allow-gpu-metrics=false \
-  --exit-timeout-secs=5 >"$out/run.log" 2>&1 &
+if [[ -n "${CHART_DIR:-}" ]]; then
+  mapfile -t argv <"$CHART_DIR/command.txt"
+  for i in "${!argv[@]}"; do
+    case "${argv[$i]}" in
+      /fleetscribe/bin/worker) argv[$i]="$worker" ;;
+      tritonserver) argv[$i]="$root/scripts/tritonserver" ;;
+      --model-repository=/models) argv[$i]="--model-repository=$out/repo" ;;
+      -pipe-dir=*) argv[$i]="-pipe-dir=$pipe" ;;
+      -log-dir=*) argv[$i]="-log-dir=$logdir" ;;
+    esac
+  done
+  # The container finds the daemon on its PATH.
+  PATH="$PATH:$(dirname "$mps")"
+  plan=(); for a in "${argv[@]}"; do [[ $a == -- ]] && break; [[ $a == -gpus=* || $a == -per-gpu=* || $a == -percentage=* || $a == -base-port=* || $a == -pipe-dir=* || $a == -log-dir=* ]] && plan+=("$a"); done
+  addrs=$(cat "$CHART_DIR/addrs.txt")
+  arrangement="chart-$(cat "$CHART_DIR/gpus.txt")gpu"
+  echo "== the chart's triton container"
+else
+  plan=(-gpus auto -base-port "${BASE_PORT:-9001}" -pipe-dir "$pipe" -log-dir "$logdir")
+  [[ -n "${PER_GPU:-}" ]] && plan+=(-per-gpu "$PER_GPU")
+  [[ -n "${PERCENTAGE:-}" ]] && plan+=(-percentage "$PERCENTAGE")
+  addrs=$("$worker" mps plan "${plan[@]}" -format addrs)
+  argv=("$worker" mps run "${plan[@]}" -mps-control "$mps" -check-interval 2s -- \
+    "$root/scripts/tritonserver" --model-repository="$out/repo" --grpc-address=127.0.0.1 --http-address=127.0.0.1 \
+    '--grpc-port={grpc_port}' '--http-port={http_port}' '--metrics-port={metrics_port}' --allow-gpu-metrics=false \
+    --exit-timeout-secs=5)
+  arrangement="default-$(wc -l <"$out/gpus.txt")gpu"
+  echo "== worker mps run (daemon + one tritonserver per partition)"
+fi
+echo "== plan"; "$worker" mps plan "${plan[@]}" | tee "$out/plan.txt"
+echo "${argv[*]}" >"$out/command.txt"
+"${argv[@]}" >"$out/run.log" 2>&1 &
 runner=$!
 trap 'kill -TERM $runner 2>/dev/null; wait $runner 2>/dev/null || true' EXIT
 
@@ -64,7 +87,7 @@ echo "== worker mps status -partitions"; cat "$out/status.txt"
 
 echo "== load through the pool over every partition (45-s clips)"
 "$bench" sweep -addrs "$addrs" -concurrency "${CONC:-64,128}" -clip-seconds 45 -duration "${DUR:-8s}" -warmup 3s \
-  -arrangement "default-$(wc -l <"$out/gpus.txt")gpu" -out "$out/load.csv" 2>&1 | tee "$out/load.txt"
+  -arrangement "$arrangement" -out "$out/load.csv" 2>&1 | tee "$out/load.txt"
 
 echo "== stop"
 kill -TERM $runner; wait $runner || true; trap - EXIT
@@ -72,3 +95,4 @@ if echo get_server_list | CUDA_MPS_PIPE_DIRECTORY="$pipe" "$mps" >/dev/null 2>&1
   echo "the MPS daemon still answers after stop" >&2; exit 1
 fi
 echo "daemon stopped; partitions stopped"
+echo "RESULT partitions=$(tr ',' '\n' <<<"$addrs" | wc -l) ready=$(grep -c ' ready$' "$out/status.txt") gpus=$(grep -cE '^[0-9]+ +[0-9]+ +[0-9]+' "$out/status.txt") load_rows=$(($(wc -l <"$out/load.csv") - 1))"
