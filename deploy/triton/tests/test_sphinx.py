@@ -201,3 +201,32 @@ class SphinxTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(HAVE_SPHINX, "needs pocketsphinx (make deps)")
+class NothingToHearTest(unittest.TestCase):
+    """Inputs in which the decoder finds nothing (pocketsphinx then gives
+    no hypothesis and no segments, as None) transcribe as empty text with
+    no words: never an error, which the worker would take for a fault."""
+
+    def test_nothing_to_hear(self):
+        m = model.SphinxModel({})
+        rng = np.random.default_rng(3)
+        cases = {
+            "one sample": np.zeros(1, np.float32),
+            "1000 samples": np.zeros(1000, np.float32),
+            "1000 samples of noise": (0.1 * rng.standard_normal(1000)).astype(np.float32),
+            "5 s of silence": np.zeros(5 * 16000, np.float32),
+        }
+        for name, x in cases.items():
+            with self.subTest(name):
+                h = m.recognize(x, True)
+                self.assertEqual(h.text, "")
+                self.assertEqual(h.timestamp["word"], [])
+
+    def test_loud_noise_does_not_fail(self):
+        m = model.SphinxModel({})
+        x = (0.3 * np.random.default_rng(1).standard_normal(7 * 16000)).astype(np.float32)
+        h = m.recognize(x, True)
+        for w in h.timestamp["word"]:
+            self.assertTrue(0 <= w["start"] <= w["end"] <= 7.0 + 1e-6, w)

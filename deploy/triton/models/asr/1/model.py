@@ -303,11 +303,13 @@ class SphinxModel:
             d.process_raw(pcm[off:off + self.BLOCK].tobytes(), False, False)
         d.end_utt()
         hyp = d.hyp()
-        text = hyp.hypstr.strip() if hyp is not None else ""
+        text = (hyp.hypstr or "").strip() if hyp is not None else ""
         words = []
-        if timestamps:
+        if timestamps and text:
             logmath = d.get_logmath()
-            for seg in d.seg():
+            # seg() is None, not empty, when the decoder found nothing (a
+            # chunk of a few samples, silence, noise): no words, no error.
+            for seg in d.seg() or ():
                 word = clean_word(seg.word)
                 if word is None:
                     continue
