@@ -9,6 +9,7 @@ const (
 	ClassCorruptAudio   = "corrupt_audio"  // bytes are not a valid recording
 	ClassUnsupported    = "unsupported_audio"
 	ClassRejected       = "rejected_by_model" // inference server refused the input
+	ClassModelFailed    = "model_failed"      // the model failed on the input the same way on two partitions that serve others
 	ClassExhausted      = "retries_exhausted" // retryable failures hit the receive limit
 	ClassEmptyAudio     = "empty_audio"       // a valid recording with no samples at all
 	ClassOutputRejected = "output_rejected"   // S3 refused the output object itself

@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -225,42 +227,112 @@ func TestPoolWaitsOutBackpressure(t *testing.T) {
 	}
 }
 
-// One poison input (INTERNAL wherever it goes) fails its own request but
-// ejects no partition; faults on several different inputs do.
-func TestPoolPoisonInputDoesNotEject(t *testing.T) {
+// One poison input (the same INTERNAL error wherever it goes, while the
+// partitions serve other inputs) is the input's fault: ErrPoisonInput after
+// one attempt on each of two partitions, not every retry, and no partition
+// is ejected. Faults on many different inputs lower a partition's
+// in-flight limit but never eject it: ejection is for partitions that
+// cannot be reached.
+func TestPoolPoisonInput(t *testing.T) {
 	a, b := tritontest.Start(t), tritontest.Start(t)
+	var poisonCalls atomic.Int64
 	for _, s := range []*tritontest.Server{a, b} {
 		s.SetRecognizer(kserve.RecognizerFunc(func(_ context.Context, samples []float32, _ bool) (triton.Result, error) {
 			if len(samples) == 13 || len(samples) > 100 {
-				return triton.Result{}, status.Error(codes.Internal, "model crashed on this input")
+				if len(samples) == 13 {
+					poisonCalls.Add(1)
+				}
+				return triton.Result{}, status.Error(codes.Internal, "transcription failed: 'NoneType' object is not iterable")
 			}
 			return triton.Result{Text: tritontest.Text(len(samples))}, nil
 		}))
 	}
 	reg := prometheus.NewRegistry()
 	cfg := poolConfig(a.Addr, b.Addr)
-	cfg.EjectAfter = 2
+	cfg.EjectAfter = 1
 	cfg.Attempts = 6
+	cfg.PoisonWait = time.Minute
 	p := newPool(t, cfg, reg)
-	if _, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 13)}); !errors.Is(err, triton.ErrServerFault) {
-		t.Fatalf("poison input: %v", err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 13)})
+		done <- err
+	}()
+	// Other inputs keep being served: the evidence that the partitions work.
+	var err error
+wait:
+	for {
+		select {
+		case err = <-done:
+			break wait
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := p.Transcribe(ctx, triton.Request{Samples: make([]float32, 7)})
+		cancel()
+		if err != nil {
+			t.Fatalf("a good input beside the poison one: %v", err)
+		}
+	}
+	if !errors.Is(err, triton.ErrPoisonInput) || !strings.Contains(err.Error(), "'NoneType' object is not iterable") {
+		t.Fatalf("poison input: %v, want ErrPoisonInput naming the model's error", err)
+	}
+	if n := poisonCalls.Load(); n != 2 {
+		t.Errorf("poison input tried %d times, want 2 (once on each partition)", n)
 	}
 	for _, s := range []*tritontest.Server{a, b} {
 		if gauge(t, reg, "fleetscribe_triton_partition_healthy", s.Addr) != 1 {
-			t.Errorf("%s ejected by one poison input", s.Addr)
+			t.Errorf("%s ejected by a poison input", s.Addr)
 		}
 	}
-	if _, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 7)}); err != nil {
-		t.Fatal(err)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP fleetscribe_triton_poison_inputs_total Requests the model failed with the same error on two partitions that went on serving others: the input's fault.
+# TYPE fleetscribe_triton_poison_inputs_total counter
+fleetscribe_triton_poison_inputs_total 1
+`), "fleetscribe_triton_poison_inputs_total"); err != nil {
+		t.Error(err)
 	}
-	// Different inputs failing on a partition: now it is the partition.
+	// Different inputs failing: the limit falls, the partitions stay.
 	for n := 101; n < 104; n++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		_, _ = p.Transcribe(ctx, triton.Request{Samples: make([]float32, n)})
 		cancel()
 	}
-	if gauge(t, reg, "fleetscribe_triton_partition_healthy", a.Addr)+gauge(t, reg, "fleetscribe_triton_partition_healthy", b.Addr) != 0 {
-		t.Error("faults on several different inputs did not eject")
+	for _, s := range []*tritontest.Server{a, b} {
+		if gauge(t, reg, "fleetscribe_triton_partition_healthy", s.Addr) != 1 {
+			t.Errorf("%s ejected by server faults", s.Addr)
+		}
+		if limit := gauge(t, reg, "fleetscribe_triton_inflight_limit", s.Addr); limit != 1 {
+			t.Errorf("%s in-flight limit %v after faults, want 1", s.Addr, limit)
+		}
+	}
+}
+
+// Partitions that fail every input the same way (a crashed model, every
+// client of a GPU down after an MPS fault) do not make a good input look
+// poisoned: with no partition serving anything after the faults, it is a
+// retryable fault once the attempts run out.
+func TestPoolFaultEverywhereIsNotPoison(t *testing.T) {
+	a, b := tritontest.Start(t), tritontest.Start(t)
+	cfg := poolConfig(a.Addr, b.Addr)
+	cfg.PoisonWait = 50 * time.Millisecond
+	p := newPool(t, cfg, prometheus.NewRegistry())
+	for _, served := range []bool{false, true} {
+		// Before the pool has served anything; then after, when the input
+		// it served (its canary) fails on the partitions too.
+		if served {
+			a.Heal()
+			b.Heal()
+			if _, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 5)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.Fail(codes.Internal, 100)
+		b.Fail(codes.Internal, 100)
+		_, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 7)})
+		if errors.Is(err, triton.ErrPoisonInput) || !errors.Is(err, triton.ErrServerFault) || !strings.Contains(err.Error(), "after 4 attempts") {
+			t.Errorf("served before: %v: err %v, want a server fault after 4 attempts", served, err)
+		}
 	}
 }
 
@@ -327,26 +399,38 @@ func TestPoolCapsInflightAndSpreadsLoad(t *testing.T) {
 
 func TestPoolEjectsAndReadmitsPartition(t *testing.T) {
 	a, b := tritontest.Start(t), tritontest.Start(t)
+	addrA, addrB := a.Addr, b.Addr
 	reg := prometheus.NewRegistry()
-	cfg := poolConfig(a.Addr, b.Addr)
+	cfg := poolConfig(addrA, addrB)
 	cfg.EjectAfter = 1
 	p := newPool(t, cfg, reg)
-	a.Fail(codes.Internal, 1)
-	b.Fail(codes.Internal, 1)
-	// Both fail once, so both are ejected; the third attempt waits for a
-	// health check to bring one back.
+	if _, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b.Close()
+	// Neither can be reached, so both are ejected; the request waits for
+	// a health check to bring one back.
 	done := make(chan error, 1)
 	go func() {
 		_, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 3), Timestamps: false})
 		done <- err
 	}()
 	testwait.For(t, "both partitions ejected", func() bool {
-		return gauge(t, reg, "fleetscribe_triton_partition_healthy", a.Addr) == 0 &&
-			gauge(t, reg, "fleetscribe_triton_partition_healthy", b.Addr) == 0
+		return gauge(t, reg, "fleetscribe_triton_partition_healthy", addrA) == 0 &&
+			gauge(t, reg, "fleetscribe_triton_partition_healthy", addrB) == 0
 	})
-	if n := p.CheckHealth(context.Background()); n != 2 {
-		t.Fatalf("health check found %d healthy, want 2", n)
+	for _, addr := range []string{addrA, addrB} {
+		s, err := tritontest.Listen(addr, triton.DefaultModelIO())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		if addr == addrB {
+			b = s
+		}
 	}
+	testwait.For(t, "both partitions readmitted", func() bool { return p.CheckHealth(context.Background()) == 2 })
 	if err := <-done; err != nil {
 		t.Fatalf("request after readmission: %v", err)
 	}

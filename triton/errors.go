@@ -30,6 +30,11 @@ var (
 	// (NOT_FOUND): a fact about the partition, not the input. Another
 	// partition may serve it.
 	ErrModelNotFound = errors.New("model not loaded on this partition")
+	// ErrPoisonInput means the model failed this input with the same error
+	// on two partitions, at least one of which then served another input:
+	// the input is at fault, not the partitions, and retrying it cannot
+	// help. A permanent, per-input error.
+	ErrPoisonInput = errors.New("the model fails this input")
 	// ErrRejected means the server refused the request itself (gRPC
 	// INVALID_ARGUMENT and kin). Retrying the same input cannot succeed.
 	ErrRejected = errors.New("inference request rejected")
@@ -73,6 +78,23 @@ func classify(op string, err error, p *peer.Peer) error {
 		return fmt.Errorf("%s: %w", op, context.DeadlineExceeded)
 	default:
 		// INTERNAL, UNKNOWN, ABORTED and the rest: the server failed.
-		return fmt.Errorf("%s: %w (%s): %s", op, ErrServerFault, st.Code(), st.Message())
+		return fmt.Errorf("%s: %w", op, &faultError{code: st.Code(), msg: st.Message()})
 	}
 }
+
+// faultError is a server fault (ErrServerFault) with the server's code and
+// message, by which the pool tells one input failing the same way
+// everywhere from a partition failing.
+type faultError struct {
+	code codes.Code
+	msg  string
+}
+
+func (e *faultError) Error() string {
+	return fmt.Sprintf("%v (%s): %s", ErrServerFault, e.code, e.msg)
+}
+
+func (e *faultError) Unwrap() error { return ErrServerFault }
+
+// same reports whether two faults are the same model error.
+func (e *faultError) same(o *faultError) bool { return e.code == o.code && e.msg == o.msg }

@@ -2,12 +2,10 @@ package triton
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
-	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,7 +24,11 @@ type PoolConfig struct {
 	Attempts       int           // tries per request on faults (not on backpressure), each on the least-loaded partition not yet tried
 	BackoffBase    time.Duration // first retry delay; doubles per attempt, with jitter
 	BackoffMax     time.Duration
-	EjectAfter     int           // consecutive failures (of different inputs, for server faults) that eject a partition
+	EjectAfter     int           // consecutive failures to reach a partition (connection loss, timeouts) that eject it
+	// PoisonWait is how long a request that failed with the same model
+	// error on two partitions waits for one of them to serve another
+	// input, which shows the input is at fault (ErrPoisonInput).
+	PoisonWait     time.Duration
 	HealthInterval time.Duration // how often partitions are probed
 	Priority       uint64        // Triton request priority for every request (0: the model's default)
 	QueueTimeout   time.Duration // Triton queue timeout for every request (0: the model's default)
@@ -52,7 +54,8 @@ func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Attempts, "triton-attempts", 5, "tries per chunk on faults (unreachable partition, server error), each on another partition when one is free\nBackpressure is waited out within the job's deadline instead.")
 	fs.DurationVar(&c.BackoffBase, "triton-backoff", 100*time.Millisecond, "first retry delay; doubles per attempt")
 	fs.DurationVar(&c.BackoffMax, "triton-backoff-max", 5*time.Second, "largest retry delay")
-	fs.IntVar(&c.EjectAfter, "triton-eject-after", 3, "consecutive failures that take a partition out until it passes a health check\nServer errors on as many different inputs; backpressure never ejects.")
+	fs.IntVar(&c.EjectAfter, "triton-eject-after", 3, "consecutive failures to reach a partition that take it out until it passes a health check\nConnection loss and timeouts only: a server error says nothing of the partition (it lowers its in-flight limit), backpressure never ejects.")
+	fs.DurationVar(&c.PoisonWait, "triton-poison-wait", 10*time.Second, "how long a chunk that failed the same way on two partitions waits for one to serve another chunk\nIf one does, the input is at fault: a permanent model_failed record, not a retry.")
 	fs.DurationVar(&c.HealthInterval, "triton-health-interval", 5*time.Second, "how often partitions are health-checked (ejected ones more often)")
 	fs.Uint64Var(&c.Priority, "triton-priority", 0, "Triton request priority of every chunk of -queue-url (1 is highest; 0: the model's default)")
 	fs.BoolVar(&c.SharedMemory, "triton-shared-memory", true, "pass chunks' audio through POSIX shared memory where the partition shares this host's /dev/shm\nTriton's system shared memory extension, instead of in the gRPC request; partitions that cannot map it get the audio in the request.")
@@ -72,6 +75,8 @@ func (c PoolConfig) Validate() error {
 		return errors.New("triton timeouts must be positive")
 	case c.EjectAfter < 1:
 		return errors.New("triton eject-after must be at least 1")
+	case c.PoisonWait < 0:
+		return errors.New("triton poison wait must not be negative")
 	}
 	return nil
 }
@@ -81,8 +86,8 @@ type partition struct {
 	inflight int
 	limit    float64 // adaptive in-flight limit (AIMD), 1..MaxInflight
 	ejected  bool
-	failures int                 // consecutive
-	faulted  map[uint64]struct{} // inputs that met a server fault since the last success
+	failures int    // consecutive failures to reach it
+	served   uint64 // successful requests, ever
 }
 
 // capacity is the number of requests the partition takes at once now.
@@ -97,11 +102,16 @@ type Pool struct {
 	changed chan struct{} // closed and replaced whenever a slot frees or a partition returns
 	closed  bool
 
+	canaryMu sync.Mutex
+	canary   Request // a copy of a request served lately (Samples nil: none yet)
+	canaryAt time.Time
+
 	mRequests *prometheus.CounterVec
 	mInflight *prometheus.GaugeVec
 	mLimit    *prometheus.GaugeVec
 	mHealthy  *prometheus.GaugeVec
 	mEjects   *prometheus.CounterVec
+	mPoison   prometheus.Counter
 	mLatency  *prometheus.HistogramVec
 	stats     *serverStats
 }
@@ -129,8 +139,12 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 		}, []string{"partition"}),
 		mEjects: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetscribe_triton_ejections_total",
-			Help: "Partitions taken out of rotation, by reason (unreachable, fault, not_found, not_ready).",
+			Help: "Partitions taken out of rotation, by reason (unreachable, not_found, not_ready).",
 		}, []string{"partition", "reason"}),
+		mPoison: f.NewCounter(prometheus.CounterOpts{
+			Name: "fleetscribe_triton_poison_inputs_total",
+			Help: "Requests the model failed with the same error on two partitions that went on serving others: the input's fault.",
+		}),
 		mHealthy: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fleetscribe_triton_partition_healthy",
 			Help: "1 while a partition takes requests, 0 while ejected.",
@@ -170,7 +184,7 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 				})
 			}
 		}
-		p.parts = append(p.parts, &partition{client: c, limit: float64(cfg.MaxInflight), faulted: map[uint64]struct{}{}})
+		p.parts = append(p.parts, &partition{client: c, limit: float64(cfg.MaxInflight)})
 		p.mHealthy.WithLabelValues(addr).Set(1)
 		p.mLimit.WithLabelValues(addr).Set(float64(cfg.MaxInflight))
 	}
@@ -240,9 +254,11 @@ func (p *Pool) acquire(ctx context.Context, tried map[*partition]bool) (*partiti
 }
 
 // release gives back the slot and learns from the outcome: success raises
-// the adaptive limit, backpressure halves it (never ejecting), and faults
-// count toward ejection.
-func (p *Pool) release(part *partition, err error, input func() uint64, defaultModel bool) {
+// the adaptive limit; backpressure and server faults halve it (neither
+// ejects: a fault may be the input's, and a partition failing everything
+// then takes one request at a time); failures to reach the partition count
+// toward ejection. It returns the requests the partition has served.
+func (p *Pool) release(part *partition, err error, defaultModel bool) (served uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	part.inflight--
@@ -251,9 +267,9 @@ func (p *Pool) release(part *partition, err error, input func() uint64, defaultM
 	switch {
 	case err == nil:
 		part.failures = 0
-		clear(part.faulted)
+		part.served++
 		part.limit = min(float64(p.cfg.MaxInflight), part.limit+1/part.limit)
-	case errors.Is(err, ErrOverloaded):
+	case errors.Is(err, ErrOverloaded), errors.Is(err, ErrServerFault):
 		part.limit = max(1, part.limit/2)
 	case errors.Is(err, ErrRejected), errors.Is(err, context.Canceled):
 		// The input's problem or the caller's: says nothing of the partition.
@@ -265,14 +281,6 @@ func (p *Pool) release(part *partition, err error, input func() uint64, defaultM
 		}
 	case errors.Is(err, context.DeadlineExceeded) && part.failures == 0:
 		// One slow request is not a broken partition.
-	case errors.Is(err, ErrServerFault):
-		// A poison input fails everywhere it goes; only faults on several
-		// different inputs say the partition is broken.
-		part.faulted[input()] = struct{}{}
-		part.failures++
-		if len(part.faulted) >= p.cfg.EjectAfter {
-			p.ejectLocked(part, "fault")
-		}
 	default:
 		part.failures++
 		if part.failures >= p.cfg.EjectAfter {
@@ -281,6 +289,7 @@ func (p *Pool) release(part *partition, err error, input func() uint64, defaultM
 	}
 	p.mLimit.WithLabelValues(addr).Set(part.limit)
 	p.broadcastLocked()
+	return part.served
 }
 
 func (p *Pool) ejectLocked(part *partition, reason string) {
@@ -298,7 +307,6 @@ func (p *Pool) setEjectedLocked(part *partition, ejected bool) {
 		v = 0
 	} else {
 		part.failures = 0
-		clear(part.faulted)
 	}
 	p.mHealthy.WithLabelValues(part.client.addr).Set(v)
 }
@@ -326,8 +334,9 @@ func outcome(err error) string {
 // is waited out with backoff until ctx ends, never counted as a failure;
 // faults (unreachable partition, server error, model not loaded there) are
 // retried on other partitions up to Attempts times. Errors wrap
-// ErrRejected when the input itself was refused, the last fault when
-// attempts ran out, or the context's error.
+// ErrRejected when the input itself was refused, ErrPoisonInput when the
+// model failed it the same way on two partitions that serve other inputs,
+// the last fault when attempts ran out, or the context's error.
 func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
 	if req.Priority == 0 {
 		req.Priority = p.cfg.Priority
@@ -335,8 +344,8 @@ func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
 	if req.QueueTimeout == 0 {
 		req.QueueTimeout = p.cfg.QueueTimeout
 	}
-	fingerprint := sync.OnceValue(func() uint64 { return fingerprintSamples(req.Samples) })
 	tried := make(map[*partition]bool, len(p.parts))
+	var faulted []partitionFault
 	var lastErr error
 	faults, overloads := 0, 0
 	for {
@@ -357,10 +366,11 @@ func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
 		actx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 		res, err := part.client.Infer(actx, req)
 		cancel()
-		p.release(part, err, fingerprint, req.Model == "" || req.Model == part.client.io.Model)
+		served := p.release(part, err, req.Model == "" || req.Model == part.client.io.Model)
 		p.mRequests.WithLabelValues(part.client.addr, outcome(err)).Inc()
 		if err == nil {
 			p.mLatency.WithLabelValues(part.client.addr).Observe(time.Since(start).Seconds())
+			p.keepCanary(req)
 			return res, nil
 		}
 		if ctx.Err() != nil {
@@ -377,6 +387,13 @@ func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
 		default:
 			tried[part] = true
 			faults++
+			if fe, ok := errors.AsType[*faultError](err); ok {
+				faulted = append(faulted, partitionFault{part: part, err: fe, served: served})
+				if same := sameFault(faulted); len(same) >= 2 && p.servesOthers(ctx, same, req) {
+					p.mPoison.Inc()
+					return Result{}, fmt.Errorf("%w: the same error on %d partitions that serve other inputs (last: %w)", ErrPoisonInput, len(same), lastErr)
+				}
+			}
 			if faults >= p.cfg.Attempts {
 				return Result{}, fmt.Errorf("inference failed after %d attempts: %w", faults, lastErr)
 			}
@@ -384,16 +401,104 @@ func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
 	}
 }
 
-// fingerprintSamples identifies an input, to tell one poison input from a
-// broken partition.
-func fingerprintSamples(s []float32) uint64 {
-	h := fnv.New64a()
-	var b [4]byte
-	for _, v := range s {
-		binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
-		_, _ = h.Write(b[:])
+// partitionFault is a server fault one attempt of a request met: where,
+// which error, and how many requests that partition had served by then.
+type partitionFault struct {
+	part   *partition
+	err    *faultError
+	served uint64
+}
+
+// sameFault returns the faults, one per partition, that are the same model
+// error as the last one.
+func sameFault(faults []partitionFault) []partitionFault {
+	last := faults[len(faults)-1]
+	var same []partitionFault
+	seen := map[*partition]bool{}
+	for _, f := range faults {
+		if f.err.same(last.err) && !seen[f.part] {
+			seen[f.part] = true
+			same = append(same, f)
+		}
 	}
-	return h.Sum64() ^ uint64(len(s))
+	return same
+}
+
+// servesOthers reports whether the partitions that failed an input still
+// serve other inputs: one of them has served a request since its fault,
+// or answers the canary (an input the pool served lately), or, where the
+// pool has served nothing yet, serves a request within PoisonWait. A
+// partition failing everything (a crashed model, a GPU fault that took
+// every client of the GPU down) fails the canary too, so good inputs are
+// never blamed for it.
+func (p *Pool) servesOthers(ctx context.Context, faults []partitionFault, failed Request) bool {
+	if p.servedSince(faults) {
+		return true
+	}
+	if canary, ok := p.canaryRequest(failed); ok {
+		part := faults[len(faults)-1].part
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+		_, err := part.client.Infer(cctx, canary)
+		cancel()
+		return err == nil
+	}
+	timer := time.NewTimer(p.cfg.PoisonWait)
+	defer timer.Stop()
+	for {
+		p.mu.Lock()
+		wait := p.changed
+		p.mu.Unlock()
+		if p.servedSince(faults) {
+			return true
+		}
+		select {
+		case <-wait:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// servedSince reports whether any partition served a request after its fault.
+func (p *Pool) servedSince(faults []partitionFault) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range faults {
+		if f.part.served > f.served {
+			return true
+		}
+	}
+	return false
+}
+
+// canaryEvery is how often the canary is refreshed from a served request.
+const canaryEvery = time.Minute
+
+// keepCanary keeps a copy of a request the pool served, at most once per
+// canaryEvery: the known good input that tells a poison input from a
+// partition that fails everything.
+func (p *Pool) keepCanary(req Request) {
+	p.canaryMu.Lock()
+	defer p.canaryMu.Unlock()
+	if p.canary.Samples != nil && time.Since(p.canaryAt) < canaryEvery {
+		return
+	}
+	p.canary = Request{Samples: slices.Clone(req.Samples), Model: req.Model}
+	p.canaryAt = time.Now()
+}
+
+// canaryRequest returns the canary, unless there is none or it is the
+// failed input itself.
+func (p *Pool) canaryRequest(failed Request) (Request, bool) {
+	p.canaryMu.Lock()
+	defer p.canaryMu.Unlock()
+	c := p.canary
+	if c.Samples == nil || slices.Equal(c.Samples, failed.Samples) {
+		return Request{}, false
+	}
+	return c, true
 }
 
 // Healthy returns the number of partitions taking requests (not ejected),

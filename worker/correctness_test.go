@@ -710,3 +710,57 @@ func TestOverwrittenInputIsSuperseded(t *testing.T) {
 		t.Errorf("%d inference calls for a superseded job", e.servers[0].Calls())
 	}
 }
+
+// A recording whose last chunk the model fails (the same error on both
+// partitions, which serve its other chunk meanwhile) ends at once in a
+// model_failed record naming the model's error: one receive, no retries,
+// no ejected partition, nothing in the DLQ.
+func TestPoisonChunkIsAPermanentRecord(t *testing.T) {
+	e := newEnv(t, 2, 3)
+	for _, s := range e.servers {
+		s.SetRecognizer(asrFunc(func(x []float32) (triton.Result, error) {
+			crossings := 0
+			for i := 1; i < len(x); i++ {
+				if (x[i-1] < 0) != (x[i] < 0) {
+					crossings++
+				}
+			}
+			if crossings > len(x)/10 { // the second chunk's 3 kHz, not the first's 300 Hz
+				return triton.Result{}, status.Error(codes.Internal, "transcription failed: 'NoneType' object is not iterable")
+			}
+			return triton.Result{Text: tritontest.Text(len(x))}, nil
+		}))
+	}
+	// 40 s in two chunks: 20 s at 300 Hz, the model's good input, then 20 s
+	// at 3 kHz, which it fails.
+	x := make([]float32, 40*16000)
+	for i := range x {
+		f := 300.0
+		if i >= len(x)/2 {
+			f = 3000
+		}
+		x[i] = 0.3 * float32(math.Sin(2*math.Pi*f*float64(i)/16000))
+	}
+	e.put("long.wav", floatWAV(x))
+	e.sendJob("long.wav")
+	e.run(e.config(), nil)
+	rec, ok := e.errorRecord("long.wav")
+	if !ok {
+		t.Fatalf("no error record (outputs %v)", keysOf(e.outputs("long.wav")))
+	}
+	if rec.Class != contract.ClassModelFailed || !rec.Final || rec.Attempt != 1 || !strings.Contains(rec.Message, "'NoneType' object is not iterable") {
+		t.Errorf("record %+v, want a final model_failed record of attempt 1 naming the model's error", rec)
+	}
+	for _, s := range e.servers {
+		if v := metricValue(t, e.reg, "fleetscribe_triton_partition_healthy", map[string]string{"partition": s.Addr}, -1); v != 1 {
+			t.Errorf("partition %s ejected", s.Addr)
+		}
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 0 {
+		t.Errorf("queue not drained: %d visible, %d in flight", v, f)
+	}
+	if v, f := e.depth(e.queue.DLQURL); v+f != 0 {
+		t.Errorf("DLQ has %d messages", v+f)
+	}
+	e.recorder.check(t, 1)
+}

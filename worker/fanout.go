@@ -99,8 +99,13 @@ func (w *Worker) transcribeChunk(ctx context.Context, infer inference, i int, sa
 	}
 	res, err := w.tr.Transcribe(ctx, triton.Request{Samples: samples, Timestamps: w.cfg.Audio.Timestamps, Model: infer.model, Priority: infer.priority})
 	if err != nil {
-		if errors.Is(err, triton.ErrRejected) {
+		switch {
+		case errors.Is(err, triton.ErrRejected):
 			return Permanent(contract.ClassRejected, fmt.Errorf("chunk %d: %w", i, err))
+		case errors.Is(err, triton.ErrPoisonInput):
+			// The model's own message names what failed; it carries no
+			// audio and no transcript.
+			return Permanent(contract.ClassModelFailed, fmt.Errorf("chunk %d (%.2f s of audio): %w", i, float64(len(samples))/ModelRate, err))
 		}
 		return fmt.Errorf("transcribe chunk %d: %w", i, err)
 	}

@@ -92,6 +92,7 @@ func (e *env) startPool(addrs []string, timeout time.Duration) {
 	e.pool, err = triton.NewPool(triton.PoolConfig{
 		Addrs: addrs, MaxInflight: 4, RequestTimeout: timeout, Attempts: 3,
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, EjectAfter: 3, HealthInterval: time.Second,
+		PoisonWait: 10 * time.Second,
 	}, triton.DefaultModelIO(), e.reg)
 	if err != nil {
 		e.t.Fatal(err)

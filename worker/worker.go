@@ -38,7 +38,8 @@ type S3API interface {
 }
 
 // Transcriber turns 16 kHz mono samples into text. *triton.Pool is one.
-// Errors wrapping triton.ErrRejected are permanent; all others are retried.
+// Errors wrapping triton.ErrRejected or triton.ErrPoisonInput are permanent;
+// all others are retried.
 type Transcriber interface {
 	Transcribe(ctx context.Context, req triton.Request) (triton.Result, error)
 }

@@ -2,6 +2,7 @@ package tritonproc_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/internal/leaktest"
@@ -49,21 +52,8 @@ func TestCPURepository(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wav := filepath.Join(t.TempDir(), "s.wav")
 	const text = "please schedule a follow up appointment in two weeks"
-	out, err := exec.Command("ffmpeg", "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "flite=text='"+text+"':voice=rms",
-		"-ar", "16000", "-ac", "1", wav).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ffmpeg: %v: %s", err, out)
-	}
-	b, err := os.ReadFile(wav)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, err := audio.Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	samples := flite(t, text)
 	var log syncbuf.Buffer
 	s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: filepath.Join(root, "deploy", "triton", "cpu"), Log: &log})
 	if err != nil {
@@ -75,11 +65,11 @@ func TestCPURepository(t *testing.T) {
 	if !regexp.MustCompile(`server_version\s*\|\s*` + regexp.QuoteMeta(tritonproc.Version) + `\s`).MatchString(log.String()) {
 		t.Errorf("the server's log names no server_version %s", tritonproc.Version)
 	}
-	r := infer(t, s.Addr, triton.DefaultModelIO(), dec.Samples)
+	r := infer(t, s.Addr, triton.DefaultModelIO(), samples)
 	if r.Text != text {
 		t.Errorf("recognised %q, want %q", r.Text, text)
 	}
-	dur := float64(len(dec.Samples)) / 16000
+	dur := float64(len(samples)) / 16000
 	if len(r.Words) != len(strings.Fields(text)) {
 		t.Errorf("%d words timed, want %d: %+v", len(r.Words), len(strings.Fields(text)), r.Words)
 	}
@@ -91,9 +81,9 @@ func TestCPURepository(t *testing.T) {
 	// Inputs in which the recogniser hears nothing are answered, not
 	// failed: a fault here costs the worker every retry on every partition.
 	rng := rand.New(rand.NewPCG(3, 4))
-	noisy := slices.Clone(dec.Samples)
+	noisy := slices.Clone(samples)
 	for i := range noisy { // speech in white noise of the same power: 0 dB
-		noisy[i] += float32(rng.NormFloat64()) * rms(dec.Samples)
+		noisy[i] += float32(rng.NormFloat64()) * rms(samples)
 	}
 	for name, samples := range map[string][]float32{
 		"one sample":                 {0},
@@ -217,4 +207,128 @@ func TestParakeetRepositoryOnCPU(t *testing.T) {
 	if r := infer(t, s.Addr, io, make([]float32, 12345)); r.Text != "parakeet 12345" {
 		t.Errorf("bucket-padded chunk: %q, want parakeet 12345", r.Text)
 	}
+}
+
+// The pocketsphinx engine as it was before it learned that seg() is None
+// where the decoder finds nothing: a chunk of a few samples fails with
+// TypeError on every partition.
+const buggySphinx = `
+import importlib.util, os
+
+def load(params, device):
+    spec = importlib.util.spec_from_file_location("shipped_model", params["shipped_model"])
+    shipped = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shipped)
+
+    class Buggy(shipped.SphinxModel):
+        def utterance(self, pcm, offset, timestamps):
+            d = self.decoder
+            d.set_cmn(self.cmn_init)
+            d.start_utt()
+            for off in range(0, len(pcm), self.BLOCK):
+                d.process_raw(pcm[off:off + self.BLOCK].tobytes(), False, False)
+            d.end_utt()
+            hyp = d.hyp()
+            text = hyp.hypstr.strip() if hyp is not None else ""
+            words = []
+            if timestamps:
+                for seg in d.seg():
+                    w = shipped.clean_word(seg.word)
+                    if w is not None:
+                        words.append({"word": w, "start": offset + seg.start_frame / 100, "end": offset + (seg.end_frame + 1) / 100})
+            return text, words
+
+    return Buggy(params)
+`
+
+// On real Triton, with the engine bug above restored: the poison chunk is
+// ErrPoisonInput after one attempt on each of two partitions, which the
+// worker records as model_failed, and no partition is ejected.
+func TestPoisonInputOnRealTriton(t *testing.T) {
+	tritonproc.Require(t)
+	if _, err := exec.LookPath("ffmpeg"); err != nil {
+		t.Skip("ffmpeg is needed to synthesise speech")
+	}
+	shipped, err := tritonproc.ModelFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	module := filepath.Join(dir, "buggy.py")
+	if err := os.WriteFile(module, []byte(buggySphinx), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	repo := filepath.Join(dir, "repo")
+	if err := tritonproc.WriteRepo(repo, map[string]tritonproc.ModelConfig{"asr": {Engine: "module",
+		Parameters: map[string]string{"module": module, "shipped_model": filepath.Join(shipped, "model.py")}}}); err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for range 2 {
+		s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: repo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Kill()
+		addrs = append(addrs, s.Addr)
+	}
+	reg := prometheus.NewRegistry()
+	pool, err := triton.NewPool(triton.PoolConfig{Addrs: addrs, MaxInflight: 4, RequestTimeout: time.Minute, Attempts: 5,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond, EjectAfter: 1, HealthInterval: time.Hour,
+		PoisonWait: 30 * time.Second}, triton.DefaultModelIO(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	speech := flite(t, "the heart rate is normal and the lungs are clear")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if r, err := pool.Transcribe(ctx, triton.Request{Samples: speech, Timestamps: true}); err != nil || r.Text == "" {
+		t.Fatalf("speech: %+v, %v", r, err)
+	}
+	_, err = pool.Transcribe(ctx, triton.Request{Samples: make([]float32, 1000), Timestamps: true})
+	if !errors.Is(err, triton.ErrPoisonInput) || !strings.Contains(err.Error(), "'NoneType' object is not iterable") {
+		t.Fatalf("1,000 samples: %v, want ErrPoisonInput naming the engine's error", err)
+	}
+	faults := 0.0
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "fleetscribe_triton_requests_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && l.GetValue() == "fault" {
+						faults += m.GetCounter().GetValue()
+					}
+				}
+			case "fleetscribe_triton_partition_healthy":
+				if m.GetGauge().GetValue() != 1 {
+					t.Errorf("partition %s ejected", m.GetLabel()[0].GetValue())
+				}
+			}
+		}
+	}
+	if faults != 2 {
+		t.Errorf("%v faulted attempts, want 2: one on each partition", faults)
+	}
+}
+
+// flite synthesises text as 16 kHz samples with ffmpeg's flite voice.
+func flite(t *testing.T, text string) []float32 {
+	t.Helper()
+	wav := filepath.Join(t.TempDir(), "s.wav")
+	out, err := exec.Command("ffmpeg", "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", "flite=text='"+text+"':voice=rms",
+		"-ar", "16000", "-ac", "1", wav).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ffmpeg: %v: %s", err, out)
+	}
+	b, err := os.ReadFile(wav)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := audio.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dec.Samples
 }
