@@ -109,6 +109,8 @@ func (o *Options) Validate() error {
 		return errors.New("nothing to enqueue: give keys, -prefix, -inventory or -from-file")
 	case len(s.Prefixes) > 0 && s.Bucket == "":
 		return errors.New("-prefix needs -bucket")
+	case s.Bucket != "" && contract.CheckBucketName(s.Bucket) != nil:
+		return fmt.Errorf("-bucket: %w", contract.CheckBucketName(s.Bucket))
 	case o.SkipDone && o.OutputBucket == "":
 		return errors.New("-skip-done needs -output-bucket (the worker's)")
 	case o.CheckMode != CheckList && o.CheckMode != CheckHead:
@@ -153,6 +155,7 @@ type Counters struct {
 	SentBefore  atomic.Int64 // sent by an earlier, interrupted run (checkpoint)
 	Sent        atomic.Int64
 	Failed      atomic.Int64 // could not be checked or sent (retried by a resumed run)
+	Refused     atomic.Int64 // not a job the worker could take (bucket or key breaks S3's rules): never retried
 	Retried     atomic.Int64 // entry retries
 	SendCalls   atomic.Int64
 	ListingDone atomic.Bool // every source has been listed to its end
@@ -160,18 +163,20 @@ type Counters struct {
 
 // Finished is the number of items that reached an outcome.
 func (c *Counters) Finished() int64 {
-	return c.Filtered.Load() + c.SkippedDone.Load() + c.SentBefore.Load() + c.Sent.Load() + c.Failed.Load()
+	return c.Filtered.Load() + c.SkippedDone.Load() + c.SentBefore.Load() + c.Sent.Load() + c.Failed.Load() + c.Refused.Load()
 }
 
 // Summary is the final count of a run.
 type Summary struct {
-	Listed, Filtered, SkippedDone, SentBefore, Sent, Failed, Retried, SendCalls int64
-	Elapsed                                                                     time.Duration
+	Listed, Filtered, SkippedDone, SentBefore, Sent, Failed, Refused, Retried, SendCalls int64
+	Elapsed                                                                              time.Duration
+	// FirstRefusal says why the first refused item was refused.
+	FirstRefusal error
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("listed %d, filtered %d, skipped as done %d, sent earlier %d, sent %d, failed %d (%d SendMessageBatch calls, %d entry retries) in %s",
-		s.Listed, s.Filtered, s.SkippedDone, s.SentBefore, s.Sent, s.Failed, s.SendCalls, s.Retried, s.Elapsed.Round(time.Millisecond))
+	return fmt.Sprintf("listed %d, filtered %d, skipped as done %d, sent earlier %d, sent %d, failed %d, refused %d (%d SendMessageBatch calls, %d entry retries) in %s",
+		s.Listed, s.Filtered, s.SkippedDone, s.SentBefore, s.Sent, s.Failed, s.Refused, s.SendCalls, s.Retried, s.Elapsed.Round(time.Millisecond))
 }
 
 // Progress is told how a run is going.
@@ -182,6 +187,10 @@ type Progress interface {
 
 // ErrFailed is returned (wrapped) when some items could not be sent.
 var ErrFailed = errors.New("some jobs could not be enqueued")
+
+// ErrRefused is returned (wrapped) when some items are not jobs the worker
+// could take: a retry cannot send them.
+var ErrRefused = errors.New("some items are not valid jobs")
 
 // Run enqueues the jobs that opts describe and returns what it did. An
 // interrupted run (ctx cancelled) finishes the calls in flight, writes the
@@ -263,14 +272,17 @@ func Run(ctx context.Context, s3c S3API, sqsc SQSAPI, opts Options) (Summary, er
 	}
 	sum := Summary{
 		Listed: stats.Listed.Load(), Filtered: stats.Filtered.Load(), SkippedDone: stats.SkippedDone.Load(),
-		SentBefore: stats.SentBefore.Load(), Sent: stats.Sent.Load(), Failed: stats.Failed.Load(),
-		Retried: stats.Retried.Load(), SendCalls: stats.SendCalls.Load(), Elapsed: time.Since(start),
+		SentBefore: stats.SentBefore.Load(), Sent: stats.Sent.Load(), Failed: stats.Failed.Load(), Refused: stats.Refused.Load(),
+		Retried: stats.Retried.Load(), SendCalls: stats.SendCalls.Load(), Elapsed: time.Since(start), FirstRefusal: r.firstRefusal(),
 	}
 	if err == nil && ctx.Err() != nil {
 		err = context.Cause(ctx)
 	}
 	if err == nil && sum.Failed > 0 {
 		err = fmt.Errorf("%w: %d failed (a run with the same -checkpoint retries them)", ErrFailed, sum.Failed)
+	}
+	if err == nil && sum.Refused > 0 {
+		err = fmt.Errorf("%w: %d refused, which no retry can send (the first: %w)", ErrRefused, sum.Refused, sum.FirstRefusal)
 	}
 	return sum, err
 }
@@ -290,6 +302,15 @@ type runner struct {
 	track *tracker
 	stats *Counters
 	log   func(string, error)
+	// refused is why the first item was refused, if one was.
+	refused atomic.Pointer[error]
+}
+
+func (r *runner) firstRefusal() error {
+	if p := r.refused.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // flushLoop writes the checkpoint's watermarks and reports progress.
@@ -555,8 +576,12 @@ func (r *runner) emit(ctx context.Context, ref itemRef, it Item, out chan<- outg
 	job.V, job.Bucket, job.Key, job.VersionID = contract.JobVersion, it.Bucket, it.Key, ref.entry.V
 	body, err := job.Encode()
 	if err != nil {
-		r.stats.Failed.Add(1)
-		r.track.failedItems([]itemRef{ref}, err)
+		// Not a job the worker could take: said, counted, never retried.
+		r.stats.Refused.Add(1)
+		err = fmt.Errorf("s3://%s/%s: %w", it.Bucket, it.Key, err)
+		r.refused.CompareAndSwap(nil, &err)
+		r.log(fmt.Sprintf("s3://%s/%s refused", it.Bucket, it.Key), err)
+		r.track.finish(ref)
 		return nil
 	}
 	select {

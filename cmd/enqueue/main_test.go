@@ -299,3 +299,33 @@ func TestDryRun(t *testing.T) {
 		t.Errorf("a dry run sent %d messages", n)
 	}
 }
+
+// A name S3 cannot have is refused with the rule it breaks, and never with
+// the advice to retry: as -bucket before anything is sent, and per item
+// from a file, where the valid items are still sent.
+func TestRefusedNamesSayWhy(t *testing.T) {
+	emu, q := setup(t, 0)
+	for _, bucket := range []string{"in", "In", "my_bucket"} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), []string{"-aws-endpoint", emu.Endpoint, "-queue-url", "jobs", "-bucket", bucket, "x.wav"}, nil, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "is not an S3 bucket name") || strings.Contains(err.Error()+stdout.String(), "checkpoint") {
+			t.Errorf("-bucket %s: %v (stdout %q), want the S3 rule it breaks and no retry advice", bucket, err, stdout.String())
+		}
+	}
+	list := t.TempDir() + "/keys.txt"
+	if err := os.WriteFile(list, []byte("s3://my_bucket/a.wav\ns3://archive/b.wav\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"-aws-endpoint", emu.Endpoint, "-queue-url", "jobs", "-from-file", list}, nil, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "1 refused") || !strings.Contains(err.Error(), "only lower-case letters") || strings.Contains(err.Error(), "checkpoint") {
+		t.Errorf("from a file: %v, want 1 refused with the rule and no retry advice", err)
+	}
+	if !strings.Contains(stdout.String(), "sent 1, failed 0, refused 1") {
+		t.Errorf("summary %q", stdout.String())
+	}
+	sqsc, _ := emu.Clients()
+	if jobs := receiveAll(t, sqsc, q.URL); len(jobs) != 1 || jobs[0].Bucket != "archive" {
+		t.Errorf("sent %+v, want the one valid item", jobs)
+	}
+}
