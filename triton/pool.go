@@ -24,7 +24,7 @@ type PoolConfig struct {
 	Attempts       int           // tries per request on faults (not on backpressure), each on the least-loaded partition not yet tried
 	BackoffBase    time.Duration // first retry delay; doubles per attempt, with jitter
 	BackoffMax     time.Duration
-	EjectAfter     int           // consecutive failures to reach a partition (connection loss, timeouts) that eject it
+	EjectAfter     int // consecutive failures to reach a partition (connection loss, timeouts) that eject it
 	// PoisonWait is how long a request that failed with the same model
 	// error on two partitions waits for one of them to serve another
 	// input, which shows the input is at fault (ErrPoisonInput).
