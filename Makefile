@@ -9,6 +9,8 @@ WORKER_CPUS ?=
 # make bench-worker BENCH_WORKER_ARGS="-bulk-queue -partition-latency 200ms -jobs 2000":
 # live and bulk queues both busy, partitions with a GPU's latency
 BENCH_WORKER_ARGS ?=
+# make bench-outage BENCH_OUTAGE_ARGS="-outages 10s -long ''": a quick run
+BENCH_OUTAGE_ARGS ?=
 # Expanded when used (=, not :=): make deps may install go first.
 GOBIN = $(shell $(GO) env GOPATH)/bin
 export GOTOOLCHAIN ?= auto
@@ -126,6 +128,10 @@ bench-narrowband: deps ## telephone audio (8 kHz, band-limited, mu-law, A-law) a
 .PHONY: bench-worker
 bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into four zero-latency fake partitions: jobs/s, worker CPU per job, peak RSS, requests and connections per job, request cost
 	$(GO) run ./bench/worker -worker-bin $(BIN)/worker -worker-cpus "$(WORKER_CPUS)" $(BENCH_WORKER_ARGS)
+
+.PHONY: bench-outage
+bench-outage: build ## the worker binary through bucket outages (404, 403, 503 on the output or input bucket) and its Triton partitions killed, 60 s and 180 s each, 15 min for two: extra receives, DLQ, lost, recomputed, time to resume (about an hour)
+	$(GO) run ./bench/outage -worker-bin $(BIN)/worker $(BENCH_OUTAGE_ARGS)
 
 .PHONY: chaos
 chaos: build ## 1000 jobs through two real workers and three real Triton partitions while workers are killed, partitions are SIGKILLed and S3/SQS fail; table and RESULT line

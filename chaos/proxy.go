@@ -46,6 +46,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
 	faults map[string]int
+	outage map[string]Outage // by bucket
 	// Transcript key → the content hash of each successful write.
 	writes map[string][]string
 }
@@ -59,7 +60,7 @@ func NewProxy(target string, rate float64, seed uint64) (*Proxy, error) {
 	p := &Proxy{
 		target: u, Rate: rate, rng: rand.New(rand.NewPCG(seed, 99)),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: time.Minute},
-		faults: map[string]int{}, writes: map[string][]string{},
+		faults: map[string]int{}, writes: map[string][]string{}, outage: map[string]Outage{},
 	}
 	p.on.Store(true)
 	return p, nil
@@ -67,6 +68,47 @@ func NewProxy(target string, rate float64, seed uint64) (*Proxy, error) {
 
 // SetFaults turns fault injection on or off (the designed failures stay).
 func (p *Proxy) SetFaults(on bool) { p.on.Store(on) }
+
+// An Outage is how every S3 request for a bucket is answered while it
+// lasts: the bucket deleted (404 NoSuchBucket), its policy or key broken
+// (403 AccessDenied), or the service failing (503 SlowDown, 500).
+type Outage struct {
+	Status int
+	Code   string
+}
+
+// Outages an operator meets.
+var (
+	OutageMissing = Outage{http.StatusNotFound, "NoSuchBucket"}
+	OutageDenied  = Outage{http.StatusForbidden, "AccessDenied"}
+	OutageFailing = Outage{http.StatusServiceUnavailable, "SlowDown"}
+)
+
+// SetOutage starts an outage of bucket (zero Outage: ends it).
+func (p *Proxy) SetOutage(bucket string, o Outage) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if o == (Outage{}) {
+		delete(p.outage, bucket)
+		return
+	}
+	p.outage[bucket] = o
+}
+
+// outageOf returns the outage of the bucket a path-style S3 request names.
+func (p *Proxy) outageOf(r *http.Request) (Outage, bool) {
+	if r.Header.Get("X-Amz-Target") != "" {
+		return Outage{}, false // SQS
+	}
+	bucket, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o, ok := p.outage[bucket]
+	if ok {
+		p.faults["outage_"+o.Code]++
+	}
+	return o, ok
+}
 
 // Faults returns how many faults of each kind were injected.
 func (p *Proxy) Faults() map[string]int {
@@ -110,6 +152,15 @@ func (p *Proxy) count(kind string) {
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sqs := r.Header.Get("X-Amz-Target") != ""
+	if o, ok := p.outageOf(r); ok {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(o.Status)
+		if r.Method != http.MethodHead {
+			fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>outage injected by the chaos proxy</Message></Error>`, o.Code)
+		}
+		return
+	}
 	if !sqs && r.Method == http.MethodGet && p.Exhaust != "" && strings.Contains(r.URL.Path, p.Exhaust) {
 		p.count(FaultExhaust)
 		writeError(w, sqs, http.StatusServiceUnavailable)

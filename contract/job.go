@@ -202,14 +202,41 @@ type eventBridgeDetail struct {
 // ParseMessage turns a queue message body into jobs. It accepts the
 // versioned job body, an S3 event notification (possibly several records),
 // the same wrapped in an SNS notification, and an EventBridge "Object
-// Created" event. An S3 test event yields no jobs. Any other body is an
-// error: the message is not a job (error class bad_message), and no retry
-// can change that.
+// Created" event. An S3 test event yields no jobs. Any other body, or one
+// with a record that is not a job, is an error: the message is not a job
+// (error class bad_message), and no retry can change that. ParseRecords
+// keeps the valid records of such a message.
 func ParseMessage(body []byte) ([]Job, error) {
+	recs, err := ParseRecords(body)
+	if err != nil {
+		return nil, err
+	}
+	jobs := make([]Job, 0, len(recs))
+	for _, r := range recs {
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		jobs = append(jobs, r.Job)
+	}
+	return jobs, nil
+}
+
+// Record is one record of a message: the job it asks for, or why it is
+// not one.
+type Record struct {
+	Job Job
+	Err error // not a job; the message's other records stand
+}
+
+// ParseRecords is ParseMessage record by record: an S3 event with a record
+// that is not a job (a bucket name S3 cannot have, say) keeps its other
+// records, each of which succeeds or fails alone. It fails as a whole only
+// for a body that is not a message of jobs at all.
+func ParseRecords(body []byte) ([]Record, error) {
 	return parseMessage(body, 0)
 }
 
-func parseMessage(body []byte, depth int) ([]Job, error) {
+func parseMessage(body []byte, depth int) ([]Record, error) {
 	if depth > 2 {
 		return nil, errors.New("message nested too deeply")
 	}
@@ -228,7 +255,7 @@ func parseMessage(body []byte, depth int) ([]Job, error) {
 		if err := j.Validate(); err != nil {
 			return nil, err
 		}
-		return []Job{j}, nil
+		return []Record{{Job: j}}, nil
 	case env.Records != nil:
 		return parseS3Records(env.Records)
 	case env.Event == "s3:TestEvent":
@@ -247,18 +274,18 @@ func parseMessage(body []byte, depth int) ([]Job, error) {
 		if err := j.Validate(); err != nil {
 			return nil, fmt.Errorf("eventbridge event: %w", err)
 		}
-		return []Job{j}, nil
+		return []Record{{Job: j}}, nil
 	default:
 		return nil, errors.New("message is neither a job (no \"v\"), an S3 event, an SNS notification nor an EventBridge event")
 	}
 }
 
-func parseS3Records(raw json.RawMessage) ([]Job, error) {
+func parseS3Records(raw json.RawMessage) ([]Record, error) {
 	var recs []s3Record
 	if err := json.Unmarshal(raw, &recs); err != nil {
 		return nil, fmt.Errorf("s3 event records: %w", err)
 	}
-	var jobs []Job
+	var out []Record
 	for i, r := range recs {
 		if r.EventSource != "aws:s3" || !strings.HasPrefix(r.EventName, "ObjectCreated:") {
 			continue
@@ -266,13 +293,15 @@ func parseS3Records(raw json.RawMessage) ([]Job, error) {
 		// S3 event keys are URL-encoded form values ("+" for space).
 		key, err := url.QueryUnescape(r.S3.Object.Key)
 		if err != nil {
-			return nil, fmt.Errorf("s3 event record %d: key %q: %w", i, r.S3.Object.Key, err)
+			out = append(out, Record{Err: fmt.Errorf("s3 event record %d: key %q: %w", i, r.S3.Object.Key, err)})
+			continue
 		}
 		j := Job{V: JobVersion, Bucket: r.S3.Bucket.Name, Key: key, ETag: r.S3.Object.ETag, VersionID: r.S3.Object.VersionID}
 		if err := j.Validate(); err != nil {
-			return nil, fmt.Errorf("s3 event record %d: %w", i, err)
+			out = append(out, Record{Err: fmt.Errorf("s3 event record %d: %w", i, err)})
+			continue
 		}
-		jobs = append(jobs, j)
+		out = append(out, Record{Job: j})
 	}
-	return jobs, nil
+	return out, nil
 }

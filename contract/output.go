@@ -106,6 +106,16 @@ func InvalidMessageKey(prefix, messageID string) string {
 	return prefix + "_invalid-messages/" + escapeSegment(messageID) + suffixError
 }
 
+// RejectedRecordKey is where the error record of record i of a message of
+// several goes when that record is refused (not a job, or refused by the
+// worker's policy): named by the message, so each refused record has its
+// own, none beside an input's outputs where a reader would take it for
+// that input's outcome.
+func RejectedRecordKey(prefix, messageID string, i int) string {
+	// escapeSegment escapes every dot, so ".record-" cannot come from an id.
+	return fmt.Sprintf("%s_invalid-messages/%s.record-%d%s", prefix, escapeSegment(messageID), i, suffixError)
+}
+
 // UnwritableRecordKey is where the error record of a job goes when S3
 // refuses its usual key: a short key that any legal prefix fits.
 func UnwritableRecordKey(prefix string, keys OutputKeys) string {

@@ -124,6 +124,7 @@ type JobConfig struct {
 	MemoryBudget int64         // bytes that jobs in hand may hold together (estimated); 0: automatic
 	Models       []string      // models a job may ask for besides the worker's own
 	ExitWhenIdle time.Duration
+	OutageWait   time.Duration // how long a job waits for a bucket that is down
 }
 
 // RegisterFlags registers the job flags.
@@ -135,6 +136,9 @@ func (c *JobConfig) RegisterFlags(fs *flag.FlagSet) {
 		"Jobs wait for room, and a job that alone exceeds it gets a too_large record.")
 	fs.Var((*flagext.StringSliceCSV)(&c.Models), "models", "comma-separated models a job may ask for besides -model (all served by the same partitions)")
 	fs.DurationVar(&c.ExitWhenIdle, "exit-when-idle", 0, "exit 0 once no message has arrived and no job has run for this long (0: run forever)")
+	fs.DurationVar(&c.OutageWait, "outage-wait", time.Hour, "how long a job waits, its message kept in hand, for a bucket that is down to come back\n"+
+		"Missing, access denied, 5xx or unreachable, for two keys or the write check: the job then runs again in the same receive (a computed transcript is written, not computed again); "+
+		"while the output bucket is down nothing is received. Past this the job fails as retryable. SQS keeps a message in hand 12 h at most; 0: no job waits.")
 }
 
 func (c *JobConfig) validate() error {
@@ -145,6 +149,8 @@ func (c *JobConfig) validate() error {
 		return errors.New("job timeout must be positive and drain timeout not negative")
 	case c.MemoryBudget < 0:
 		return errors.New("memory budget must not be negative")
+	case c.OutageWait < 0 || c.OutageWait > 12*time.Hour:
+		return errors.New("outage wait must be between 0 and 12h (the longest SQS keeps a message in hand)")
 	}
 	return nil
 }

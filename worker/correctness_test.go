@@ -90,6 +90,64 @@ func TestMultiRecordEventEveryRecordReachesAnOutcome(t *testing.T) {
 	}
 }
 
+// rejected returns the records of refused messages (not jobs, or refused
+// by policy), by key.
+func (e *env) rejected() map[string]contract.ErrorRecord {
+	e.t.Helper()
+	res, err := e.s3.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(e.out), Prefix: aws.String("transcripts/_invalid-messages/")})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]contract.ErrorRecord{}
+	for _, o := range res.Contents {
+		obj, err := e.s3.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(e.out), Key: o.Key})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		var rec contract.ErrorRecord
+		if err := json.NewDecoder(obj.Body).Decode(&rec); err != nil {
+			e.t.Fatal(err)
+		}
+		_ = obj.Body.Close()
+		out[aws.ToString(o.Key)] = rec
+	}
+	return out
+}
+
+// A multi-record event with a record that names a bucket S3 cannot have
+// keeps its valid records: each record succeeds or fails alone, and the
+// refused one has its own record, named by the message and the record.
+func TestMultiRecordEventKeepsItsValidRecords(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.put("a.wav", tone(16000, 1600))
+	e.put("c.wav", tone(16000, 3200))
+	body := `{"Records":[` + strings.Join([]string{
+		fmt.Sprintf(`{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":%q},"object":{"key":"a.wav"}}}`, e.in),
+		`{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":"In_Valid"},"object":{"key":"b.wav"}}}`,
+		fmt.Sprintf(`{"eventSource":"aws:s3","eventName":"ObjectCreated:Put","s3":{"bucket":{"name":%q},"object":{"key":"c.wav"}}}`, e.in),
+	}, ",") + `]}`
+	e.send(body)
+	e.run(e.config(), nil)
+	for _, k := range []string{"a.wav", "c.wav"} {
+		if _, ok := e.transcript(k); !ok {
+			t.Errorf("%s: no transcript: a valid record of the event was dropped", k)
+		}
+	}
+	recs := e.rejected()
+	if len(recs) != 1 {
+		t.Fatalf("records of refused records: %v, want one", recs)
+	}
+	for key, rec := range recs {
+		if !strings.HasSuffix(key, ".record-1.error.json") || rec.Class != contract.ClassBadMessage || !strings.Contains(rec.Message, "not an S3 bucket name") || rec.MessageBody != body {
+			t.Errorf("%s: %+v, want record 1's bad_message record with the S3 rule and the message body", key, rec)
+		}
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 0 {
+		t.Errorf("queue holds %d messages", v+f)
+	}
+	e.recorder.check(t, 1)
+}
+
 func TestMultiRecordRetryRedoesNothingDone(t *testing.T) {
 	e := newEnv(t, 1, 3)
 	var callsA, callsB atomic.Int64
@@ -342,13 +400,23 @@ func TestUntrustedMessagesAreRefused(t *testing.T) {
 	cfg := e.config()
 	cfg.Inputs.Buckets = []string{e.in}
 	e.run(cfg, nil)
-	out := listOutputs(t, e.s3, e.out, secret, "payroll.wav")
-	var rec contract.ErrorRecord
-	if err := json.Unmarshal(out["error.json"], &rec); err != nil || rec.Class != contract.ClassBadMessage {
-		t.Errorf("other bucket: record %+v, %v; outputs %v", rec, err, keysOf(out))
+	if out := listOutputs(t, e.s3, e.out, secret, "payroll.wav"); len(out) != 0 {
+		t.Errorf("outputs %v beside an input outside the allow-list", keysOf(out))
 	}
-	if _, ok := out["json"]; ok {
-		t.Error("a bucket outside the allow-list was transcribed")
+	// Each refused message has its own record, named by the message and
+	// holding its body; none lies beside ok.wav's outputs, where a reader
+	// would take it for that input's outcome.
+	recs := e.rejected()
+	if len(recs) != 4 {
+		t.Errorf("%d records of refused messages, want 4 (one each): %v", len(recs), recs)
+	}
+	for key, rec := range recs {
+		if rec.Class != contract.ClassBadMessage || rec.MessageID == "" || !strings.Contains(key, rec.MessageID) || rec.MessageBody == "" || !rec.Final {
+			t.Errorf("%s: record %+v, want a final bad_message record naming its message, with its body", key, rec)
+		}
+	}
+	if _, ok := e.outputs("ok.wav")["error.json"]; ok {
+		t.Error("an error record of a refused message lies beside ok.wav's outputs")
 	}
 	if got := counter(t, e.wreg, "fleetscribe_job_errors_total", "class", contract.ClassBadMessage); got != 4 {
 		t.Errorf("bad_message errors = %v, want 4", got)

@@ -18,7 +18,10 @@ import (
 
 // inputs reads recordings from the input buckets: every read of an input
 // is here, and every answer S3 gives is turned into the job's error.
-type inputs struct{ s3 S3API }
+type inputs struct {
+	s3   S3API
+	deps *dependencies // learns from every answer
+}
 
 // firstRead is how much of an input the first GET reads: the whole of a
 // typical short recording, so one request fetches it, and the header of a
@@ -39,9 +42,10 @@ func (i inputs) open(ctx context.Context, job contract.Job) (opened, error) {
 		Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID),
 		Range: aws.String(fmt.Sprintf("bytes=0-%d", firstRead-1)),
 	})
+	err = i.deps.answer(inputDep(job.Bucket), job.Key, err)
 	switch {
 	case err == nil:
-	case s3errs.NotFound(err):
+	case missing(err):
 		return opened{}, Permanentf(contract.ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
 	case isInvalidRange(err):
 		// An empty object has no first byte: its metadata from a HEAD.
@@ -71,8 +75,9 @@ func (i inputs) open(ctx context.Context, job contract.Job) (opened, error) {
 // head learns the input's ETag, version and size from a HEAD.
 func (i inputs) head(ctx context.Context, job contract.Job) (opened, error) {
 	h, err := i.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
+	err = i.deps.answer(inputDep(job.Bucket), job.Key, err)
 	switch {
-	case s3errs.NotFound(err):
+	case missing(err):
 		return opened{}, Permanentf(contract.ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
 	case err != nil:
 		return opened{}, fmt.Errorf("head input: %w", err)
@@ -91,16 +96,46 @@ func (i inputs) get(ctx context.Context, job contract.Job, in *contract.InputRef
 		get.Range = aws.String(rng)
 	}
 	obj, err := i.s3.GetObject(ctx, get)
+	err = i.deps.answer(inputDep(job.Bucket), job.Key, err)
 	switch {
 	case err == nil:
 		return obj, nil
-	case s3errs.NotFound(err):
+	case missing(err):
 		return nil, Permanentf(contract.ClassMissing, "s3://%s/%s was deleted while being processed", job.Bucket, job.Key)
 	case s3errs.PreconditionFailed(err):
 		return nil, fmt.Errorf("input changed while being processed: %w", err)
 	default:
 		return nil, fmt.Errorf("get input: %w", err)
 	}
+}
+
+// missing reports an object (or version) that does not exist. A bucket
+// that does not exist is not the input's fault but the bucket's: an
+// outage, not a missing_object record (see outage.go).
+func missing(err error) bool {
+	if ae, ok := errors.AsType[smithy.APIError](err); ok && ae.ErrorCode() == "NoSuchBucket" {
+		return false
+	}
+	return s3errs.NotFound(err)
+}
+
+// probe reads one byte of each of keys in bucket until one answers: the
+// bucket serves reads again (an object that is gone, or empty, answers
+// too). It probes an input bucket that is down.
+func (i inputs) probe(ctx context.Context, bucket string, keys []string) error {
+	var errs []error
+	for _, k := range keys {
+		obj, err := i.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(k), Range: aws.String("bytes=0-0")})
+		if err == nil {
+			_ = obj.Body.Close()
+			return nil
+		}
+		if missing(err) || isInvalidRange(err) {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 func isInvalidRange(err error) bool {

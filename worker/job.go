@@ -45,10 +45,19 @@ const ModelRate = 16000
 type task struct {
 	w       *Worker
 	log     zerolog.Logger
+	d       *delivery // the message's receipt
+	index   int       // the job's record in the message
 	msgID   string
 	job     contract.Job
 	attempt int
 	infer   inference // model, Triton priority, progress
+	// hold is the message's context: it outlives -job-timeout, so a job
+	// that waits for a bucket that is down keeps its work (outage.go).
+	hold context.Context
+	// rejected: the message is at fault (policy), not the input; its
+	// record goes under the message's key.
+	rejected bool
+	computed bool // a transcription was computed
 
 	prefix    string            // output prefix: the job's, else the worker's
 	in        contract.InputRef // filled in from S3 as the job learns it
@@ -68,18 +77,15 @@ type inference struct {
 	prog     *progress
 }
 
-// runJob processes one job to an outcome. It returns nil when the job is
-// terminal (transcript written, error record written, already done or
-// taken by another message), and a retryable error otherwise. On the last
-// receive a retryable failure is recorded too (final=false), and the
-// queue's redrive policy moves the message to the DLQ.
-func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, msgID string, job contract.Job, attempt int, priority uint64, prog *progress) (err error) {
+// runJob processes record index of delivery d, job, to an outcome. It
+// returns nil when the job is terminal (transcript written, error record
+// written, already done or taken by another message), and a retryable
+// error otherwise. On the last receive a retryable failure is recorded too
+// (final=false), and the queue's redrive policy moves the message to the
+// DLQ. Each run has -job-timeout; a run stopped by a bucket that is down
+// waits for it and runs again, within ctx (the message's).
+func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, d *delivery, index int, job contract.Job) (err error) {
 	start := w.now()
-	t := &task{
-		w: w, log: log, msgID: msgID, job: job, attempt: attempt, prefix: w.cfg.Outputs.Prefix,
-		infer: inference{model: w.model, priority: priority, prog: prog},
-		in:    contract.InputRef{Bucket: job.Bucket, Key: job.Key, ETag: job.ETag, VersionID: job.VersionID},
-	}
 	var outcome string
 	defer func() {
 		if r := recover(); r != nil {
@@ -90,11 +96,42 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, msgID string, j
 		w.m.duration.WithLabelValues(outcome).Observe(w.now().Sub(start).Seconds())
 		log.Info().Str("outcome", outcome).Dur("took", w.now().Sub(start)).Msg("job done")
 	}()
-	if outcome, err = t.run(ctx); err == nil {
-		return nil
+	for {
+		t := &task{
+			w: w, log: log, d: d, index: index, msgID: d.id, job: job, attempt: d.attempt, prefix: w.cfg.Outputs.Prefix, hold: ctx,
+			infer: inference{model: w.model, priority: d.priority, prog: d.prog},
+			in:    contract.InputRef{Bucket: job.Bucket, Key: job.Key, ETag: job.ETag, VersionID: job.VersionID},
+		}
+		rctx, cancel := context.WithTimeoutCause(ctx, w.cfg.Jobs.Timeout, errJobTimeout)
+		outcome, err = t.run(rctx)
+		again := err != nil && t.waitFor(err)
+		if err != nil && !again {
+			// A failure the job's own, or its error record's write
+			// stopped by a bucket that is down (then run it again).
+			outcome, err = t.fail(rctx, err)
+			again = errors.Is(err, errRecordUnwritten) && t.waitFor(err)
+		}
+		cancel()
+		if !again {
+			return err
+		}
+		// The bucket it waited for is back: run it again (a transcript
+		// computed before is written by write's own wait, not here).
+		w.m.outage.reruns.WithLabelValues(strconv.FormatBool(t.computed)).Inc()
+		log.Info().Bool("computed_before", t.computed).Msg("dependency back; running the job again")
 	}
-	outcome, err = t.fail(ctx, err)
-	return err
+}
+
+var (
+	errJobTimeout      = errors.New("job timeout")
+	errRecordUnwritten = errors.New("error record not written")
+)
+
+// waitFor reports whether err is a bucket that is down and has come back
+// (the job should run again); it waits for it while it is down.
+func (t *task) waitFor(err error) bool {
+	ue, ok := errors.AsType[*unreachableError](err)
+	return ok && t.hold.Err() == nil && t.w.deps.hold(t.hold, ue)
 }
 
 // run walks the stages. It returns the outcome of a job that ended, or
@@ -102,6 +139,7 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, msgID string, j
 func (t *task) run(ctx context.Context) (string, error) {
 	defer t.release()
 	if err := t.policy(); err != nil {
+		t.rejected = true
 		return "", err
 	}
 	if err := t.open(ctx); err != nil {
@@ -136,6 +174,7 @@ func (t *task) run(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	t.computed = true
 	if err := t.write(ctx, tr); err != nil {
 		return "", err
 	}
@@ -354,8 +393,18 @@ func (t *task) transcribe(ctx context.Context) (contract.Transcript, error) {
 func (t *task) write(ctx context.Context, tr contract.Transcript) error {
 	w := t.w
 	start := time.Now()
-	if err := w.out.transcript(ctx, t.keys, t.job.Formats, tr); err != nil {
-		return err
+	for {
+		err := w.out.transcript(ctx, t.keys, t.job.Formats, tr)
+		if err == nil {
+			break
+		}
+		if !t.waitFor(err) {
+			return err
+		}
+		// The output bucket is back: write what was computed, under the
+		// message's context (this run's -job-timeout may have passed).
+		ctx = t.hold
+		t.log.Info().Msg("output bucket back; writing the transcript computed before")
 	}
 	w.m.since(StageUpload, start)
 	// Even once the job's context is cancelled: the transcript is written.
@@ -397,6 +446,13 @@ func (t *task) fail(ctx context.Context, err error) (string, error) {
 		Schema: contract.ErrorSchema, Input: t.in, Model: t.infer.model, Class: class, Message: err.Error(),
 		Attempt: t.attempt, Final: final, CreatedAt: w.now().UTC(),
 	}
+	if t.rejected {
+		// The message is at fault, not the input: its record is named by
+		// the message (several messages for one input each keep theirs),
+		// with its body, and never lies beside the input's transcript.
+		keys.Error = t.d.rejectionKey(w.cfg.Outputs.Prefix, t.index)
+		rec.MessageID, rec.MessageBody = t.d.id, t.d.body
+	}
 	werr := w.out.errorRecord(ctx, keys.Error, rec)
 	if ErrorClass(werr) == contract.ClassOutputRejected {
 		// S3 refused the record's key itself: put it where any key fits.
@@ -407,7 +463,7 @@ func (t *task) fail(ctx context.Context, err error) (string, error) {
 	}
 	if werr != nil {
 		// Without its record the failure would be silent: retry instead.
-		return OutcomeRetry, fmt.Errorf("%w (job error: %v)", werr, err) //nolint:errorlint // flattened: must not match as permanent
+		return OutcomeRetry, fmt.Errorf("%w: %w (job error: %v)", errRecordUnwritten, werr, err) //nolint:errorlint // flattened: must not match as permanent
 	}
 	log.Warn().Str("error_class", class).Bool("final", final).Str("error_key", keys.Error).Err(err).Msg("job failed; error record written")
 	if final {

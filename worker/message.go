@@ -48,15 +48,16 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, del *deleter, q *que
 	w.inHand.Add(1)
 	defer w.inHand.Add(-1)
 
-	jctx, cancel := context.WithCancelCause(ctx)
+	// Each job runs under its own -job-timeout (runJob); the message's
+	// context ends only with a lost heartbeat or the drain deadline, so a
+	// job waiting for a bucket that is down keeps its message in hand.
+	mctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	jctx, cancelTimeout := context.WithTimeoutCause(jctx, w.cfg.Jobs.Timeout, errors.New("job timeout"))
-	defer cancelTimeout()
 	l := lease{q: q, id: id, receipt: aws.ToString(msg.ReceiptHandle)}
-	prog := &progress{start: w.now()}
-	hb.add(l, cancel, prog)
+	d := &delivery{id: id, body: aws.ToString(msg.Body), attempt: attempt, priority: q.priority, prog: &progress{start: w.now()}}
+	hb.add(l, cancel, d.prog)
 
-	outcome, err := w.runMessage(jctx, log, msg, attempt, q.priority, prog)
+	outcome, err := w.runMessage(mctx, log, d)
 	// Stop extending before the final action: an extension racing the
 	// delete would fail and be taken for a lost heartbeat.
 	hb.remove(id)
@@ -69,10 +70,10 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, del *deleter, q *que
 			// Outputs exist, so the redelivery is detected as a duplicate.
 			log.Error().Err(derr).Msg("delete failed; a redelivery will find the jobs done")
 		}
-	case errors.Is(context.Cause(jctx), errHeartbeatLost):
+	case errors.Is(context.Cause(mctx), errHeartbeatLost):
 		outcome = MessageReleased
 		log.Warn().Err(err).Msg("message abandoned: heartbeat lost")
-	case errors.Is(context.Cause(jctx), errDrainTimeout):
+	case errors.Is(context.Cause(mctx), errDrainTimeout):
 		outcome = MessageReleased
 		w.setVisibility(fctx, log, q, msg, 0)
 		log.Warn().Msg("message released to the queue at shutdown")
@@ -84,6 +85,26 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, del *deleter, q *que
 	}
 	w.m.messages.WithLabelValues(outcome).Inc()
 	log.Info().Str("outcome", outcome).Dur("took", w.now().Sub(start)).Msg("message done")
+}
+
+// delivery is one receipt of a message: what its jobs share.
+type delivery struct {
+	id       string // message id
+	body     string
+	attempt  int
+	priority uint64 // the Triton priority of its queue's chunks
+	prog     *progress
+	records  int // records in the message, jobs or not
+}
+
+// rejectionKey is where the error record of record i goes when the
+// message, not the input, is at fault (not a job, or refused by policy):
+// named by the message, never beside the input's outputs.
+func (d *delivery) rejectionKey(prefix string, i int) string {
+	if d.records <= 1 {
+		return contract.InvalidMessageKey(prefix, d.id)
+	}
+	return contract.RejectedRecordKey(prefix, d.id, i)
 }
 
 func (w *Worker) retryBackoff(attempt int) time.Duration {
@@ -124,33 +145,46 @@ type progress struct {
 // returns nil when the message can be deleted (every job has a transcript
 // or an error record, or needs none), or the first retryable error. Jobs
 // already done on an earlier delivery are skipped, so a retried message
-// redoes no finished work.
-func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, msg types.Message, attempt int, priority uint64, prog *progress) (outcome string, err error) {
+// redoes no finished work. A record that is not a job gets its own error
+// record; the others run.
+func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, d *delivery) (outcome string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = recoverError(r)
 		}
 	}()
-	jobs, err := contract.ParseMessage([]byte(aws.ToString(msg.Body)))
+	records, err := contract.ParseRecords([]byte(d.body))
 	if err != nil {
 		err = Permanent(contract.ClassBadMessage, err)
 		// There is no input to put the record beside, so it goes under
 		// the output prefix by message id and keeps the body: nothing is
 		// lost, and the body is never logged.
-		log.Warn().Int("body_bytes", len(aws.ToString(msg.Body))).Err(err).Msg("unparseable message")
-		return MessageInvalid, w.recordInvalidMessage(ctx, msg, attempt, err)
+		log.Warn().Int("body_bytes", len(d.body)).Err(err).Msg("unparseable message")
+		return MessageInvalid, w.recordRejected(ctx, d, contract.InvalidMessageKey(w.cfg.Outputs.Prefix, d.id), nil, err)
 	}
-	if len(jobs) == 0 {
+	if len(records) == 0 {
 		return MessageIgnored, nil
 	}
+	d.records = len(records)
 	var retryErr error
-	for i, job := range jobs {
-		jlog := log.With().Str("bucket", job.Bucket).Str("key", job.Key).Logger()
-		if len(jobs) > 1 {
+	for i, rec := range records {
+		jlog := log
+		if len(records) > 1 {
 			jlog = jlog.With().Int("record", i).Logger()
 		}
-		if err := w.runJob(ctx, jlog, aws.ToString(msg.MessageId), job, attempt, priority, prog); err != nil && retryErr == nil {
-			retryErr = fmt.Errorf("record %d of %d: %w", i+1, len(jobs), err)
+		if rec.Err != nil {
+			err := Permanent(contract.ClassBadMessage, rec.Err)
+			jlog.Warn().Err(err).Msg("record is not a job; the message's other records run")
+			w.m.jobs.WithLabelValues(OutcomeFailed).Inc()
+			err = w.recordRejected(ctx, d, d.rejectionKey(w.cfg.Outputs.Prefix, i), nil, err)
+			if err != nil && retryErr == nil {
+				retryErr = fmt.Errorf("record %d of %d: %w", i+1, len(records), err)
+			}
+			continue
+		}
+		jlog = jlog.With().Str("bucket", rec.Job.Bucket).Str("key", rec.Job.Key).Logger()
+		if err := w.runJob(ctx, jlog, d, i, rec.Job); err != nil && retryErr == nil {
+			retryErr = fmt.Errorf("record %d of %d: %w", i+1, len(records), err)
 		}
 		if ctx.Err() != nil {
 			break // shutdown or heartbeat loss: the rest waits for the redelivery
@@ -162,14 +196,25 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, msg types.M
 	return MessageDeleted, retryErr
 }
 
-// recordInvalidMessage writes the error record of a message that is not a
-// job. A failed write leaves the message for redelivery.
-func (w *Worker) recordInvalidMessage(ctx context.Context, msg types.Message, attempt int, err error) error {
+// recordRejected writes the error record of a message, or of one of its
+// records, that the worker refuses: at key (named by the message), with
+// the message's id and body, so nothing is lost. in is the input it names,
+// if it names one. A failed write leaves the message for redelivery.
+func (w *Worker) recordRejected(ctx context.Context, d *delivery, key string, in *contract.InputRef, err error) error {
 	w.m.errors.WithLabelValues(ErrorClass(err)).Inc()
 	rec := contract.ErrorRecord{
 		Schema: contract.ErrorSchema, Model: w.model, Class: ErrorClass(err), Message: err.Error(),
-		Attempt: attempt, Final: true, CreatedAt: w.now().UTC(),
-		MessageID: aws.ToString(msg.MessageId), MessageBody: aws.ToString(msg.Body),
+		Attempt: d.attempt, Final: true, CreatedAt: w.now().UTC(),
+		MessageID: d.id, MessageBody: d.body,
 	}
-	return w.out.errorRecord(ctx, contract.InvalidMessageKey(w.cfg.Outputs.Prefix, aws.ToString(msg.MessageId)), rec)
+	if in != nil {
+		rec.Input = *in
+	}
+	for {
+		err := w.out.errorRecord(ctx, key, rec)
+		ue, ok := errors.AsType[*unreachableError](err)
+		if !ok || ctx.Err() != nil || !w.deps.hold(ctx, ue) {
+			return err
+		}
+	}
 }

@@ -36,6 +36,7 @@ type metrics struct {
 	queueMessages  *prometheus.GaugeVec
 	dlqMessages    *prometheus.GaugeVec
 	stages         map[string]prometheus.Observer
+	outage         *outageMetrics
 }
 
 // Pipeline stages timed in fleetscribe_stage_seconds.
@@ -97,6 +98,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "fleetscribe_dlq_messages", Help: "Messages in the dead-letter queue of each queue the worker drains.",
 		}, []string{"queue"}),
 		stages: map[string]prometheus.Observer{},
+		outage: &outageMetrics{
+			up: f.NewGaugeVec(prometheus.GaugeOpts{
+				Name: "fleetscribe_dependency_up", Help: "0 while a bucket the worker needs is down (output, input:BUCKET), 1 once it is back; only buckets that have failed.",
+			}, []string{"dependency"}),
+			outages: f.NewCounterVec(prometheus.CounterOpts{
+				Name: "fleetscribe_dependency_outages_total", Help: "Times a bucket the worker needs went down: its jobs wait, their messages kept in hand.",
+			}, []string{"dependency"}),
+			waiting: f.NewGauge(prometheus.GaugeOpts{
+				Name: "fleetscribe_jobs_waiting_for_dependency", Help: "Jobs in hand waiting for a bucket that is down.",
+			}),
+			reruns: f.NewCounterVec(prometheus.CounterOpts{
+				Name: "fleetscribe_job_reruns_total", Help: "Jobs run again after the bucket they waited for came back, by whether a transcription had been computed before (computed: it is computed again).",
+			}, []string{"computed"}),
+		},
 	}
 	stages := f.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "fleetscribe_stage_seconds", Help: "Time one job spent in each pipeline stage (fetch, decode, resample, infer, upload).",

@@ -24,11 +24,13 @@ import (
 type outputs struct {
 	s3     S3API
 	bucket string
+	deps   *dependencies // learns from every answer
 }
 
 // exists reports whether key exists, with one HEAD.
 func (o outputs) exists(ctx context.Context, key string) (bool, error) {
 	_, err := o.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
+	err = o.deps.answer(depOutput, key, err)
 	switch {
 	case err == nil:
 		return true, nil
@@ -78,7 +80,23 @@ func (o outputs) errorRecord(ctx context.Context, key string, rec contract.Error
 // HEAD to look first is not.
 func (o outputs) remove(ctx context.Context, key string) error {
 	_, err := o.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
-	return err
+	return o.deps.answer(depOutput, key, err)
+}
+
+// writeCheck is the key under the output prefix that probes whether the
+// worker can write its outputs: a small object, overwritten by each probe.
+// Output keys start with a bucket name, never with '_'.
+const writeCheck = "_write-check"
+
+// probe writes the write check: the output bucket takes the worker's
+// writes. At start, and while the bucket is down.
+func (o outputs) probe(ctx context.Context, prefix string) error {
+	body := []byte(`{"written_by":"fleetscribe worker","purpose":"checks that the output prefix can be written"}`)
+	err := o.put(ctx, prefix+writeCheck, body, "application/json", "", nil)
+	if err != nil {
+		return fmt.Errorf("write check: %w", err)
+	}
+	return nil
 }
 
 // putClaim writes a claim's body at key; ifAbsent makes the write
@@ -92,13 +110,13 @@ func (o outputs) putClaim(ctx context.Context, key string, body []byte, ifAbsent
 		in.IfNoneMatch = aws.String("*")
 	}
 	_, err := o.s3.PutObject(ctx, in)
-	return err
+	return o.deps.answer(depOutput, key, err)
 }
 
 // read returns at most limit bytes of key, or nil when there is none.
 func (o outputs) read(ctx context.Context, key string, limit int64) ([]byte, error) {
 	out, err := o.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
-	if err != nil {
+	if err = o.deps.answer(depOutput, key, err); err != nil {
 		if s3errs.NotFound(err) {
 			return nil, nil
 		}
@@ -129,7 +147,7 @@ func (o outputs) put(ctx context.Context, key string, body []byte, ctype, taggin
 		ContentType: aws.String(ctype), ContentLength: aws.Int64(int64(len(body))),
 		Tagging: optional(tagging), Metadata: meta,
 	})
-	if err != nil {
+	if err = o.deps.answer(depOutput, key, err); err != nil {
 		err = fmt.Errorf("put s3://%s/%s: %w", o.bucket, key, err)
 		if outputRejected(err) {
 			return Permanent(contract.ClassOutputRejected, err)

@@ -214,20 +214,20 @@ func TestReadyNeedsEveryQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.Ready() {
+	if w.Ready() == nil {
 		t.Error("ready before it runs")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	testwait.For(t, "the worker ready", w.Ready)
+	testwait.For(t, "the worker ready", func() bool { return w.Ready() == nil })
 	if _, err := e.sqs.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(bulkQ.URL)}); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, "the worker not ready with its bulk queue gone", func() bool { return !w.Ready() })
+	testwait.For(t, "the worker not ready with its bulk queue gone", func() bool { return w.Ready() != nil })
 	// The live queue keeps answering meanwhile.
 	for range 60 {
-		if w.Ready() {
+		if w.Ready() == nil {
 			t.Fatal("ready again while the bulk queue is gone")
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -236,7 +236,7 @@ func TestReadyNeedsEveryQueue(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if w.Ready() {
+	if w.Ready() == nil {
 		t.Error("ready after it stopped")
 	}
 }

@@ -41,19 +41,54 @@ func (w *Worker) Interrupt(in Interruption) {
 	}
 }
 
-// Ready reports whether the worker is running and every queue answered
-// its last receive: a worker that cannot reach its queues should not take
-// traffic.
-func (w *Worker) Ready() bool {
+// Ready reports why the worker should not take traffic, or nil: it is
+// running, every queue answered its last receive, and its output bucket
+// takes writes.
+func (w *Worker) Ready() error {
 	if !w.running.Load() {
-		return false
+		return errors.New("not running")
 	}
 	for _, q := range w.queues {
 		if !q.reachable.Load() {
-			return false
+			return fmt.Errorf("queue %s not reachable", q.url)
 		}
 	}
-	return true
+	return w.deps.down()
+}
+
+// healthReporter is a Transcriber that knows how many of its partitions
+// take requests (*triton.Pool).
+type healthReporter interface{ Healthy() int }
+
+// intakeCheck is how often a paused receiver looks again.
+const intakeCheck = 250 * time.Millisecond
+
+// waitForIntake returns once the worker can finish what it would receive:
+// the output bucket takes writes and some Triton partition is healthy.
+// Meanwhile messages stay in the queue, for workers that can.
+// A pause is not idleness: lastActive moves on while it lasts.
+func (w *Worker) waitForIntake(ctx context.Context, q *queue, lastActive *atomic.Int64) error {
+	paused := false
+	for {
+		reason := w.deps.down()
+		if hr, ok := w.tr.(healthReporter); ok && reason == nil && hr.Healthy() == 0 {
+			reason = errors.New("no Triton partition is healthy")
+		}
+		if reason == nil {
+			if paused {
+				w.log.Info().Str("queue_url", q.url).Msg("receiving again")
+			}
+			return nil
+		}
+		if !paused {
+			paused = true
+			w.log.Warn().Str("queue_url", q.url).Err(reason).Msg("not receiving: the jobs could not finish")
+		}
+		lastActive.Store(w.now().UnixNano())
+		if err := backoff.Sleep(ctx, intakeCheck); err != nil {
+			return err
+		}
+	}
 }
 
 // Run receives and processes messages until ctx is cancelled (or, with
@@ -98,6 +133,13 @@ func (w *Worker) start(ctx context.Context) (*session, error) {
 		}
 		q.reachable.Store(true)
 	}
+	// The output bucket must take writes: a worker that cannot write
+	// would transcribe and then fail every job. One that cannot yet runs
+	// not ready and receives nothing, probing until it can.
+	w.deps.probeOnce(ctx, depOutput)
+	if err := w.deps.down(); err != nil {
+		w.log.Error().Err(err).Msg("output bucket cannot be written: not ready and receiving nothing until it can")
+	}
 	w.running.Store(true)
 	s := &session{w: w}
 	s.workCtx, s.cancelWork = context.WithCancelCause(context.WithoutCancel(ctx))
@@ -112,6 +154,7 @@ func (w *Worker) start(ctx context.Context) (*session, error) {
 	delCtx, stopDel := context.WithCancel(s.workCtx)
 	helpers.Go(func() { del.run(delCtx) })
 	helpers.Go(func() { w.watchBacklog(delCtx) })
+	helpers.Go(func() { w.deps.run(delCtx) })
 	s.stopHelpers = func() { stopDel(); stopHB(); helpers.Wait() }
 
 	s.gate = newSlotGate(w.cfg.Jobs.Concurrency, len(w.queues), w.cfg.minShareSlots(), w.m)
@@ -251,6 +294,10 @@ func (r *runners) stop() {
 func (w *Worker) receiveLoop(ctx context.Context, q *queue, gate *slotGate, start func(*queue, types.Message), lastActive *atomic.Int64) {
 	want := 1
 	for {
+		if w.waitForIntake(ctx, q, lastActive) != nil {
+			gate.setBusy(q.rank, false)
+			return
+		}
 		n, err := gate.acquire(ctx, q.rank, want)
 		if err != nil {
 			gate.setBusy(q.rank, false)

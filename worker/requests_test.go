@@ -51,9 +51,12 @@ func (c *tallyS3) HeadObject(ctx context.Context, in *s3.HeadObjectInput, opts .
 }
 
 func (c *tallyS3) PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
-	if strings.HasSuffix(aws.ToString(in.Key), ".claim") {
+	switch k := aws.ToString(in.Key); {
+	case strings.HasSuffix(k, ".claim"):
 		c.add("put claim")
-	} else {
+	case strings.HasSuffix(k, "/_write-check"):
+		c.add("write check") // once per worker start, not per job
+	default:
 		c.add("put")
 	}
 	return c.S3API.PutObject(ctx, in, opts...)
@@ -67,7 +70,7 @@ func (c *tallyS3) DeleteObject(ctx context.Context, in *s3.DeleteObjectInput, op
 // A short recording costs one GET (the whole object, with its ETag), one
 // HEAD (the transcript check), one PUT (the transcript) and one DELETE
 // (free: an error record of an earlier delivery, if any); no claim below
-// -claim-min-audio. A recording past the first read costs a second GET of
+// -claim-min-audio. (A worker writes its write check once at start.) A recording past the first read costs a second GET of
 // exactly the rest, of the same version; a long one gets a claim.
 func TestRequestsPerJob(t *testing.T) {
 	e := newEnv(t, 1, 3)
@@ -79,7 +82,7 @@ func TestRequestsPerJob(t *testing.T) {
 	cfg.Audio.Timestamps = false // chunks meet end to end: the model sees each sample once
 	tally := &tallyS3{S3API: e.s3}
 	e.runS3(cfg, tally)
-	want := map[string]int{"get": 1, "head": 1, "put": 1, "delete": 1}
+	want := map[string]int{"get": 1, "head": 1, "put": 1, "delete": 1, "write check": 1}
 	if fmt.Sprint(tally.calls) != fmt.Sprint(want) {
 		t.Errorf("short recording: S3 calls %v, want %v", tally.calls, want)
 	}
@@ -96,7 +99,7 @@ func TestRequestsPerJob(t *testing.T) {
 	e.runS3(cfg, tally)
 	// The claim is read back after it settles, and again (to be sure it is
 	// still ours) before it is deleted.
-	want = map[string]int{"get": 4, "head": 1, "put": 1, "put claim": 1, "delete": 2}
+	want = map[string]int{"get": 4, "head": 1, "put": 1, "put claim": 1, "delete": 2, "write check": 1}
 	if fmt.Sprint(tally.calls) != fmt.Sprint(want) {
 		t.Errorf("long recording: S3 calls %v, want %v", tally.calls, want)
 	}

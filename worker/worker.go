@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +57,7 @@ type Worker struct {
 	m      *metrics
 	gate   *memoryGate
 	queues []*queue
+	deps   *dependencies // the buckets, as requests find them (outage.go)
 	now    func() time.Time
 	ffmpeg *audio.FFmpeg // nil: formats without a Go decoder are unsupported
 
@@ -81,8 +83,12 @@ func New(cfg Config, model string, sqsc SQSAPI, s3c S3API, tr Transcriber, log z
 		cfg.Jobs.MemoryBudget = DefaultMemoryBudget()
 	}
 	m := newMetrics(reg)
-	w := &Worker{cfg: cfg, model: model, sqs: sqsc, in: inputs{s3c}, out: outputs{s3c, cfg.Outputs.Bucket}, tr: tr, log: log, m: m, gate: newMemoryGate(cfg.Jobs.MemoryBudget, m), now: time.Now,
+	w := &Worker{cfg: cfg, model: model, sqs: sqsc, tr: tr, log: log, m: m, gate: newMemoryGate(cfg.Jobs.MemoryBudget, m), now: time.Now,
 		interrupt: make(chan Interruption, 1)}
+	w.deps = newDependencies(log, func() time.Time { return w.now() }, cfg.Jobs.OutageWait, m.outage)
+	w.deps.probeFor = w.probeFor
+	w.in = inputs{s3: s3c, deps: w.deps}
+	w.out = outputs{s3: s3c, bucket: cfg.Outputs.Bucket, deps: w.deps}
 	if cfg.Inputs.FFmpeg != "" {
 		if bin, err := exec.LookPath(cfg.Inputs.FFmpeg); err == nil {
 			w.ffmpeg = &audio.FFmpeg{Bin: bin, Timeout: cfg.Jobs.Timeout, MaxSeconds: cfg.Inputs.MaxAudioSeconds}
@@ -128,4 +134,15 @@ func (w *Worker) checkQueue(ctx context.Context, url string) error {
 		}
 	}
 	return nil
+}
+
+// probeFor says how a dependency is probed: the output bucket by the write
+// check (which confirms a lone failure: it is a key of its own), an input
+// bucket by a read of its failing keys.
+func (w *Worker) probeFor(name string) (func(ctx context.Context, keys []string) error, bool) {
+	if name == depOutput {
+		return func(ctx context.Context, _ []string) error { return w.out.probe(ctx, w.cfg.Outputs.Prefix) }, true
+	}
+	bucket := strings.TrimPrefix(name, inputDep(""))
+	return func(ctx context.Context, keys []string) error { return w.in.probe(ctx, bucket, keys) }, false
 }

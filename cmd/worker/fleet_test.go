@@ -25,6 +25,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/internal/testwait"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 )
@@ -243,7 +244,7 @@ func TestReadinessWithoutQueues(t *testing.T) {
 	base := "http://" + p.metricsAddr(t)
 	waitStatus(t, base+"/readyz", http.StatusOK)
 	emu.Stop()
-	if body := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable); !strings.Contains(body, "queues not reachable") {
+	if body := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable); !strings.Contains(body, "not reachable") {
 		t.Errorf("readyz: %q", body)
 	}
 	// Every instance shares the queues: the instance health check must not
@@ -500,5 +501,28 @@ func TestDrainOnlyFromLoopback(t *testing.T) {
 		if got := fromLoopback(remote); got != want {
 			t.Errorf("fromLoopback(%q) = %v, want %v", remote, got, want)
 		}
+	}
+}
+
+// A worker whose output bucket does not exist is not ready (a HEAD of a
+// missing bucket is a 404 like a missing key, so only a write tells), and
+// the instance health check still passes: the bucket is every instance's.
+func TestReadinessWithoutOutputBucket(t *testing.T) {
+	emu, q := setupQueue(t, "ready3")
+	asr := tritontest.Start(t)
+	p := startWorker(t, "FLEETSCRIBE_AWS_ENDPOINT="+emu.Endpoint, "FLEETSCRIBE_QUEUE_URL="+q.URL,
+		"FLEETSCRIBE_OUTPUT_BUCKET=no-such-bucket", "FLEETSCRIBE_INPUT_BUCKETS=inbox", "FLEETSCRIBE_TRITON_ADDRS="+asr.Addr, "FLEETSCRIBE_IMDS=off")
+	base := "http://" + p.metricsAddr(t)
+	var code int
+	var body string
+	testwait.For(t, "the worker running", func() bool {
+		code, body = probe(base + "/readyz")
+		return code != 0 && !strings.Contains(body, "not running")
+	})
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "output bucket unavailable") || !strings.Contains(body, "NoSuchBucket") {
+		t.Errorf("readyz: %d %q, want 503 naming the missing output bucket", code, body)
+	}
+	if code, body := probe(base + "/readyz?local=1"); code != http.StatusOK {
+		t.Errorf("readyz?local=1 %d (%q) with the partitions up and the output bucket missing", code, body)
 	}
 }

@@ -91,7 +91,7 @@ func (c *config) registerFleetFlags(fs *flag.FlagSet) {
 }
 
 func (c *config) registerOpsFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.metricsAddr, "metrics-addr", ":9100", "listen address of /metrics, /healthz and /readyz (empty: off)\n/healthz is liveness; /readyz is the queues reachable and a partition ready, /readyz?local=1 a partition ready. The default is every interface, as a container's published port needs: on a host, 127.0.0.1:9100 keeps it local.")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", ":9100", "listen address of /metrics, /healthz and /readyz (empty: off)\n/healthz is liveness; /readyz is the queues reachable, the output bucket writable and a partition ready, /readyz?local=1 a partition ready. The default is every interface, as a container's published port needs: on a host, 127.0.0.1:9100 keeps it local.")
 	fs.IntVar(&c.gpus, "gpus", 1, "GPUs the partitions run on (the MPS plan's override sets it)\nExported as fleetscribe_gpus, for throughput per GPU.")
 	fs.StringVar(&c.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the whole run to this file (for go tool pprof)")
 	fs.StringVar(&c.memProfile, "mem-profile", "", "write a Go allocation profile to this file at exit (for go tool pprof)")
@@ -211,10 +211,12 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		}
 		log.Info().Str("addr", lis.Addr().String()).Msg("metrics listening")
 		ready := func(local bool) error {
-			switch {
-			case !local && !w.Ready():
-				return errors.New("queues not reachable")
-			case pool.Healthy() == 0:
+			if !local {
+				if err := w.Ready(); err != nil {
+					return err
+				}
+			}
+			if pool.Healthy() == 0 {
 				return errors.New("no triton partition ready")
 			}
 			return nil

@@ -1,0 +1,350 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/fleetscribe/fleetscribe/internal/backoff"
+)
+
+// An outage is a dependency that stops answering: the output bucket, an
+// input bucket (missing, access denied, 5xx, unreachable). Its jobs are
+// not the inputs' fault, so they are not failed: a job whose request to a
+// dependency that is down fails waits, its message kept invisible by the
+// heartbeat, until a probe finds the dependency back, and then runs again
+// within the same receive (a transcript computed before the outage is
+// written, not computed again). While the output bucket is down the worker
+// receives nothing and is not ready. A lone failure (one key, while the
+// bucket serves others) is the job's own and fails as before.
+//
+// A dependency is down when requests for two different keys failed so
+// with no success in between, or when its probe failed: a PUT of the
+// write check under the output prefix, a one-byte GET of the failing keys
+// of an input bucket.
+
+// Names of the dependencies.
+const depOutput = "output"
+
+func inputDep(bucket string) string { return "input:" + bucket }
+
+// outageConfirm is how long a lone failure of an input bucket waits for a
+// second key to fail (an outage) or any to succeed (the key's own fault).
+const outageConfirm = 10 * time.Second
+
+// unreachableError is a failed request that says its dependency may be
+// down rather than the job at fault.
+type unreachableError struct {
+	dep, key string
+	err      error
+}
+
+func (e *unreachableError) Error() string { return e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// answer learns from the outcome of a request for key to dep: nil, or an
+// error the service gave about the request itself (not found, precondition
+// failed), says dep answers; an error that says dep, not the request, is
+// at fault (the bucket does not exist, access is denied, the service fails
+// or cannot be reached) is returned as an unreachableError. d may be nil
+// (a worker's adapter outside Run).
+func (d *dependencies) answer(dep, key string, err error) error {
+	switch {
+	case err != nil && dependencyFault(err):
+		return &unreachableError{dep: dep, key: key, err: err}
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return err
+	case d != nil:
+		d.ok(dep)
+	}
+	return err
+}
+
+func dependencyFault(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if _, ok := errors.AsType[*smithyhttp.RequestSendError](err); ok {
+		return true // no answer at all: connection refused, reset, DNS
+	}
+	if re, ok := errors.AsType[*smithyhttp.ResponseError](err); ok {
+		if code := re.HTTPStatusCode(); code >= 500 || code == http.StatusForbidden {
+			return true
+		}
+	}
+	if ae, ok := errors.AsType[smithy.APIError](err); ok {
+		switch ae.ErrorCode() {
+		case "NoSuchBucket", "AccessDenied", "AllAccessDisabled", "AccountProblem", "InvalidAccessKeyId", "ExpiredToken",
+			"SignatureDoesNotMatch", "InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout":
+			return true
+		}
+		return strings.HasPrefix(ae.ErrorCode(), "KMS.")
+	}
+	return false
+}
+
+// dependency is one bucket the worker needs, as its requests found it.
+type dependency struct {
+	probe func(ctx context.Context, keys []string) error
+	// confirms: a probe success says a lone failure was the key's own (the
+	// output's write check is a key of its own); an input's probe reads
+	// the failing keys, so a lone failure waits for a second key instead.
+	confirms bool
+	failing  map[string]error // keys failed since the last success
+	down     bool
+	since    time.Time
+	err      error // the failure that took it down
+	probing  bool
+}
+
+// dependencies tracks the worker's dependencies and the jobs waiting for
+// them.
+type dependencies struct {
+	log  zerolog.Logger
+	now  func() time.Time
+	wait time.Duration // the most a job waits for one
+	m    *outageMetrics
+	// probeFor returns how to probe a dependency, by name.
+	probeFor func(name string) (probe func(ctx context.Context, keys []string) error, confirms bool)
+
+	mu      sync.Mutex
+	deps    map[string]*dependency
+	changed chan struct{} // closed and replaced when a dependency goes down or up, or a probe ends
+}
+
+type outageMetrics struct {
+	up      *prometheus.GaugeVec
+	outages *prometheus.CounterVec
+	waiting prometheus.Gauge
+	reruns  *prometheus.CounterVec
+}
+
+func newDependencies(log zerolog.Logger, now func() time.Time, wait time.Duration, m *outageMetrics) *dependencies {
+	d := &dependencies{log: log, now: now, wait: wait, m: m, deps: map[string]*dependency{}, changed: make(chan struct{})}
+	d.probeFor = func(string) (func(context.Context, []string) error, bool) { return nil, false }
+	return d
+}
+
+// get returns the dependency of name, known from now on.
+func (d *dependencies) get(name string) *dependency {
+	dep, ok := d.deps[name]
+	if !ok {
+		dep = &dependency{failing: map[string]error{}}
+		dep.probe, dep.confirms = d.probeFor(name)
+		d.deps[name] = dep
+	}
+	return dep
+}
+
+func (d *dependencies) broadcastLocked() {
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// ok records a request to name that succeeded.
+func (d *dependencies) ok(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dep, known := d.deps[name]
+	if !known || len(dep.failing) == 0 && !dep.down {
+		return
+	}
+	clear(dep.failing)
+	if dep.down {
+		dep.down = false
+		d.m.up.WithLabelValues(name).Set(1)
+		d.log.Warn().Str("dependency", name).Dur("down_for", d.now().Sub(dep.since)).Msg("dependency back; jobs waiting for it run again")
+	}
+	d.broadcastLocked()
+}
+
+// failed records a failure of key on name and reports whether name is
+// down (this one or an earlier failure of another key since the last
+// success).
+func (d *dependencies) failed(name, key string, err error) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dep := d.get(name)
+	dep.failing[key] = err
+	if !dep.down && len(dep.failing) >= 2 {
+		d.setDownLocked(name, dep, err)
+	}
+	return dep.down
+}
+
+func (d *dependencies) setDownLocked(name string, dep *dependency, err error) {
+	dep.down, dep.since, dep.err = true, d.now(), err
+	d.m.up.WithLabelValues(name).Set(0)
+	d.m.outages.WithLabelValues(name).Inc()
+	d.log.Error().Str("dependency", name).Err(err).Msg("dependency down: its jobs wait, their messages kept in hand")
+	d.broadcastLocked()
+}
+
+// down reports the output bucket's outage, if it is down: the worker then
+// receives nothing and is not ready.
+func (d *dependencies) down() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if dep, ok := d.deps[depOutput]; ok && dep.down {
+		return fmt.Errorf("output bucket unavailable since %s: %w", dep.since.UTC().Format(time.RFC3339), dep.err)
+	}
+	return nil
+}
+
+// hold decides what a job whose request failed with ue does: it returns
+// true once the dependency, which was down, is back (run the step again),
+// and false when the failure is the job's own or the wait ended (fail as
+// before). A lone failure is confirmed first: the probe of a dependency
+// that has one, or else a short wait for a second key to fail.
+func (d *dependencies) hold(ctx context.Context, ue *unreachableError) bool {
+	if !d.failed(ue.dep, ue.key, ue.err) && !d.confirm(ctx, ue.dep) {
+		return false
+	}
+	d.m.waiting.Inc()
+	defer d.m.waiting.Dec()
+	wctx, cancel := context.WithTimeout(ctx, d.wait)
+	defer cancel()
+	for {
+		d.mu.Lock()
+		dep := d.get(ue.dep)
+		up, wait := !dep.down, d.changed
+		d.mu.Unlock()
+		if up {
+			return true
+		}
+		select {
+		case <-wait:
+		case <-wctx.Done():
+			return false
+		}
+	}
+}
+
+// confirm reports whether name is down after a lone failure.
+func (d *dependencies) confirm(ctx context.Context, name string) bool {
+	d.mu.Lock()
+	byProbe := d.get(name).confirms
+	d.mu.Unlock()
+	if byProbe {
+		d.probeOnce(ctx, name)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.get(name).down
+	}
+	timer := time.NewTimer(outageConfirm)
+	defer timer.Stop()
+	for {
+		d.mu.Lock()
+		dep := d.get(name)
+		down, cleared, wait := dep.down, len(dep.failing) == 0, d.changed
+		d.mu.Unlock()
+		switch {
+		case down:
+			return true
+		case cleared:
+			return false
+		}
+		select {
+		case <-wait:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// probeOnce probes name (or waits for the probe already running) and marks
+// it up or down by the answer.
+func (d *dependencies) probeOnce(ctx context.Context, name string) {
+	d.mu.Lock()
+	dep := d.get(name)
+	for dep.probing {
+		wait := d.changed
+		d.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return
+		}
+		d.mu.Lock()
+		if !dep.probing {
+			d.mu.Unlock()
+			return // its answer is in
+		}
+	}
+	dep.probing = true
+	keys := make([]string, 0, len(dep.failing))
+	for k := range dep.failing {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	probe := dep.probe
+	d.mu.Unlock()
+
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := probe(pctx, keys)
+	cancel()
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	dep.probing = false
+	switch {
+	case err == nil:
+		clear(dep.failing)
+		if dep.down {
+			dep.down = false
+			d.m.up.WithLabelValues(name).Set(1)
+			d.log.Warn().Str("dependency", name).Dur("down_for", d.now().Sub(dep.since)).Msg("dependency back; jobs waiting for it run again")
+		}
+	case ctx.Err() != nil:
+	case !dep.down:
+		d.setDownLocked(name, dep, err)
+		return
+	}
+	d.broadcastLocked()
+}
+
+// run probes every dependency that is down, with backoff (1 s doubling to
+// 10 s: a write check or a one-byte read every 10 s costs nothing beside
+// the work waiting), until ctx ends.
+func (d *dependencies) run(ctx context.Context) {
+	tries := map[string]int{}
+	next := map[string]time.Time{}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		d.mu.Lock()
+		var due []string
+		for name, dep := range d.deps {
+			switch {
+			case !dep.down:
+				delete(tries, name)
+				delete(next, name)
+			case dep.probe != nil && !dep.probing && !d.now().Before(next[name]):
+				due = append(due, name)
+			}
+		}
+		d.mu.Unlock()
+		for _, name := range due {
+			d.probeOnce(ctx, name)
+			tries[name]++
+			next[name] = d.now().Add(backoff.Delay(time.Second, 10*time.Second, tries[name]))
+		}
+	}
+}
