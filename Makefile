@@ -46,7 +46,7 @@ test: deps tflint ## vet, format check, terraform and Helm chart checks and all 
 	$(MAKE) --no-print-directory tf-lint
 	FLEETSCRIBE_REQUIRE_TERRAFORM=1 $(MAKE) --no-print-directory tf-validate
 	$(MAKE) --no-print-directory k8s-validate
-	FLEETSCRIBE_REQUIRE_HELM=1 FLEETSCRIBE_REQUIRE_PROMTOOL=1 FLEETSCRIBE_REQUIRE_TRITON=1 FLEETSCRIBE_REQUIRE_MOTO=1 $(GO) test -race -count=1 ./...
+	FLEETSCRIBE_REQUIRE_HELM=1 FLEETSCRIBE_REQUIRE_PROMTOOL=1 FLEETSCRIBE_REQUIRE_TRITON=1 FLEETSCRIBE_REQUIRE_MOTO=1 FLEETSCRIBE_REQUIRE_PYTOOLS=1 $(GO) test -race -count=1 ./...
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s deploy/triton/tests
 	FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -tags chaos -run TestChaosShort -v ./chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
 
@@ -97,6 +97,17 @@ lint: deps tf-lint ## golangci-lint (see .golangci.yml), gofmt and tflint
 	@scripts/tools.sh golangci-lint
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GOBIN)/golangci-lint run ./...
+
+# The GPU Triton image's tag: the Triton release and NeMo's version.
+TRITON_IMAGE_TAG ?= 24.10-nemo2.7.3
+
+.PHONY: triton-image
+triton-image: ## build the GPU Triton image (deploy/triton/Dockerfile: Triton 24.10 with NeMo, pinned by hash) where Docker runs: fleetscribe-triton:$(TRITON_IMAGE_TAG)
+	docker build -f deploy/triton/Dockerfile -t fleetscribe-triton:$(TRITON_IMAGE_TAG) .
+
+.PHONY: triton-image-lock
+triton-image-lock: ## re-resolve the GPU Triton image's pinned packages for its Python (needs the package index)
+	scripts/triton-image-lock.sh
 
 .PHONY: bench-buckets
 bench-buckets: deps ## choose bucket lengths: padding vs batch formation on a realistic length mix
@@ -162,9 +173,11 @@ bench-gpu: deps ## GPU benchmark on this host's GPU 0 through real Triton (needs
 	$(MAKE) --no-print-directory bench-gpu-report
 
 .PHONY: bench-gpu-report
-bench-gpu-report: deps ## table, plot and RESULT line from the committed GPU benchmark results (no GPU needed)
+bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU benchmark results (no GPU needed); the last is the compiled encoder's
 	$(GO) run ./bench/gpu/gpubench report -results docs/benchmarks/results.csv -offline docs/benchmarks/offline.json \
 	  -table docs/benchmarks/table.md -plot docs/benchmarks/throughput-p99.png
+	$(GO) run ./bench/gpu/gpubench compiled -results docs/benchmarks/compiled/served-a.csv -results docs/benchmarks/compiled/served-b.csv \
+	  -study docs/benchmarks/compiled/encoder-nemo.json
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests (needs python3 with torch; on a GPU also CUDA-graph replay against eager)

@@ -30,10 +30,20 @@ type ComposeConfig struct {
 	LogOpts   []string
 }
 
+// DefaultTritonImage is the GPU Triton image `make triton-image` builds
+// (deploy/triton/Dockerfile: the pinned Triton release with NeMo), as a
+// compose host that built it names it; a fleet pulls it from its ECR.
+const DefaultTritonImage = "fleetscribe-triton:24.10-nemo2.7.3"
+
+// CompileCacheDir is where the image keeps the compiled encoder's
+// artefacts (FLEETSCRIBE_COMPILE_CACHE): one volume there for every
+// partition of a host.
+const CompileCacheDir = "/var/cache/fleetscribe/compile"
+
 // DefaultComposeConfig is what the project's compose file expects.
 func DefaultComposeConfig() ComposeConfig {
 	return ComposeConfig{
-		Image:           "${TRITON_IMAGE:-nvcr.io/nvidia/tritonserver:24.10-py3}",
+		Image:           "${TRITON_IMAGE:-" + DefaultTritonImage + "}",
 		ModelRepository: "${MODEL_REPOSITORY:-./deploy/triton/models}",
 		Dirs:            Dirs{Pipe: "/tmp/nvidia-mps", Log: "/var/log/nvidia-mps"},
 	}
@@ -122,6 +132,7 @@ func Compose(ps []Partition, c ComposeConfig) []byte {
 		fmt.Fprintf(&b, "      - %s\n", q("mps-pipe:"+c.Dirs.Pipe))
 		fmt.Fprintf(&b, "      - %s\n", q("mps-log:"+c.Dirs.Log))
 		fmt.Fprintf(&b, "      - %s\n", q(c.ModelRepository+":/models:ro"))
+		fmt.Fprintf(&b, "      - %s\n", q("compile-cache:"+CompileCacheDir))
 		b.WriteString("    environment:\n")
 		for _, kv := range p.Env(c.Dirs) {
 			k, v, _ := strings.Cut(kv, "=")
@@ -134,7 +145,9 @@ func Compose(ps []Partition, c ComposeConfig) []byte {
 		fmt.Fprintf(&b, "    command: [%s]\n", strings.Join(args, ", "))
 		b.WriteString("    healthcheck:\n")
 		fmt.Fprintf(&b, "      test: [\"CMD\", \"curl\", \"-fsS\", %s]\n", q(fmt.Sprintf("http://localhost:%d/v2/health/ready", p.HTTPPort)))
-		b.WriteString("      interval: 10s\n      timeout: 3s\n      retries: 30\n")
+		// A partition compiles its encoder before it is ready: six minutes
+		// from an empty cache. Failures in start_period do not count.
+		b.WriteString("      interval: 10s\n      timeout: 3s\n      retries: 30\n      start_period: 15m\n")
 		b.WriteString("    restart: unless-stopped\n")
 		b.WriteString(logging)
 		b.WriteString("    deploy: *gpus\n\n")

@@ -30,6 +30,7 @@ type PoolConfig struct {
 	// input, which shows the input is at fault (ErrPoisonInput).
 	PoisonWait     time.Duration
 	HealthInterval time.Duration // how often partitions are probed
+	StartTimeout   time.Duration // how long a worker waits at start for a partition to be ready
 	Priority       uint64        // Triton request priority for every request (0: the model's default)
 	QueueTimeout   time.Duration // Triton queue timeout for every request (0: the model's default)
 	// SharedMemory sends each chunk's audio through a shared memory region
@@ -39,6 +40,11 @@ type PoolConfig struct {
 	// ChunkSamples is the longest chunk the caller sends (the slot size of
 	// the shared memory regions; the model's largest bucket, if larger).
 	ChunkSamples int
+	// MetricsAddrs are the partitions' Triton metrics endpoints, one per
+	// address of Addrs, read at each health check for what each
+	// partition's model runs (Engines). Empty: each gRPC port plus two,
+	// the MPS plan's layout; "off" alone: none.
+	MetricsAddrs []string
 	// OnSharedMemoryError, if set, hears why a partition could not map its
 	// region, after each failed registration (a partition is asked again
 	// after 30 s, then at doubling intervals up to 16 minutes).
@@ -49,6 +55,8 @@ type PoolConfig struct {
 func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	c.Addrs = []string{"127.0.0.1:8001"}
 	fs.Var((*flagext.StringSliceCSV)(&c.Addrs), "triton-addrs", "comma-separated Triton gRPC addresses, one per partition")
+	fs.Var((*flagext.StringSliceCSV)(&c.MetricsAddrs), "triton-metrics-addrs", "the partitions' Triton metrics addresses, one per -triton-addrs entry (empty: each gRPC port + 2; off: none)\n"+
+		"Empty follows worker mps's layout (gRPC, HTTP, metrics). Read at each health check for what each partition's model runs (encoder path, decoder CUDA graphs): fleetscribe_triton_engine and /readyz.")
 	fs.IntVar(&c.MaxInflight, "triton-max-inflight", 48, "most requests in flight per partition\nEnough to fill its dynamic batcher's preferred batch sizes; backpressure lowers each partition's limit below it, success raises it again.")
 	fs.DurationVar(&c.RequestTimeout, "triton-request-timeout", 2*time.Minute, "timeout of one inference attempt")
 	fs.IntVar(&c.Attempts, "triton-attempts", 5, "tries per chunk on faults (unreachable partition, server error), each on another partition when one is free\nBackpressure is waited out within the job's deadline instead.")
@@ -57,6 +65,8 @@ func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EjectAfter, "triton-eject-after", 3, "consecutive failures to reach a partition that take it out until it passes a health check\nConnection loss and timeouts only: a server error says nothing of the partition (it lowers its in-flight limit), backpressure never ejects.")
 	fs.DurationVar(&c.PoisonWait, "triton-poison-wait", 10*time.Second, "how long a chunk that failed the same way on two partitions waits for one to serve another chunk\nIf one does, the input is at fault: a permanent model_failed record, not a retry.")
 	fs.DurationVar(&c.HealthInterval, "triton-health-interval", 5*time.Second, "how often partitions are health-checked (ejected ones more often)")
+	fs.DurationVar(&c.StartTimeout, "triton-start-timeout", 15*time.Minute, "how long the worker waits at start for a partition to be ready before it exits\n"+
+		"A GPU partition compiles its encoder before it is ready: from an empty compile cache eight NeMo partitions of an H200 took about six minutes, from a warm one one to two.")
 	fs.Uint64Var(&c.Priority, "triton-priority", 0, "Triton request priority of every chunk of -queue-url (1 is highest; 0: the model's default)")
 	fs.BoolVar(&c.SharedMemory, "triton-shared-memory", true, "pass chunks' audio through POSIX shared memory where the partition shares this host's /dev/shm\nTriton's system shared memory extension, instead of in the gRPC request; partitions that cannot map it get the audio in the request.")
 	fs.DurationVar(&c.QueueTimeout, "triton-queue-timeout", 0, "how long a chunk may wait in Triton's queue before UNAVAILABLE (0: the model's default)")
@@ -77,6 +87,8 @@ func (c PoolConfig) Validate() error {
 		return errors.New("triton eject-after must be at least 1")
 	case c.PoisonWait < 0:
 		return errors.New("triton poison wait must not be negative")
+	case len(c.MetricsAddrs) > 0 && !c.metricsOff() && len(c.MetricsAddrs) != len(c.Addrs):
+		return fmt.Errorf("%d triton metrics addresses for %d partitions: give one per partition, none, or off", len(c.MetricsAddrs), len(c.Addrs))
 	}
 	return nil
 }
@@ -114,7 +126,10 @@ type Pool struct {
 	mPoison   prometheus.Counter
 	mLatency  *prometheus.HistogramVec
 	stats     *serverStats
+	engines   *engines
 }
+
+func (c PoolConfig) metricsOff() bool { return len(c.MetricsAddrs) == 1 && c.MetricsAddrs[0] == "off" }
 
 // NewPool dials every partition. Metrics are registered on reg.
 func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, error) {
@@ -154,7 +169,8 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 			Help:    "Latency of successful inference attempts.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 		}, []string{"partition"}),
-		stats: newServerStats(f),
+		stats:   newServerStats(f),
+		engines: newEngines(f),
 	}
 	for _, addr := range cfg.Addrs {
 		c, err := Dial(addr, io)
@@ -184,7 +200,17 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 				})
 			}
 		}
-		p.parts = append(p.parts, &partition{client: c, limit: float64(cfg.MaxInflight)})
+		part := &partition{client: c, limit: float64(cfg.MaxInflight)}
+		p.parts = append(p.parts, part)
+		switch i := len(p.parts) - 1; {
+		case cfg.metricsOff():
+		case len(cfg.MetricsAddrs) > 0:
+			p.engines.addrs[part] = cfg.MetricsAddrs[i]
+		default:
+			if m, err := MetricsAddr(addr); err == nil {
+				p.engines.addrs[part] = m
+			}
+		}
 		p.mHealthy.WithLabelValues(addr).Set(1)
 		p.mLimit.WithLabelValues(addr).Set(float64(cfg.MaxInflight))
 	}
@@ -593,11 +619,13 @@ func (p *Pool) Run(ctx context.Context) error {
 }
 
 // CollectStats reads each partition's Triton statistics into the queue and
-// compute counters (Run does it at every health check).
+// compute counters, and what its model runs (Run does it at every health
+// check).
 func (p *Pool) CollectStats(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.HealthInterval)
 	defer cancel()
 	p.stats.collect(cctx, p.parts)
+	p.engines.collect(cctx, p.parts)
 }
 
 // checkEjected probes only the ejected partitions and readmits those that

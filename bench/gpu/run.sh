@@ -18,6 +18,16 @@
 #                    timesliced-N, mpsP-N; /eager) -> OUTDIR/results.csv
 #   mix:A,B,...      the realistic length mix, chunked as the worker does
 #   nemo:A,B,...     like clips, with the shipped engine (NeMo) serving $NEMO_MODEL
+#   nemomix:A,B,...  the length mix with the shipped engine serving $NEMO_MODEL
+#   study            the compiled encoder against eager offline, NeMo's model
+#                    (encoder_study.py) -> OUTDIR/encoder-nemo.json
+#   study-standin    the same for the stand-in -> OUTDIR/encoder-standin.json
+#   coldcache        empties the compile cache: the next arrangement starts cold
+#
+# The encoder runs compiled (model.py's default; /eagerenc: eagerly), its
+# artefacts in one cache that every step and partition shares,
+# $FLEETSCRIBE_COMPILE_CACHE (default WORKDIR/compile-cache): the first to
+# need a length compiles it, the rest load it.
 #
 # Needs: nvidia-smi; python3 with torch (CUDA); the pinned Triton server
 # (make deps, or FLEETSCRIBE_TRITONSERVER); a Python environment for its
@@ -45,6 +55,7 @@ gpus="${GPUS:-0}"
 carry="${CARRY:-$root/.gpu}"
 work="${WORKDIR:-/tmp/fleetscribe-gpu}"
 export NEMO_MODEL="${NEMO_MODEL:-$work/parakeet-tdt-shaped.nemo}"
+export FLEETSCRIBE_COMPILE_CACHE="${FLEETSCRIBE_COMPILE_CACHE:-$work/compile-cache}"
 bench="${GPUBENCH:-$root/bin/gpubench}"
 worker="${WORKER:-$root/bin/worker}"
 
@@ -82,13 +93,24 @@ arrangements() { # workload list extra-args...
   "$bench" run -worker "$worker" -tritonserver "$root/scripts/tritonserver" -mps-control "${mpsbin:-nvidia-cuda-mps-control}" \
     -model-config "$root/deploy/triton/models/asr/config.pbtxt" -model-dir "$root/deploy/triton/models/asr/1" \
     -gpus "$gpus" -instance-kind "${INSTANCE_KIND:-KIND_GPU}" -workload "$workload" -concurrency "$c" -duration "$dur" -warmup "$warm" \
-    -out "$out/results.csv" -log "$out/partitions" ${PARAMS:+-param "$PARAMS"} "$@" ${list//,/ } 2>&1 | tee -a "$out/run.log" ||
+    -out "$out/results.csv" -log "$out/partitions" -ready-timeout "${READY_TIMEOUT:-5m}" ${PARAMS:+-param "$PARAMS"} "$@" ${list//,/ } 2>&1 | tee -a "$out/run.log" ||
     log "$workload: some arrangements failed (above); the others were measured"
 }
 
 prepare_carried
 anchor() { # nemo_anchor.py arguments...
   PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/nemo_anchor.py" "$@" 2>&1 |
+    { grep -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log"
+}
+
+nemo_model() {
+  if [[ ! -f "$NEMO_MODEL" ]]; then
+    log "building the NeMo model"; anchor --out "$work/nemo-build.json" --save "$NEMO_MODEL" --batches "" --eager-batches "" || log "NeMo model build failed"
+  fi
+}
+study() { # encoder_study.py arguments...
+  PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/encoder_study.py" --cache "$FLEETSCRIBE_COMPILE_CACHE" \
+    --batches "${STUDY_BATCHES:-16,32}" --max-batch "${STUDY_MAX_BATCH:-32}" ${STUDY_ARGS:-} "$@" 2>&1 |
     { grep -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log"
 }
 
@@ -103,11 +125,15 @@ for step in "$@"; do
     clips:*) arrangements clip "${step#clips:}" ;;
     mix:*) arrangements mix "${step#mix:}" ;;
     nemo:*)
-      if [[ ! -f "$NEMO_MODEL" ]]; then
-        log "building the NeMo model"; anchor --out "$work/nemo-build.json" --save "$NEMO_MODEL" --batches "" --eager-batches "" || log "NeMo model build failed"
-      fi
+      nemo_model
       # -param replaces the list: PARAMS (log_timings=N, ...) joins the model's.
       arrangements clip "${step#nemo:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=45${PARAMS:+,$PARAMS}" ;;
+    nemomix:*)
+      nemo_model
+      arrangements mix "${step#nemomix:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=30${PARAMS:+,$PARAMS}" ;;
+    study) nemo_model; log "compiled encoder study: NeMo"; study --nemo "$NEMO_MODEL" --out "$out/encoder-nemo.json" || log "study failed" ;;
+    study-standin) log "compiled encoder study: stand-in"; study --standin --out "$out/encoder-standin.json" || log "study failed" ;;
+    coldcache) log "compile cache emptied"; rm -rf "$FLEETSCRIBE_COMPILE_CACHE" ;;
     *) log "unknown step $step"; exit 2 ;;
   esac
 done

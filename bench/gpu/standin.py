@@ -32,6 +32,7 @@ As a Triton engine (deploy/triton/models/asr/1/model.py, engine "module"),
 load() builds it from the model's parameters; see bench/gpu/gpubench.
 """
 import math
+import os
 import time
 
 import numpy as np
@@ -580,19 +581,40 @@ class Hypothesis:
 
 class Engine:
     """The stand-in behind the Triton model's contract code: NeMo's
-    transcribe signature over a list of 16 kHz float32 arrays."""
+    transcribe signature over a list of 16 kHz float32 arrays. With a
+    compiled encoder (model.py's CompiledEncoder, as the Parakeet engine
+    uses) a batch is padded to its length bucket and to two rows at least."""
 
-    def __init__(self, model, decode, log_every=0):
-        self.model, self.decode = model, decode
+    def __init__(self, model, decode, log_every=0, compiled=None):
+        self.model, self.decode, self.compiled = model, decode, compiled
         self.device = next(model.parameters()).device
         self.staging = torch.empty(0)
         self.log_every, self.calls, self.spent = log_every, 0, [0.0] * 4
 
-    def batch(self, audio):
-        """The rows padded into one tensor on the model's device: written
-        once into a pinned staging buffer (kept between batches), then
-        copied to the GPU without waiting."""
-        rows, n = len(audio), max(a.size for a in audio)
+    def describe(self):
+        """(encoder path, decoder mode), as model.py's engine metric says them."""
+        return ("compiled" if self.compiled is not None else "eager",
+                "cuda_graph" if self.decode.mode == "cuda_graph" else "no_graphs")
+
+    def encode(self, audio):
+        """Encoder frames and valid frames of audio: compiled where a bucket
+        holds the longest row, else eagerly (only the real rows back)."""
+        bucket = self.compiled.bucket(max(a.size for a in audio)) if self.compiled is not None else None
+        rows = len(audio)
+        if bucket is None:
+            x = self.batch(audio)
+            return self.model.encoder(x, torch.tensor([a.size for a in audio], device=self.device))
+        x = self.batch(audio, rows=2, n=bucket)
+        lengths = torch.tensor([a.size for a in audio] + [bucket] * (x.shape[0] - rows), device=self.device)
+        enc, frames = self.compiled(x, lengths)
+        return enc[:rows], frames[:rows]
+
+    def batch(self, audio, rows=0, n=0):
+        """The rows padded into one tensor on the model's device (to rows
+        rows and n samples, if larger): written once into a pinned staging
+        buffer (kept between batches), then copied to the GPU without
+        waiting."""
+        rows, n = max(rows, len(audio)), max(n, max(a.size for a in audio))
         if self.staging.numel() < rows * n:
             self.staging = torch.empty(rows * n, dtype=torch.float32, pin_memory=self.device.type == "cuda")
         x = self.staging[:rows * n].view(rows, n)
@@ -600,6 +622,7 @@ class Engine:
         for i, a in enumerate(audio):
             host[i, :a.size] = a
             host[i, a.size:] = 0
+        host[len(audio):] = 0
         return x.to(self.device, non_blocking=True) if self.device.type == "cuda" else x.clone()
 
     def mark(self, i, t0):
@@ -615,11 +638,8 @@ class Engine:
 
     def transcribe(self, audio, batch_size, timestamps, verbose):  # noqa: ARG002 - NeMo's signature
         t = time.perf_counter()
-        x = self.batch(audio)
-        lengths = torch.tensor([a.size for a in audio], device=self.device)
-        t = self.mark(0, t)
         with torch.no_grad():
-            enc, frames = self.model.encoder(x, lengths)
+            enc, frames = self.encode(audio)  # input and encoder
             f_all = self.model.decoder.project(enc, frames)
         t = self.mark(1, t)
         toks, tframes, _ = self.decode(f_all, frames)
@@ -632,17 +652,20 @@ class Engine:
         self.mark(3, t)
         self.calls += 1
         if self.log_every and self.calls % self.log_every == 0:
-            print("stand-in timings over %d batches, per batch: input %.1f ms, encoder %.1f ms, decode %.1f ms, words %.1f ms" % (
+            print("stand-in timings over %d batches, per batch: input %.1f ms, input and encoder %.1f ms, decode %.1f ms, words %.1f ms" % (
                 self.log_every, *(1000 * v / self.log_every for v in self.spent)), flush=True)
             self.spent = [0.0] * 4
         return out
 
 
-def load(params, device):
+def load(params, device, compiler=None):
     """A calibrated stand-in as a Triton engine. Model parameters:
     decoder (cuda_graph or eager), steps_per_replay (16), size (full or
     tiny), max_batch (the model's max_batch_size), graph_seconds (longest
-    input the captured graphs hold before they are captured again: 60)."""
+    input the captured graphs hold before they are captured again: 60),
+    encoder (compiled, the default on a GPU, or eager) and length_buckets
+    (seconds, "30,45"), as the Parakeet engine takes them; compiler is
+    model.py's (CompiledEncoder in the shared compile cache)."""
     size = params.get("size") or "full"
     cfg = Config.tiny() if size == "tiny" else Config()
     dev = torch.device(device)
@@ -656,4 +679,20 @@ def load(params, device):
                        max_batch=max_batch, max_seconds=float(params.get("graph_seconds") or 60))
     decode.warm(max_batch)
     calibrate(model, decode)
-    return Engine(model, decode, int(params.get("log_timings") or 0))
+    compiled = None
+    compile_cpu = os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1"
+    if (params.get("encoder") or "compiled") == "compiled" and (dev.type == "cuda" or compile_cpu) and compiler is not None:
+        buckets = sorted({int(round(float(v) * SAMPLE_RATE)) for v in (params.get("length_buckets") or "30,45").split(",") if v.strip()})
+        name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+        key = "standin|%s|%s|%s|%s" % (size, torch.__version__, name, buckets)
+        compiled = compiler(model.encoder.forward, buckets, max_batch, key)
+    engine = Engine(model, decode, int(params.get("log_timings") or 0), compiled)
+    if compiled is not None:
+        def run(n, rows):
+            engine.transcribe([np.zeros(n, dtype=np.float32)] * rows, rows, True, False)
+        t0 = time.perf_counter()
+        compiled.warm(run)
+        print("stand-in encoder compiled for %s s: %d graphs in %.0f s (%s)" % (
+            ",".join("%g" % (b / SAMPLE_RATE) for b in compiled.buckets), compiled.graphs, time.perf_counter() - t0,
+            "compiled" if compiled.cold else "loaded from the cache"), flush=True)
+    return engine

@@ -143,6 +143,7 @@ type bench struct {
 	proxyURL string
 	psrv     *http.Server
 	repo     string
+	dlq      string // the DLQ of the run in progress
 	ports    [][3]int
 	servers  []*tritonproc.Server
 }
@@ -268,6 +269,7 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 
 	// The outage starts once a quarter of the jobs are done, so that jobs
 	// are in hand, some mid-way, and more wait in the queue.
+	b.dlq = q.DLQURL
 	if err := b.waitDone(ctx, out, in, n/4, 5*time.Minute); err != nil {
 		stop()
 		return r, err
@@ -322,13 +324,26 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 		x, _ := strconv.Atoi(v)
 		r.dlq += x
 	}
-	done, err := b.done(ctx, out, in)
-	r.lost = n - done
+	done, err := b.outputs(ctx, out, in)
+	r.lost = max(0, n-done-r.dlq) // a DLQ message may have its record too
 	return r, err
 }
 
-// done counts the jobs with a transcript or an error record.
+// done counts the jobs that reached an end: a transcript or an error
+// record, or their message in the DLQ (a worker that spends its receives
+// on an outage puts messages there, without a record if it could not
+// write one).
 func (b *bench) done(ctx context.Context, out, in string) (int, error) {
+	n, err := b.outputs(ctx, out, in)
+	if err != nil {
+		return 0, err
+	}
+	v, f, err := localaws.Depth(ctx, b.sqs, b.dlq)
+	return n + v + f, err
+}
+
+// outputs counts the jobs with a transcript or an error record.
+func (b *bench) outputs(ctx context.Context, out, in string) (int, error) {
 	var n int
 	p := s3.NewListObjectsV2Paginator(b.s3, &s3.ListObjectsV2Input{Bucket: aws.String(out), Prefix: aws.String("transcripts/" + in + "/")})
 	for p.HasMorePages() {

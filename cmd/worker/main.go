@@ -188,7 +188,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	wctx, cancel := context.WithTimeout(ctx, max(cfg.pool.StartTimeout, time.Second))
 	err = pool.WaitReady(wctx)
 	cancel()
 	if err != nil {
@@ -222,7 +222,8 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 			return nil
 		}
 		parts = append(parts, part{name: "metrics server", run: func(ctx context.Context) error {
-			return serveMetrics(ctx, lis, reg, ready, func() {
+			detail := func() string { return triton.EngineSummary(pool.Engines(), len(cfg.pool.Addrs)) }
+			return serveMetrics(ctx, lis, reg, ready, detail, func() {
 				log.Info().Msg("drain requested over HTTP")
 				drain(errDrainRequested)
 			})
@@ -367,16 +368,19 @@ func protectionPart(ctx context.Context, cfg config, log zerolog.Logger, w *work
 // only what this instance can fix (the worker's partitions), not whether
 // the queues answer: every instance shares those, and an instance health
 // check that replaced the fleet on an SQS outage would only make it worse.
-func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registry, ready func(local bool) error, drain func()) error {
+func serveMetrics(ctx context.Context, lis net.Listener, reg *prometheus.Registry, ready func(local bool) error, detail func() string, drain func()) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		// The first line is the verdict; the second says what the
+		// partitions run (an eager encoder or no decoder graphs on a GPU
+		// serves a fraction of what it could).
 		if err := ready(r.URL.Query().Get("local") == "1"); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, "not ready: "+err.Error()+"\n"+detail(), http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ready\n"))
+		_, _ = w.Write([]byte("ready\n" + detail() + "\n"))
 	})
 	mux.HandleFunc("/drain", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {

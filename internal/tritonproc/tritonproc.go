@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fleetscribe/fleetscribe/internal/modroot"
@@ -230,6 +231,9 @@ type Server struct {
 	done chan struct{}
 }
 
+// MetricsAddr is the server's metrics endpoint, host:port.
+func (s *Server) MetricsAddr() string { return "127.0.0.1:" + strconv.Itoa(s.opts.MetricsPort) }
+
 // ShmPrefix is the prefix of the shared memory regions the Python backend
 // of a server started here creates in /dev/shm; a server killed with
 // SIGKILL leaves them, and Kill removes them.
@@ -312,7 +316,15 @@ func (s *Server) start(ctx context.Context) error {
 // WaitReady waits until the server at addr answers that it and each
 // model are ready, or exited is closed, or timeout passes.
 func WaitReady(ctx context.Context, addr string, models []string, timeout time.Duration, exited <-chan struct{}) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Reconnect within a second of the server listening: gRPC's default
+	// backoff grows to two minutes, longer than the last minutes of a
+	// partition that compiles its encoder for five (seen on an H200: ready
+	// at 5 min 47 s, noticed after the 7 min deadline).
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}))
 	if err != nil {
 		return err
 	}

@@ -65,6 +65,18 @@ func TestCPURepository(t *testing.T) {
 	if !regexp.MustCompile(`server_version\s*\|\s*` + regexp.QuoteMeta(tritonproc.Version) + `\s`).MatchString(log.String()) {
 		t.Errorf("the server's log names no server_version %s", tritonproc.Version)
 	}
+	// The model says what it runs in Triton's metrics, and the pool reads it.
+	pool, err := triton.NewPool(triton.PoolConfig{Addrs: []string{s.Addr}, MetricsAddrs: []string{s.MetricsAddr()}, MaxInflight: 1,
+		RequestTimeout: time.Minute, Attempts: 1, EjectAfter: 1, HealthInterval: 10 * time.Second}, triton.DefaultModelIO(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.CollectStats(context.Background())
+	want := triton.Engine{Engine: "pocketsphinx", Device: "cpu", Encoder: "none", DecoderGraphs: "none"}
+	if got := pool.Engines()[s.Addr]; got != want {
+		t.Errorf("engine %+v, want %+v", got, want)
+	}
+	_ = pool.Close()
 	r := infer(t, s.Addr, triton.DefaultModelIO(), samples)
 	if r.Text != text {
 		t.Errorf("recognised %q, want %q", r.Text, text)

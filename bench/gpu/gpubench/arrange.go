@@ -33,28 +33,29 @@ import (
 //	                SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)
 //
 // with optional suffixes: "/eager" (the model's eager decoder),
-// "/unbatched" (audio not ragged: only identical lengths share a batch) and
-// "/maxbatchN" (max_batch_size N instead of the shipped one, preferred
-// sizes cut to it).
+// "/eagerenc" (its encoder eagerly, not compiled), "/unbatched" (audio not
+// ragged: only identical lengths share a batch) and "/maxbatchN"
+// (max_batch_size N instead of the shipped one, preferred sizes cut to it).
 type arrangement struct {
 	name       string
 	processes  int // Triton processes per GPU (plan partitions)
 	instances  int // model instances per process
 	percentage int // MPS thread percentage; 0: time-sliced
 	decoder    string
+	encoder    string // compiled (the shipped default) or eager
 	unbatched  bool
 	maxBatch   int // 0: the shipped max_batch_size
 }
 
 var (
-	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eager|unbatched|maxbatch\d+))*)$`)
+	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|maxbatch\d+))*)$`)
 	maxBatchRE    = regexp.MustCompile(`/maxbatch(\d+)`)
 )
 
 func parseArrangement(s string) (arrangement, error) {
 	m := arrangementRE.FindStringSubmatch(s)
 	if m == nil {
-		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager or /unbatched", s)
+		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager, /eagerenc, /unbatched or /maxbatchN", s)
 	}
 	a := arrangement{name: s, processes: 1, instances: 1, decoder: "cuda_graph"}
 	n := func(v string) int { k, _ := strconv.Atoi(v); return k }
@@ -72,7 +73,9 @@ func parseArrangement(s string) (arrangement, error) {
 	if a.processes < 1 || a.instances < 1 {
 		return arrangement{}, fmt.Errorf("arrangement %q: counts must be at least 1", s)
 	}
-	a.decoder = map[bool]string{true: "eager", false: "cuda_graph"}[strings.Contains(m[6], "/eager")]
+	suffixes := strings.Split(m[6], "/")
+	a.decoder = map[bool]string{true: "eager", false: "cuda_graph"}[slices.Contains(suffixes, "eager")]
+	a.encoder = map[bool]string{true: "eager", false: "compiled"}[slices.Contains(suffixes, "eagerenc")]
 	a.unbatched = strings.Contains(m[6], "/unbatched")
 	if mb := maxBatchRE.FindStringSubmatch(m[6]); mb != nil {
 		if a.maxBatch = n(mb[1]); a.maxBatch < 1 {

@@ -15,12 +15,13 @@ import (
 
 func TestParseArrangement(t *testing.T) {
 	for in, want := range map[string]arrangement{
-		"single":                  {name: "single", processes: 1, instances: 1, decoder: "cuda_graph"},
-		"instances-4":             {name: "instances-4", processes: 1, instances: 4, decoder: "cuda_graph"},
-		"timesliced-8/eager":      {name: "timesliced-8/eager", processes: 8, instances: 1, decoder: "eager"},
-		"mps50-8":                 {name: "mps50-8", processes: 8, instances: 1, percentage: 50, decoder: "cuda_graph"},
-		"mps25-4/unbatched":       {name: "mps25-4/unbatched", processes: 4, instances: 1, percentage: 25, decoder: "cuda_graph", unbatched: true},
-		"timesliced-4/maxbatch32": {name: "timesliced-4/maxbatch32", processes: 4, instances: 1, decoder: "cuda_graph", maxBatch: 32},
+		"single":                  {name: "single", processes: 1, instances: 1, decoder: "cuda_graph", encoder: "compiled"},
+		"instances-4":             {name: "instances-4", processes: 1, instances: 4, decoder: "cuda_graph", encoder: "compiled"},
+		"timesliced-8/eager":      {name: "timesliced-8/eager", processes: 8, instances: 1, decoder: "eager", encoder: "compiled"},
+		"mps50-8":                 {name: "mps50-8", processes: 8, instances: 1, percentage: 50, decoder: "cuda_graph", encoder: "compiled"},
+		"mps25-8/eagerenc":        {name: "mps25-8/eagerenc", processes: 8, instances: 1, percentage: 25, decoder: "cuda_graph", encoder: "eager"},
+		"mps25-4/unbatched":       {name: "mps25-4/unbatched", processes: 4, instances: 1, percentage: 25, decoder: "cuda_graph", encoder: "compiled", unbatched: true},
+		"timesliced-4/maxbatch32": {name: "timesliced-4/maxbatch32", processes: 4, instances: 1, decoder: "cuda_graph", encoder: "compiled", maxBatch: 32},
 	} {
 		got, err := parseArrangement(in)
 		if err != nil || got != want {
@@ -139,7 +140,7 @@ func TestReportResultLine(t *testing.T) {
 	}
 	f, _ := os.Create(results)
 	w := csv.NewWriter(f)
-	_ = w.Write(columns)
+	_ = w.Write(legacyColumns) // the results committed before the encoder was compiled
 	_ = w.WriteAll(rows)
 	_ = f.Close()
 	offline := filepath.Join(dir, "offline.json")
@@ -198,5 +199,37 @@ func TestRunOnRealTriton(t *testing.T) {
 			r.meanBatch < 1 || r.p99 <= 0 {
 			t.Errorf("row %d: %+v", i, r)
 		}
+	}
+}
+
+func TestCompiledReportResultLine(t *testing.T) {
+	dir := t.TempDir()
+	results := filepath.Join(dir, "results.csv")
+	row := func(arr, enc, workload, conc, audio, p99, ready, cache string) []string {
+		return []string{arr, "mps", "nemo", workload, conc, "100", "3", "30", audio, "400", "500", p99, "8", "90", "0", "0", "1", "1", "1", "1", enc, ready, cache}
+	}
+	rows := [][]string{
+		row("mps50-8", "compiled", "clip45", "64", "7500", "480", "300", "cold"),
+		row("mps50-8", "compiled", "clip45", "128", "9000", "1100", "90", "warm"), // over 1 s
+		row("mps50-8", "compiled", "clip45", "96", "8000", "900", "90", "warm"),
+		row("mps50-8", "compiled", "mix", "32", "6000", "1400", "90", "warm"),
+		row("mps50-8", "compiled", "mix", "64", "7000", "1600", "90", "warm"), // over 1.5 s
+		row("mps25-8/eagerenc", "eager", "clip45", "64", "5000", "500", "45", "none"),
+		{"mps50-8", "mps", "cuda_graph", "clip45", "64", "100", "3", "30", "9999", "400", "500", "500", "8", "90", "0", "0", "1", "1", "1", "1", "compiled", "20", "warm"}, // the stand-in
+	}
+	f, _ := os.Create(results)
+	w := csv.NewWriter(f)
+	_ = w.Write(columns)
+	_ = w.WriteAll(rows)
+	w.Flush()
+	_ = f.Close()
+	out, err := exec.Command("go", "run", ".", "compiled", "-results", results).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := "RESULT server=triton model=nemo encoder=inductor best_mode=mps50-8 served_audio_s_per_s=8000 mix_audio_s_per_s=6000 p99_ms=900 vs_eager=1.60 vs_best_published=0.65 warm_start_s=90 cold_start_s=300"
+	if got := lines[len(lines)-1]; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
 	}
 }

@@ -31,7 +31,11 @@ const rate = 16000
 // Columns of the results CSV.
 var columns = []string{"arrangement", "kind", "decoder", "workload", "concurrency", "completed", "seconds", "req_per_s",
 	"audio_s_per_s", "p50_ms", "p95_ms", "p99_ms", "mean_batch", "gpu_util", "errors", "overloaded", "queue_ms", "input_ms",
-	"infer_ms", "output_ms"}
+	"infer_ms", "output_ms", "encoder", "ready_s", "compile_cache"}
+
+// legacyColumns are the columns of results written before the encoder was
+// compiled: every one of them ran eagerly.
+var legacyColumns = columns[:20]
 
 // loadConfig is one workload against one arrangement's partitions.
 type loadConfig struct {
@@ -113,8 +117,9 @@ func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
 }
 
 // clipRequest sends the same clip as one request.
-func clipRequest(pool *triton.Pool, clip []float32) func(context.Context, int, *point, *sync.Mutex) error {
-	return func(ctx context.Context, _ int, p *point, mu *sync.Mutex) error {
+func clipRequest(pool *triton.Pool, clip []float32) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
+	return func(ctx context.Context, _ int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
+		p := phase.Load() // a clip counts in the window it started in, as before
 		start := time.Now()
 		_, err := pool.Transcribe(ctx, triton.Request{Samples: clip, Timestamps: true})
 		record(p, mu, start, err, float64(len(clip))/rate)
@@ -125,8 +130,8 @@ func clipRequest(pool *triton.Pool, clip []float32) func(context.Context, int, *
 // mixJob transcribes one recording from the length mix the way the worker
 // does: split at quiet points into chunks of at most chunkSeconds
 // (overlapping by a second where there is no pause), par chunks in flight.
-func mixJob(pool *triton.Pool, chunkSeconds float64, par int) func(context.Context, int, *point, *sync.Mutex) error {
-	return func(ctx context.Context, worker int, p *point, mu *sync.Mutex) error {
+func mixJob(pool *triton.Pool, chunkSeconds float64, par int) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
+	return func(ctx context.Context, worker int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
 		rng := rand.New(rand.NewPCG(uint64(worker), uint64(time.Now().UnixNano())))
 		sec := synth.RecordingSeconds(rng)
 		x := synth.SpeechLike(rng, int(sec*rate), rate)
@@ -137,7 +142,9 @@ func mixJob(pool *triton.Pool, chunkSeconds float64, par int) func(context.Conte
 			g.Go(func() error {
 				t0 := time.Now()
 				_, err := pool.Transcribe(gctx, triton.Request{Samples: c.Samples, Timestamps: true})
-				record(p, mu, t0, err, float64(len(c.Samples))/rate) // per chunk: throughput counts audio as it completes
+				// Per chunk, in the window it completes in: a recording begun
+				// in the warm-up counts what it finishes in the measured one.
+				record(phase.Load(), mu, t0, err, float64(len(c.Samples))/rate)
 				return err
 			})
 		}
@@ -168,7 +175,7 @@ type measured struct {
 
 // run keeps n workers busy for warm+dur and measures what completes in dur;
 // begin and end run at the measured window's edges.
-func run(ctx context.Context, n int, warm, dur time.Duration, work func(context.Context, int, *point, *sync.Mutex) error, begin, end func()) measured {
+func run(ctx context.Context, n int, warm, dur time.Duration, work func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error, begin, end func()) measured {
 	var mu sync.Mutex
 	warmP, cur := &point{}, &point{}
 	var phase atomic.Pointer[point]
@@ -178,7 +185,7 @@ func run(ctx context.Context, n int, warm, dur time.Duration, work func(context.
 	for i := range n {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				_ = work(ctx, i, phase.Load(), &mu)
+				_ = work(ctx, i, &phase, &mu)
 			}
 		})
 	}

@@ -22,7 +22,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gpubench run|sweep|repo|report [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gpubench run|sweep|repo|report|compiled [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -35,6 +35,8 @@ func main() {
 		err = repoCmd(os.Args[2:])
 	case "report":
 		err = report(os.Args[2:])
+	case "compiled":
+		err = compiledReport(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}

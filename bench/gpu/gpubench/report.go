@@ -31,6 +31,8 @@ type offline struct {
 
 type result struct {
 	arrangement, kind, decoder, workload string
+	encoder, cache                       string  // compiled or eager; the compile cache at start (cold, warm, none)
+	ready                                float64 // seconds the partitions took to be ready
 	conc, completed                      int
 	reqPerS, audioPerS                   float64
 	p50, p95, p99                        float64
@@ -49,13 +51,19 @@ func readResults(path string) ([]result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(rows) == 0 || !slices.Equal(rows[0], columns) {
+	legacy := len(rows) > 0 && slices.Equal(rows[0], legacyColumns)
+	if len(rows) == 0 || !legacy && !slices.Equal(rows[0], columns) {
 		return nil, fmt.Errorf("%s: not a results file of this version (header %v)", path, rows[:min(1, len(rows))])
 	}
 	var out []result
 	for _, r := range rows[1:] {
 		num := func(i int) float64 { v, _ := strconv.ParseFloat(r[i], 64); return v }
+		res := result{encoder: "eager", cache: "none"}
+		if !legacy {
+			res.encoder, res.ready, res.cache = r[20], num(21), r[22]
+		}
 		out = append(out, result{
+			encoder: res.encoder, ready: res.ready, cache: res.cache,
 			arrangement: r[0], kind: r[1], decoder: r[2], workload: r[3], conc: int(num(4)), completed: int(num(5)),
 			reqPerS: num(7), audioPerS: num(8), p50: num(9), p95: num(10), p99: num(11),
 			meanBatch: num(12), util: num(13), errors: int(num(14)), overloaded: int(num(15)), queueMs: num(16), inputMs: num(17),

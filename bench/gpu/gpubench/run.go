@@ -149,13 +149,15 @@ func runArrangement(ctx context.Context, hc hostConfig, l loadFlags, a arrangeme
 		hc.log = f
 	}
 	hc.basePort += 100 * i // no port of a stopped arrangement is reused
+	cache := compileCacheState(a)
 	started := time.Now()
 	h, addrs, err := startHost(ctx, hc, a, repo)
 	if err != nil {
 		return err
 	}
 	defer h.stop()
-	fmt.Printf("# %s: %d partitions ready in %.0f s (%s)\n", a.name, len(addrs), time.Since(started).Seconds(), strings.Join(addrs, ","))
+	ready := time.Since(started).Seconds()
+	fmt.Printf("# %s: %d partitions ready in %.0f s, compile cache %s (%s)\n", a.name, len(addrs), ready, cache, strings.Join(addrs, ","))
 	lc, err := l.config(addrs)
 	if err != nil {
 		return err
@@ -169,13 +171,32 @@ func runArrangement(ctx context.Context, hc hostConfig, l loadFlags, a arrangeme
 		decoder = "nemo"
 	}
 	for _, r := range rows {
-		row := append([]string{a.name, a.kind(), decoder}, r...)
+		row := append(append([]string{a.name, a.kind(), decoder}, r...), a.encoder, strconv.FormatFloat(ready, 'f', 1, 64), cache)
 		fmt.Println(strings.Join(row, "\t"))
 		if err := appendCSV(l.out, row); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// compileCacheState says whether the arrangement's partitions start with
+// compiled encoders in the shared cache ($FLEETSCRIBE_COMPILE_CACHE, as
+// model.py reads it): cold (nothing compiled yet: the first partition
+// compiles, the others wait), warm (a partition compiled before), or none
+// (the encoder runs eagerly).
+func compileCacheState(a arrangement) string {
+	if a.encoder != "compiled" {
+		return "none"
+	}
+	dir := os.Getenv("FLEETSCRIBE_COMPILE_CACHE")
+	if dir == "" {
+		dir = "/tmp/fleetscribe-compile-cache"
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.warm")); len(m) > 0 {
+		return "warm"
+	}
+	return "cold"
 }
 
 // sweepCmd is `gpubench sweep -addrs A,B [flags]`: the load against
@@ -199,7 +220,7 @@ func sweepCmd(args []string) error {
 		return err
 	}
 	for _, r := range rows {
-		row := append([]string{*name, "external", "-"}, r...)
+		row := append(append([]string{*name, "external", "-"}, r...), "-", "0", "-")
 		fmt.Println(strings.Join(row, "\t"))
 		if err := appendCSV(l.out, row); err != nil {
 			return err
@@ -251,7 +272,7 @@ func (m *modelFlags) resolve() (map[string]string, error) {
 
 // write writes the arrangement's repository in dir.
 func (m *modelFlags) write(dir string, a arrangement, base map[string]string) error {
-	params := map[string]string{"decoder": a.decoder}
+	params := map[string]string{"decoder": a.decoder, "encoder": a.encoder}
 	for k, v := range base {
 		params[k] = v
 	}

@@ -337,3 +337,48 @@ class NemoEngineTest(unittest.TestCase):
         model.NemoEngine(fake, "cuda:0", "bf16")
         self.assertTrue(fake.applied.compute_timestamps)
         self.assertFalse(fake.applied.greedy.use_cuda_graph_decoder)
+
+
+class CompileCacheTest(unittest.TestCase):
+    """Eight partitions of a host do not compile eight times: the first to
+    warm compiles under the cache folder's lock, the others wait and then
+    load; a restart loads."""
+
+    def test_one_compiles_the_others_load(self):
+        import multiprocessing
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            ctx = multiprocessing.get_context("fork")
+            results = ctx.Queue()
+            procs = [ctx.Process(target=_warm_in_child, args=(folder, results)) for _ in range(4)]
+            for p in procs:
+                p.start()
+            got = [results.get(timeout=60) for _ in procs]
+            for p in procs:
+                p.join(timeout=60)
+            self.assertEqual(sorted(c for c, _ in got), [False, False, False, True], "exactly one partition compiles")
+            # Each that loaded started after the compile had finished.
+            compiled_end = next(end for c, end in got if c)
+            self.assertTrue(all(end >= compiled_end for c, end in got if not c))
+            again = model.CompileCache(folder, "key")
+            again.warm(lambda: None)
+            self.assertFalse(again.cold, "a restart loads what was compiled")
+            other = model.CompileCache(folder, "another model")
+            other.warm(lambda: None)
+            self.assertTrue(other.cold, "another key compiles its own")
+
+    def test_buckets(self):
+        self.assertEqual(model.parse_buckets("45, 30"), [30 * 16000, 45 * 16000])
+        self.assertEqual(model.parse_buckets(""), [30 * 16000, 45 * 16000])
+        for bad in ("0", "-1", "x"):
+            with self.assertRaises(ValueError):
+                model.parse_buckets(bad)
+
+
+def _warm_in_child(folder, results):
+    import time
+
+    c = model.CompileCache(folder, "key")
+    c.warm(lambda: time.sleep(0.5))  # a compile
+    results.put((c.cold, time.time()))

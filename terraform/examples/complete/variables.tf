@@ -83,7 +83,7 @@ variable "worker_image" {
 
 variable "triton_image" {
   type        = string
-  description = "Triton server image (24.10-py3, Triton 2.51.0, the release the tests run) mirrored into ECR, or an ECR pull-through cache of nvcr.io."
+  description = "The GPU Triton image (deploy/triton/Dockerfile: Triton 2.51.0 with NeMo pinned by hash; make triton-image) pushed to your ECR."
 }
 
 variable "cuda_image" {

@@ -43,9 +43,27 @@ in bf16 on a GPU (parameter "precision": bf16 or fp32). At start the model
 runs a batch of max_batch_size inputs of "warmup_seconds" (30, the worker's
 -chunk-seconds): NeMo captures its decoder's CUDA graphs for the longest
 input it has seen, so warming with the longest chunk captures them once.
+
+On a GPU the encoder runs compiled (parameter "encoder": compiled, the
+default, or eager): torch.compile (inductor) for a few static lengths,
+parameter "length_buckets" (seconds, "30,45": the worker's -chunk-seconds
+and the benchmark's 45-s clips), and any batch from 2 to max_batch_size. A
+batch is padded to the smallest bucket that holds its longest input (a
+longer one runs eagerly); the encoder masks past each row's length, so no
+word comes from the padding. Compiling a length costs minutes, so the
+artefacts go to a cache every partition of a host shares (parameter
+"compile_cache" or $FLEETSCRIBE_COMPILE_CACHE, else
+/tmp/fleetscribe-compile-cache): the first partition compiles under a lock,
+the others wait and then load from it, and a restart loads it too. A
+partition is ready only once every bucket is compiled and warmed. Each
+partition exports which encoder path and decoder CUDA-graph mode it runs
+as the Triton metric fleetscribe_model_engine (the worker reports it).
 """
 
+import contextlib
+import hashlib
 import importlib.util
+import inspect
 import json
 import os
 import time
@@ -76,6 +94,171 @@ def load_model(source, device):
     return model
 
 
+DEFAULT_COMPILE_CACHE = "/tmp/fleetscribe-compile-cache"
+# The batch range a compiled encoder takes (dimension 0 is symbolic from 2
+# to this): fixed, not max_batch_size, so every configuration of a model
+# shares one compiled graph per length.
+MAX_DYNAMIC_BATCH = 256
+
+
+def compiles_on(device):
+    """Whether an encoder compiles on device: a GPU (on CPU only where
+    FLEETSCRIBE_COMPILE_CPU=1, which the tests of the compiled path set)."""
+    return str(device).startswith("cuda") or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1"
+
+
+def device_name(device):
+    import torch
+
+    return torch.cuda.get_device_name(device) if str(device).startswith("cuda") else "cpu"
+
+
+def compile_cache_dir(params):
+    """Where compile artefacts go: shared by every partition of a host."""
+    return params.get("compile_cache") or os.environ.get("FLEETSCRIBE_COMPILE_CACHE") or DEFAULT_COMPILE_CACHE
+
+
+def parse_buckets(value, default="30,45"):
+    """Length buckets in samples from seconds ("30,45"), ascending."""
+    out = sorted({int(round(float(v) * SAMPLE_RATE)) for v in (value or default).split(",") if v.strip()})
+    if not out or out[0] <= 0:
+        raise ValueError(f"length_buckets {value!r}: want positive seconds, comma-separated")
+    return out
+
+
+def source_identity(source):
+    """The model a source names, for the compile cache's key: a file by
+    path, size and time, a model name as it is."""
+    try:
+        st = os.stat(source)
+        return "%s:%d:%d" % (os.path.abspath(source), st.st_size, int(st.st_mtime))
+    except OSError:
+        return source
+
+
+class CompileCache:
+    """Compile artefacts shared by every partition of a host, for one key
+    (the model file, torch, the GPU, the buckets, the batch, precision):
+    the first partition to warm compiles under a lock in the folder while
+    the others wait, then they warm in parallel, loading what it compiled
+    (inductor's FX graph, AOTAutograd and kernel caches live in folder)."""
+
+    def __init__(self, folder, key):
+        self.folder = folder
+        self.key = hashlib.sha256(key.encode()).hexdigest()[:16]
+        os.makedirs(folder, exist_ok=True)
+        self.cold = None  # whether warm() compiled (True) or loaded (False)
+        self.seconds = 0.0
+
+    def warm(self, run):
+        """Runs run() (compiling or loading everything) once, under the
+        lock unless this key was compiled before."""
+        t0 = time.perf_counter()
+        marker = os.path.join(self.folder, self.key + ".warm")
+        self.cold = not os.path.exists(marker)
+        if self.cold:
+            with file_lock(os.path.join(self.folder, self.key + ".lock")):
+                # Another partition may have compiled while this one waited:
+                # then it loads outside the lock, beside the others.
+                self.cold = not os.path.exists(marker)
+                if self.cold:
+                    run()
+                    with open(marker + ".tmp", "w") as f:
+                        f.write("compiled\n")
+                    os.replace(marker + ".tmp", marker)
+        if not self.cold:
+            run()
+        self.seconds = time.perf_counter() - t0
+
+
+class CompiledEncoder:
+    """fn compiled by torch.compile (inductor) for static lengths and any
+    batch: dimension 0 of every tensor argument is marked dynamic, every
+    other one stays static, so each length bucket compiles once (a fully
+    dynamic length did not finish compiling one shape in five minutes).
+    The batch is a soft mark: where a kernel's choice depends on the batch
+    (cuDNN's depthwise convolutions do), PyTorch guards on it and compiles
+    one graph per range, which warm() reaches with batches of 2, 4, 8, ...
+    up to max_batch rows, so that none compiles while serving. Rows below
+    two are padded to two (PyTorch specialises sizes 0 and 1). The
+    artefacts go to a CompileCache in cache_dir."""
+
+    def __init__(self, fn, buckets, max_batch, cache_dir, key):
+        import torch
+
+        self.torch = torch
+        self.buckets = sorted(buckets)
+        self.max_batch = max(2, min(max_batch, MAX_DYNAMIC_BATCH))
+        self.cache = CompileCache(cache_dir, key)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+        os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache_dir, "triton"))
+        import torch._dynamo
+
+        # A new length compiles statically again rather than making the
+        # length symbolic; every bucket's batch ranges (and the eager
+        # fallback) fit.
+        torch._dynamo.config.automatic_dynamic_shapes = False
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 8 * len(self.buckets) + 8)
+        self.fn = torch.compile(fn)
+        self.graphs = 0  # graphs compiled or loaded by warm()
+
+    @property
+    def cold(self):
+        return self.cache.cold
+
+    @property
+    def warm_seconds(self):
+        return self.cache.seconds
+
+    def bucket(self, n):
+        """The smallest bucket that holds n samples, or None."""
+        for b in self.buckets:
+            if n <= b:
+                return b
+        return None
+
+    def batches(self):
+        """The warm-up's batch sizes: 2, 4, 8, ... and max_batch."""
+        out, b = [], 2
+        while b < self.max_batch:
+            out.append(b)
+            b *= 2
+        return out + [self.max_batch]
+
+    def __call__(self, *args):
+        for a in args:
+            self.torch._dynamo.maybe_mark_dynamic(a, 0)
+        return self.fn(*args)
+
+    def warm(self, run):
+        """Compiles (or loads) and warms every bucket at every batch range:
+        run(length, rows) puts one batch through the whole model."""
+        from torch._dynamo.utils import counters
+
+        before = counters["stats"]["unique_graphs"]
+
+        def all_buckets():
+            for b in self.buckets:
+                for rows in self.batches():
+                    run(b, rows)
+
+        self.cache.warm(all_buckets)
+        self.graphs = counters["stats"]["unique_graphs"] - before
+
+
+@contextlib.contextmanager
+def file_lock(path):
+    """An exclusive lock on path across processes (flock), held for the block."""
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class NemoEngine:
     """A NeMo transducer model (Parakeet TDT) as Triton calls it. NeMo's
     transcribe() builds a dataloader for every call and changes the
@@ -85,8 +268,10 @@ class NemoEngine:
     tensor and passed through forward() and the decoder. Models without a
     transducer decoder go through transcribe()."""
 
-    def __init__(self, model, device, precision):
+    def __init__(self, model, device, precision, encoder="eager", buckets=(), max_batch=32, cache_dir=DEFAULT_COMPILE_CACHE, source=""):
         self.model, self.device = model, device
+        self.compiled = None
+        self.encoder_path = "none"
         self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
         if self.direct:
             import torch
@@ -108,6 +293,24 @@ class NemoEngine:
                 cfg.get("strategy"), g.get("loop_labels"), g.get("use_cuda_graph_decoder"),
                 type(getattr(model.decoding, "decoding", None)).__name__)
             self.staging = torch.empty(0)
+            self.encoder_path = "eager"
+            if encoder == "compiled" and compiles_on(device) and hasattr(model.encoder, "forward_internal"):
+                enc = model.encoder
+                # The positional encodings of the longest bucket, made now:
+                # forward() extends them as a side effect, outside the graph.
+                hop = int(round(float(model.cfg.preprocessor.get("window_stride", 0.01)) * SAMPLE_RATE))
+                frames = max(buckets) // hop + 1 if buckets else 0
+                if frames and hasattr(enc, "update_max_seq_length"):
+                    enc.update_max_seq_length(seq_length=frames, device=device)
+                key = "nemo|%s|%s|%s|%s|%s" % (source_identity(source), torch.__version__, device_name(device), buckets, precision)
+                self.compiled = CompiledEncoder(enc.forward_internal, buckets, max_batch, cache_dir, key)
+                self.encoder_path = "compiled"
+            elif encoder not in ("compiled", "eager"):
+                raise ValueError(f"model parameter encoder={encoder!r}: want compiled or eager")
+
+    def describe(self):
+        """(encoder path, decoder CUDA-graph mode), as the engine metric says them."""
+        return self.encoder_path, self.graphs_mode()
 
     def graphs_mode(self):
         """Which of NeMo's CUDA-graph modes the decoder runs in (full_graph,
@@ -117,12 +320,13 @@ class NemoEngine:
         mode = getattr(computer, "cuda_graphs_mode", None)
         return str(mode) if mode is not None else "none"
 
-    def batch(self, audio):
-        """The rows padded into one tensor on the model's device, written
-        once into a pinned staging buffer kept between batches (a batch's
-        copy has ended when its hypotheses are back on the host)."""
+    def batch(self, audio, rows=0, n=0):
+        """The rows padded into one tensor on the model's device (to rows
+        rows and n samples, if larger), written once into a pinned staging
+        buffer kept between batches (a batch's copy has ended when its
+        hypotheses are back on the host)."""
         torch, cuda = self.torch, str(self.device).startswith("cuda")
-        rows, n = len(audio), max(a.size for a in audio)
+        rows, n = max(rows, len(audio)), max(n, max(a.size for a in audio))
         if self.staging.numel() < rows * n:
             self.staging = torch.empty(rows * n, dtype=torch.float32, pin_memory=cuda)
         x = self.staging[:rows * n].view(rows, n)
@@ -130,7 +334,39 @@ class NemoEngine:
         for i, a in enumerate(audio):
             host[i, :a.size] = a
             host[i, a.size:] = 0
+        host[len(audio):] = 0
         return x.to(self.device, non_blocking=True) if cuda else x.clone()
+
+    def encode(self, audio):
+        """The encoder's output for audio: compiled where a bucket holds the
+        longest row (rows padded to the bucket, and to two rows at least;
+        only the real rows come back), else eagerly."""
+        torch = self.torch
+        bucket = self.compiled.bucket(max(a.size for a in audio)) if self.compiled is not None else None
+        if bucket is None:
+            x = self.batch(audio)
+            lengths = torch.tensor([a.size for a in audio], device=self.device)
+            return self.model.forward(input_signal=x, input_signal_length=lengths)
+        rows = len(audio)
+        x = self.batch(audio, rows=2, n=bucket)
+        lengths = torch.tensor([a.size for a in audio] + [bucket] * (x.shape[0] - rows), device=self.device)
+        processed, plen = self.model.preprocessor(input_signal=x, length=lengths)
+        enc, enc_len = self.compiled(processed, plen)
+        return enc[:rows], enc_len[:rows]
+
+    def warm(self, seconds, max_batch, timestamps=True):
+        """Compiles (or loads) every bucket, then one batch of the longest
+        chunk at the largest batch, which captures the decoder's CUDA
+        graphs; a partition is ready only after this."""
+        rng = np.random.default_rng(0)
+
+        def run(n, rows):
+            quiet = rng.standard_normal(n).astype(np.float32) * 1e-3
+            self.transcribe([quiet] * rows, rows, timestamps, False)
+
+        if self.compiled is not None:
+            self.compiled.warm(run)
+        run(int(seconds * SAMPLE_RATE), max_batch)
 
     def transcribe(self, audio, batch_size, timestamps, verbose):
         if not self.direct:
@@ -138,10 +374,8 @@ class NemoEngine:
         from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
 
         torch = self.torch
-        x = self.batch(audio)
-        lengths = torch.tensor([a.size for a in audio], device=self.device)
         with torch.inference_mode(), torch.autocast("cuda", dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
-            enc, enc_len = self.model.forward(input_signal=x, input_signal_length=lengths)
+            enc, enc_len = self.encode(audio)
             hyps = self.model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True)
         if timestamps:
             hyps = process_timestamp_outputs(hyps, self.model.encoder.subsampling_factor,
@@ -150,12 +384,19 @@ class NemoEngine:
 
 
 def load_module(path, params, device):
-    """The engine of a Python file: its load(params, device)."""
+    """The engine of a Python file: its load(params, device), or
+    load(params, device, compiler) where it takes a third argument:
+    compiler(fn, buckets, max_batch, key) is a CompiledEncoder in the
+    model's shared compile cache (the GPU benchmark's stand-in compiles its
+    encoder as the Parakeet engine does)."""
     spec = importlib.util.spec_from_file_location("fleetscribe_engine", path)
     if spec is None:
         raise ValueError(f"model parameter module={path!r}: not a Python file")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    if len(inspect.signature(mod.load).parameters) >= 3:
+        cache = compile_cache_dir(params)
+        return mod.load(params, device, lambda fn, buckets, max_batch, key: CompiledEncoder(fn, buckets, max_batch, cache, key))
     return mod.load(params, device)
 
 
@@ -508,19 +749,37 @@ class TritonPythonModel:
         else:
             raise ValueError(f"model parameter engine={self.engine!r}: want parakeet, pocketsphinx, echo or module")
         if self.engine == "parakeet":  # the others have nothing to warm, or warm themselves
-            self.model = NemoEngine(self.model, device, params.get("precision") or "bf16")
-            self.warm_up(float(params.get("warmup_seconds") or 30))
-            log_info("NeMo decoder after warm-up: CUDA graphs mode %s (%s)" % (self.model.graphs_mode(), getattr(self.model, "config", "")))
+            t0 = time.perf_counter()
+            self.model = NemoEngine(self.model, device, params.get("precision") or "bf16", encoder=params.get("encoder") or "compiled",
+                                    buckets=parse_buckets(params.get("length_buckets")), max_batch=self.max_batch,
+                                    cache_dir=compile_cache_dir(params), source=self.source)
+            self.model.warm(float(params.get("warmup_seconds") or 30), self.max_batch)
+            c = self.model.compiled
+            log_info("NeMo ready in %.0f s: encoder %s%s; decoder CUDA graphs mode %s (%s)" % (
+                time.perf_counter() - t0, self.model.encoder_path,
+                " (buckets %s s, %d graphs %s in %.0f s)" % (",".join("%g" % (b / SAMPLE_RATE) for b in c.buckets), c.graphs,
+                                                              "compiled" if c.cold else "loaded from the cache", c.warm_seconds) if c else "",
+                self.model.graphs_mode(), getattr(self.model, "config", "")))
+        self.export_engine(kind)
 
     def _load(self, source, device):  # replaced in tests
         return load_model(source, device)
 
-    def warm_up(self, seconds):
-        """One batch of the longest chunk at the largest batch size, so the
-        first real request pays neither for kernel selection and memory
-        pools nor for capturing the decoder's CUDA graphs."""
-        quiet = np.random.default_rng(0).standard_normal(int(seconds * SAMPLE_RATE)).astype(np.float32) * 1e-3
-        self.transcribe([quiet] * self.max_batch, True)
+    def export_engine(self, kind):
+        """The Triton metric fleetscribe_model_engine: which encoder path
+        and decoder CUDA-graph mode this instance runs (the worker reports
+        it, and alerts on a GPU partition running eagerly or without
+        graphs: NeMo falls back silently on old drivers)."""
+        family = getattr(pb_utils, "MetricFamily", None)
+        if family is None:
+            return
+        describe = getattr(self.model, "describe", None)
+        encoder, graphs = describe() if describe else ("none", "none")
+        self.engine_family = family(name="fleetscribe_model_engine", kind=family.GAUGE,
+                                    description="1 for the engine this model instance runs: its encoder path (compiled, eager, none) and decoder CUDA-graph mode")
+        self.engine_metric = self.engine_family.Metric(labels={
+            "engine": self.engine, "device": "gpu" if kind == "GPU" else "cpu", "encoder": encoder, "decoder_graphs": graphs})
+        self.engine_metric.set(1.0)
 
     def transcribe(self, batch, timestamps):
         return self.model.transcribe(batch, batch_size=len(batch), timestamps=timestamps, verbose=False)

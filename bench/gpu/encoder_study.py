@@ -1,0 +1,289 @@
+"""The compiled encoder against eager, offline, through the engines the
+shipped model.py serves: NeMo's Parakeet-shaped model (the .nemo that
+nemo_anchor.py saves, --nemo) or the stand-in (--standin). For each length
+bucket and batch size, on speech-like clips filling the bucket:
+
+  - the encoder's time eagerly and compiled (bf16 autocast, as served);
+  - at the first batch size: their outputs' mean relative difference over
+    the valid frames; the decoded tokens' agreement with eager's (1 - token
+    edit distance / eager's tokens) and how many rows differ at all; the
+    same for a control, eager's output with noise of the compiled
+    difference's size (random weights make decisions near ties: the control
+    says how many flips a difference that small causes by itself); the
+    whole batch (encoder and decoder) eager and compiled, as clips/s.
+
+The compiled encoder is model.py's CompiledEncoder in the shared compile
+cache (--cache): the first use of each bucket compiles (cold) or loads it
+(warm), and is timed; --warm-only runs just that, in a fresh process, for
+the time a restarted partition takes to load the compiled buckets. JSON to
+--out; a line per point on stdout.
+
+    python bench/gpu/encoder_study.py --nemo MODEL.nemo --cache DIR --out study.json
+    python bench/gpu/encoder_study.py --standin --cache DIR --out study.json
+"""
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL_PY = os.path.join(HERE, "..", "..", "deploy", "triton", "models", "asr", "1", "model.py")
+sys.path.insert(0, HERE)
+import standin  # noqa: E402 - speech-like audio, and the stand-in itself
+
+
+def shipped():
+    spec = importlib.util.spec_from_file_location("shipped_model", MODEL_PY)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(fn, reps=3):
+    fn()
+    times = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def edit_distance(a, b):
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def agreement(ref, got):
+    """1 - summed token edit distance / summed reference tokens, and rows that differ."""
+    dist = sum(edit_distance(r, g) for r, g in zip(ref, got))
+    total = sum(len(r) for r in ref)
+    return 1 - dist / max(1, total), sum(r != g for r, g in zip(ref, got))
+
+
+def rel_diff(ref, got, frames, time_dim):
+    """Mean |got - ref| / mean |ref| over each row's valid frames."""
+    num = den = 0.0
+    for i, n in enumerate(frames.tolist()):
+        r = ref[i].narrow(time_dim - 1, 0, n).float()
+        g = got[i].narrow(time_dim - 1, 0, n).float()
+        num += float((g - r).abs().sum())
+        den += float(r.abs().sum())
+    return num / max(den, 1e-30)
+
+
+class NemoSide:
+    """NeMo's model behind model.py's NemoEngine, eager and compiled."""
+
+    def __init__(self, mod, path, buckets, max_batch, cache, device):
+        self.torch_model = mod.load_model(path, device)
+        self.eager = mod.NemoEngine(self.torch_model, device, "bf16", encoder="eager")
+        self.compiled = mod.NemoEngine(self.torch_model, device, "bf16", encoder="compiled", buckets=buckets,
+                                       max_batch=max_batch, cache_dir=cache, source=path)
+        self.time_dim = 2  # [B, D, T]
+
+    def ctx(self):
+        return torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.cuda.is_available())
+
+    def encode(self, engine, audio):
+        a, b = self.ctx()
+        with a, b:
+            return engine.encode(audio)
+
+    def tokens(self, enc, frames):
+        a, b = self.ctx()
+        with a, b:
+            hyps = self.torch_model.decoding.rnnt_decoder_predictions_tensor(enc, frames, return_hypotheses=True)
+        return [h.y_sequence.tolist() if hasattr(h.y_sequence, "tolist") else list(h.y_sequence) for h in hyps]
+
+    def whole(self, engine, audio):
+        engine.transcribe(audio, len(audio), False, False)
+
+    def sdpa(self, on):
+        n = 0
+        for m in self.torch_model.modules():
+            if hasattr(m, "use_pytorch_sdpa"):
+                m.use_pytorch_sdpa = on
+                n += 1
+        return n
+
+
+class StandinSide:
+    """The stand-in behind its Engine, eager and compiled."""
+
+    def __init__(self, mod, buckets, max_batch, cache, device):
+        dev = torch.device(device)
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        cfg = standin.Config() if dev.type == "cuda" else standin.Config.tiny()
+        self.model = standin.build(cfg, dev, dtype)
+        mode = "cuda_graph" if dev.type == "cuda" else "eager"
+        self.decode = standin.GreedyTDT(self.model.decoder, mode=mode, max_batch=max(max_batch, 256))
+        standin.calibrate(self.model, self.decode)
+        key = "standin|study|%s|%s|%s" % (torch.__version__, dev.type, buckets)
+        enc = mod.CompiledEncoder(self.model.encoder.forward, buckets, max_batch, cache, key)
+        self.eager = standin.Engine(self.model, self.decode)
+        self.compiled = standin.Engine(self.model, self.decode, compiled=enc)
+        self.time_dim = 1  # [B, T, D]
+
+    def encode(self, engine, audio):
+        with torch.no_grad():
+            return engine.encode(audio)
+
+    def tokens(self, enc, frames):
+        with torch.no_grad():
+            toks, _, _ = self.decode(self.model.decoder.project(enc, frames), frames)
+        return toks
+
+    def whole(self, engine, audio):
+        engine.transcribe(audio, len(audio), False, False)
+
+    def sdpa(self, on):
+        return 0  # the stand-in's attention is SDPA already
+
+
+def clips(n, count, seed):
+    rng = np.random.default_rng(seed)
+    return [standin.speech_like(rng, n) for _ in range(count)]
+
+
+def warm_only(args, mod, device):
+    """A restarted partition: load the model and its compiled buckets."""
+    t0 = time.perf_counter()
+    side = make_side(args, mod, device)
+    loaded = time.perf_counter() - t0
+    c = side.compiled.compiled
+
+    def run(n, rows):
+        side.whole(side.compiled, [np.zeros(n, dtype=np.float32)] * rows)
+
+    c.warm(run)
+    sync()
+    print(json.dumps({"load_s": loaded, "compiled_s": c.warm_seconds, "total_s": time.perf_counter() - t0, "cold": c.cold, "graphs": c.graphs}), flush=True)
+
+
+def make_side(args, mod, device):
+    buckets = mod.parse_buckets(args.buckets)
+    if args.standin:
+        return StandinSide(mod, buckets, args.max_batch, args.cache, device)
+    return NemoSide(mod, args.nemo, buckets, args.max_batch, args.cache, device)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nemo", default="", help="the Parakeet-shaped .nemo (nemo_anchor.py --save)")
+    ap.add_argument("--standin", action="store_true", help="study the stand-in instead")
+    ap.add_argument("--cache", required=True, help="the compile cache (shared with the served partitions)")
+    ap.add_argument("--buckets", default="30,45", help="length buckets, seconds (model.py's length_buckets)")
+    ap.add_argument("--batches", default="16,64")
+    ap.add_argument("--max-batch", type=int, default=64, help="rows of the warm-up batch")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--warm-only", action="store_true")
+    ap.add_argument("--no-warm", action="store_true", help="skip the second process's warm start")
+    args = ap.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    mod = shipped()
+    if args.warm_only:
+        warm_only(args, mod, device)
+        return
+    t0 = time.perf_counter()
+    side = make_side(args, mod, device)
+    out = {"model": "standin" if args.standin else "nemo", "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+           "load_s": time.perf_counter() - t0, "buckets": {}, "warm": None}
+    c = side.compiled.compiled
+    # Compile (or load) every bucket at every batch range, as a partition
+    # does before it is ready, timing each bucket.
+    from torch._dynamo.utils import counters
+
+    compile_s = {}
+
+    def run(n, rows):
+        g0, t = counters["stats"]["unique_graphs"], time.perf_counter()
+        side.whole(side.compiled, [np.zeros(n, dtype=np.float32)] * rows)
+        sync()
+        k = "%g" % (n / standin.SAMPLE_RATE)
+        compile_s.setdefault(k, {"seconds": 0.0, "graphs": 0})
+        compile_s[k]["seconds"] += time.perf_counter() - t
+        compile_s[k]["graphs"] += counters["stats"]["unique_graphs"] - g0
+
+    c.warm(run)
+    out["cold"], out["warm_s"], out["graphs"] = c.cold, c.warm_seconds, c.graphs
+    print("compiled encoder: %s in %.0f s, %d graphs (%s)" % (
+        ", ".join("%s s: %.0f s, %d graphs" % (k, v["seconds"], v["graphs"]) for k, v in compile_s.items()),
+        c.warm_seconds, c.graphs, "compiled" if c.cold else "loaded from the cache"), flush=True)
+    for b in c.buckets:
+        sec = b / standin.SAMPLE_RATE
+        row = {"compile_s": compile_s.get("%g" % sec, {}).get("seconds"), "graphs": compile_s.get("%g" % sec, {}).get("graphs"), "points": {}}
+        out["buckets"]["%g" % sec] = row
+        for i, bs in enumerate(int(x) for x in args.batches.split(",") if x):
+            audio = clips(b, bs, 7 + bs)
+            eager_s = timed(lambda: side.encode(side.eager, audio))
+            comp_s = timed(lambda: side.encode(side.compiled, audio))
+            p = {"encoder_eager_ms": 1000 * eager_s, "encoder_compiled_ms": 1000 * comp_s, "speedup": eager_s / comp_s, "rows": bs}
+            if i == 0:
+                # Numerics at the first batch size: the compiled output
+                # against eager's, the tokens each decodes, and a control:
+                # eager's output with noise of the compiled difference's
+                # size, decoded. Random weights make the joint's decisions
+                # near ties, so a difference at bf16 level flips tokens;
+                # the control says how many flips that alone causes.
+                eo, ef = side.encode(side.eager, audio)
+                co, cf = side.encode(side.compiled, audio)
+                diff = rel_diff(eo, co, ef, side.time_dim)
+                ref = side.tokens(eo, ef)
+                p["mean_rel_diff"] = diff
+                p["token_agreement"], p["rows_differing"] = agreement(ref, side.tokens(co, cf))
+                g = torch.Generator(device=eo.device).manual_seed(1)
+                noise = torch.randn(eo.shape, generator=g, device=eo.device, dtype=torch.float32)
+                scale = diff * float(eo.float().abs().mean()) / float(noise.abs().mean())
+                po = (eo.float() + scale * noise).to(eo.dtype)
+                p["control_rel_diff"] = rel_diff(eo, po, ef, side.time_dim)
+                p["control_token_agreement"], p["control_rows_differing"] = agreement(ref, side.tokens(po, ef))
+                p["tokens_per_row"] = sum(len(r) for r in ref) / max(1, len(ref))
+                p["whole_eager_clips_per_s"] = bs / timed(lambda: side.whole(side.eager, audio), 2)
+                p["whole_compiled_clips_per_s"] = bs / timed(lambda: side.whole(side.compiled, audio), 2)
+                del eo, co, po
+            row["points"][str(bs)] = p
+            print("bucket %g s batch %3d: encoder eager %.0f ms, compiled %.0f ms (%.2fx)%s" % (
+                sec, bs, 1000 * eager_s, 1000 * comp_s, eager_s / comp_s,
+                "; mean rel diff %.4f; tokens %.4f agree (%d of %d rows differ); control (eager + noise of rel %.4f): %.4f agree (%d rows differ); "
+                "whole batch %.1f -> %.1f clips/s" % (p["mean_rel_diff"], p["token_agreement"], p["rows_differing"], bs, p["control_rel_diff"],
+                                                       p["control_token_agreement"], p["control_rows_differing"], p["whole_eager_clips_per_s"],
+                                                       p["whole_compiled_clips_per_s"]) if i == 0 else ""), flush=True)
+            if args.out:  # as it goes: a later point that fails loses only itself
+                with open(args.out, "w") as f:
+                    json.dump(out, f, indent=2)
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    if not args.no_warm:
+        cmd = [sys.executable, os.path.abspath(__file__), "--warm-only", "--cache", args.cache, "--buckets", args.buckets,
+               "--max-batch", str(args.max_batch)] + (["--standin"] if args.standin else ["--nemo", args.nemo])
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
+        out["warm"] = json.loads(lines[-1]) if lines else {"error": r.stderr[-2000:]}
+        print("a second process, the compile cache warm:", json.dumps(out["warm"]), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+)
+
+// bestPublished is the best published single-H200 Parakeet runtime's
+// figure, in audio-seconds per second (TensorRT engines, batch 256).
+const bestPublished = 12400
+
+// study is what encoder_study.py measured offline.
+type study struct {
+	Buckets map[string]struct {
+		CompileS float64 `json:"compile_s"`
+		Points   map[string]struct {
+			EagerMs          float64 `json:"encoder_eager_ms"`
+			CompiledMs       float64 `json:"encoder_compiled_ms"`
+			Speedup          float64 `json:"speedup"`
+			RelDiff          float64 `json:"mean_rel_diff"`
+			TokenAgreement   float64 `json:"token_agreement"`
+			ControlAgreement float64 `json:"control_token_agreement"`
+		} `json:"points"`
+	} `json:"buckets"`
+}
+
+// compiledReport is `gpubench compiled`: the compiled encoder's served
+// figures for NeMo's model (the rows whose decoder is "nemo") beside the
+// eager ones of the same results, the start-up times of the default
+// arrangement and the offline study, and its RESULT line.
+func compiledReport(args []string) error {
+	fs := flag.NewFlagSet("compiled", flag.ContinueOnError)
+	var results stringList
+	fs.Var(&results, "results", "results CSV (repeatable)")
+	studyPath := fs.String("study", "", "encoder_study.py's JSON for NeMo's model")
+	def := fs.String("default", "mps50-8", "the default plan's arrangement, for the start-up times")
+	clipLimit := fs.Float64("p99-ms", 1000, "latency limit on 45-s clips")
+	mixLimit := fs.Float64("mix-p99-ms", 1500, "chunk latency limit on the length mix")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var rs []result
+	for _, r := range results {
+		got, err := readResults(r)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, got...)
+	}
+	nemo := func(enc, workload string) func(result) bool {
+		return func(r result) bool { return r.decoder == "nemo" && r.encoder == enc && r.workload == workload }
+	}
+	fmt.Println("| arrangement | encoder | workload | in flight | audio-s/s | p99 ms | mean batch | GPU util % | ready s | compile cache |")
+	fmt.Println("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+	for _, r := range rs {
+		if r.decoder != "nemo" {
+			continue
+		}
+		fmt.Printf("| %s | %s | %s | %d | %.0f | %.0f | %.1f | %.0f | %.0f | %s |\n", r.arrangement, r.encoder, r.workload, r.conc, r.audioPerS, r.p99, r.meanBatch, r.util, r.ready, r.cache)
+	}
+	top, _ := best(rs, *clipLimit, nemo("compiled", "clip45"))
+	eager, _ := best(rs, *clipLimit, nemo("eager", "clip45"))
+	mix, _ := best(rs, *mixLimit, nemo("compiled", "mix"))
+	warm, cold := 0.0, 0.0
+	for _, r := range rs {
+		if r.decoder != "nemo" || r.arrangement != *def || r.encoder != "compiled" {
+			continue
+		}
+		switch r.cache {
+		case "warm":
+			if warm == 0 || r.ready < warm {
+				warm = r.ready
+			}
+		case "cold":
+			cold = max(cold, r.ready)
+		}
+	}
+	if *studyPath != "" {
+		b, err := os.ReadFile(*studyPath)
+		if err != nil {
+			return err
+		}
+		var st study
+		if err := json.Unmarshal(b, &st); err != nil {
+			return err
+		}
+		for _, k := range slices.Sorted(maps.Keys(st.Buckets)) {
+			bk := st.Buckets[k]
+			for _, bs := range slices.Sorted(maps.Keys(bk.Points)) {
+				p := bk.Points[bs]
+				line := fmt.Sprintf("offline, %s-s bucket, batch %s: encoder %.0f ms eagerly, %.0f ms compiled (%.2fx)", k, bs, p.EagerMs, p.CompiledMs, p.Speedup)
+				if p.TokenAgreement > 0 {
+					line += fmt.Sprintf("; mean relative difference %.4f; tokens agree %.3f (control, eager with noise of that size: %.3f)", p.RelDiff, p.TokenAgreement, p.ControlAgreement)
+				}
+				fmt.Println(line)
+			}
+		}
+	}
+	fmt.Printf("RESULT server=triton model=nemo encoder=inductor best_mode=%s served_audio_s_per_s=%.0f mix_audio_s_per_s=%s p99_ms=%.0f vs_eager=%.2f vs_best_published=%.2f warm_start_s=%.0f cold_start_s=%s\n",
+		orDash(top.arrangement), top.audioPerS, coldOrDash(mix.audioPerS), top.p99, over(top.audioPerS, eager.audioPerS), top.audioPerS/bestPublished, warm, coldOrDash(cold))
+	return nil
+}
+
+// coldOrDash is a figure, or "-" where none was measured.
+func coldOrDash(s float64) string {
+	if s == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", s)
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// over is a / b, or 0 where b is.
+func over(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
