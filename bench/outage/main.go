@@ -313,8 +313,14 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 	if err != nil {
 		return r, err
 	}
-	// Each recording is one chunk: every chunk past n was computed again.
-	r.receives, r.recomputed = int(received)-n, int(chunks)-n
+	// Each recording is one chunk: every chunk past one per transcript
+	// written was computed again (or computed and then lost, by a worker
+	// that dead-lettered the job after computing it).
+	transcripts, err := b.transcripts(ctx, out, in)
+	if err != nil {
+		return r, err
+	}
+	r.receives, r.recomputed = int(received)-n, max(0, int(chunks)-transcripts)
 	attrs, err := b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(q.DLQURL),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
 	if err != nil {
@@ -342,8 +348,17 @@ func (b *bench) done(ctx context.Context, out, in string) (int, error) {
 	return n + v + f, err
 }
 
+// transcripts counts the jobs with a transcript.
+func (b *bench) transcripts(ctx context.Context, out, in string) (int, error) {
+	return b.count(ctx, out, in, func(k string) bool { return strings.HasSuffix(k, ".json") && !strings.HasSuffix(k, ".error.json") })
+}
+
 // outputs counts the jobs with a transcript or an error record.
 func (b *bench) outputs(ctx context.Context, out, in string) (int, error) {
+	return b.count(ctx, out, in, func(k string) bool { return strings.HasSuffix(k, ".json") })
+}
+
+func (b *bench) count(ctx context.Context, out, in string, keep func(string) bool) (int, error) {
 	var n int
 	p := s3.NewListObjectsV2Paginator(b.s3, &s3.ListObjectsV2Input{Bucket: aws.String(out), Prefix: aws.String("transcripts/" + in + "/")})
 	for p.HasMorePages() {
@@ -352,8 +367,8 @@ func (b *bench) outputs(ctx context.Context, out, in string) (int, error) {
 			return 0, err
 		}
 		for _, o := range page.Contents {
-			if strings.HasSuffix(aws.ToString(o.Key), ".json") {
-				n++ // a transcript, or an error record where it would be
+			if keep(aws.ToString(o.Key)) {
+				n++
 			}
 		}
 	}
