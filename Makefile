@@ -126,11 +126,20 @@ bench-audio: deps ## decode + resample 10-minute WAV, FLAC and MP3 to 16 kHz mon
 bench-longform: deps ## one 60-minute recording through the worker with one partition and with four (a GPU partition's latency model): time from message to transcript, speedup
 	$(GO) run ./bench/longform
 
+# The CPU recogniser of the accuracy benchmarks: whisper (deploy/triton/cpu-whisper) or pocketsphinx.
+ENGINE ?= whisper
+
 .PHONY: bench-accuracy
-bench-accuracy: deps ## a 20-minute recording of synthesised sentences (3 voices, some in noise) through the worker and pocketsphinx: stitched WER beside each sentence alone, sentence start times (about 20 minutes)
+bench-accuracy: deps ## a 20-minute recording of synthesised sentences (3 voices, some in noise) through the worker and the CPU recogniser (ENGINE=whisper or pocketsphinx): stitched WER beside each sentence alone, sentence start times
 	@mkdir -p $(BIN)
-	@rc=0; $(GO) test -count=1 -timeout 90m -tags accuracy -run TestLongFormAccuracy -v ./worker -args -accuracy-minutes $${MINUTES:-20} > $(BIN)/accuracy.log 2>&1 || rc=$$?; \
+	@rc=0; $(GO) test -count=1 -timeout 90m -tags accuracy -run TestLongFormAccuracy -v ./worker -args -accuracy-minutes $${MINUTES:-20} -accuracy-engine $(ENGINE) > $(BIN)/accuracy.log 2>&1 || rc=$$?; \
 		grep -v '^RESULT' $(BIN)/accuracy.log; grep '^RESULT' $(BIN)/accuracy.log; exit $$rc
+
+.PHONY: bench-joins
+bench-joins: deps ## five minutes of continuous noisy speech in 15-s chunks through the worker and the CPU recogniser (ENGINE): errors within 1.5 s of a join against elsewhere, overlaps joined by alignment and by their middle, side by side
+	@mkdir -p $(BIN)
+	@rc=0; for join in middle align; do $(GO) test -count=1 -timeout 60m -tags accuracy -run 'TestJoinAccuracy$$' -v ./worker -args -accuracy-engine $(ENGINE) -accuracy-join $$join > $(BIN)/joins-$$join.log 2>&1 || rc=$$?; done; \
+		grep -h '_test.go' $(BIN)/joins-*.log; grep -h '^RESULT' $(BIN)/joins-middle.log $(BIN)/joins-align.log; exit $$rc
 
 .PHONY: bench-narrowband
 bench-narrowband: deps ## telephone audio (8 kHz, band-limited, mu-law, A-law) and room tone through the CPU recogniser: WER with the narrowband measures off and on, side by side

@@ -247,6 +247,7 @@ type AudioConfig struct {
 	ChunkSeconds     float64 // longest chunk sent to the model
 	ChunkParallelism int     // chunks of one job in flight at once
 	Timestamps       bool    // ask the model for word timestamps
+	OverlapJoin      string  // how overlapping chunks' words are joined: JoinAlign or JoinMiddle
 }
 
 // RegisterFlags registers the audio flags.
@@ -258,11 +259,16 @@ func (c *AudioConfig) RegisterFlags(fs *flag.FlagSet) {
 		"64 is enough for each of a GPU's eight partitions to have a batch of 8 from one long recording "+
 		"(and with four, a batch of 8 computing and the next one waiting; at 32, batches start half full).")
 	fs.BoolVar(&c.Timestamps, "timestamps", true, "ask the model for word timestamps")
+	fs.StringVar(&c.OverlapJoin, "overlap-join", JoinAlign, "how two overlapping chunks' words are joined: align or middle\n"+
+		"align matches the words both heard in the overlap and hands over at one, so a word is kept once; middle keeps each chunk's side of the overlap's middle (for comparison).")
 }
 
 func (c *AudioConfig) validate() error {
 	if c.ChunkSeconds < 1 || c.ChunkParallelism < 1 {
 		return errors.New("chunk seconds and chunk parallelism must be at least 1")
+	}
+	if c.OverlapJoin != "" && c.OverlapJoin != JoinAlign && c.OverlapJoin != JoinMiddle {
+		return fmt.Errorf("overlap join %q: want %s or %s", c.OverlapJoin, JoinAlign, JoinMiddle)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unicode"
 
 	"golang.org/x/sync/errgroup"
 
@@ -140,7 +141,7 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, infer infere
 				return contract.Transcript{}, err
 			}
 		}
-		return stitch([]chunkSpan{{length: len(samples)}}, []*triton.Result{&r}, len(samples)), nil
+		return stitch([]chunkSpan{{length: len(samples)}}, []*triton.Result{&r}, len(samples), w.cfg.Audio.OverlapJoin), nil
 	}
 	f := w.newFanout(ctx, infer)
 	for i, c := range chunks {
@@ -154,12 +155,23 @@ func (w *Worker) transcribe(ctx context.Context, samples []float32, infer infere
 	if err := f.wait(); err != nil {
 		return contract.Transcript{}, err
 	}
-	return stitch(f.spans, f.results, len(samples)), nil
+	return stitch(f.spans, f.results, len(samples), w.cfg.Audio.OverlapJoin), nil
 }
 
+// How two overlapping chunks' words are joined (-overlap-join).
+const (
+	// JoinAlign aligns the words both chunks heard in the overlap and hands
+	// over at a word both heard (joinOverlap).
+	JoinAlign = "align"
+	// JoinMiddle keeps each chunk's words on its side of the overlap's
+	// middle: the rule before alignment, kept to measure against.
+	JoinMiddle = "middle"
+)
+
 // stitch joins the chunks' results into one transcript of total samples,
-// with times from the recording's start.
-func stitch(spans []chunkSpan, results []*triton.Result, total int) contract.Transcript {
+// with times from the recording's start; overlapping chunks are joined by
+// rule (JoinAlign or JoinMiddle).
+func stitch(spans []chunkSpan, results []*triton.Result, total int, rule string) contract.Transcript {
 	t := contract.Transcript{Schema: contract.TranscriptSchema, Chunks: len(spans), DurationSec: float64(total) / ModelRate}
 	// Each chunk's words in recording time, and which of them it keeps:
 	// [from[i], to[i]). Where two chunks overlap, the join decides.
@@ -178,7 +190,12 @@ func stitch(spans []chunkSpan, results []*triton.Result, total int) contract.Tra
 	for i := 0; i+1 < len(results); i++ {
 		if spans[i+1].overlap > 0 {
 			start := float64(spans[i+1].offset) / ModelRate
-			to[i], from[i+1] = joinOverlap(words[i], words[i+1], start, start+float64(spans[i+1].overlap)/ModelRate)
+			end := start + float64(spans[i+1].overlap)/ModelRate
+			if rule == JoinMiddle {
+				to[i], from[i+1] = joinAtMiddle(words[i], words[i+1], (start+end)/2)
+			} else {
+				to[i], from[i+1] = joinOverlap(words[i], words[i+1], start, end)
+			}
 		}
 	}
 	var texts []string
@@ -250,7 +267,7 @@ func joinOverlap(a, b []triton.Word, lo, hi float64) (keepA, fromB int) {
 	ta, tb := a[a0:], b[:b1]
 	// Longest common subsequence of the two runs, by word and time.
 	same := func(x, y triton.Word) bool {
-		return strings.EqualFold(x.Word, y.Word) && math.Abs(wmid(x)-wmid(y)) <= joinSlack
+		return sameWord(x.Word, y.Word) && math.Abs(wmid(x)-wmid(y)) <= joinSlack
 	}
 	n, m := len(ta), len(tb)
 	lcs := make([][]int, n+1)
@@ -286,6 +303,13 @@ func joinOverlap(a, b []triton.Word, lo, hi float64) (keepA, fromB int) {
 	if bestA >= 0 {
 		return a0 + bestA + 1, bestB + 1
 	}
+	return joinAtMiddle(a, b, mid)
+}
+
+// joinAtMiddle hands over at mid: the first chunk keeps the words whose
+// middle lies before it, the second those from it on.
+func joinAtMiddle(a, b []triton.Word, mid float64) (keepA, fromB int) {
+	wmid := func(w triton.Word) float64 { return (w.Start + w.End) / 2 }
 	keepA = len(a)
 	for keepA > 0 && wmid(a[keepA-1]) >= mid {
 		keepA--
@@ -294,4 +318,13 @@ func joinOverlap(a, b []triton.Word, lo, hi float64) (keepA, fromB int) {
 		fromB++
 	}
 	return keepA, fromB
+}
+
+// sameWord reports whether two recognised words are one, whatever their
+// case and the punctuation a recogniser attaches ("clear." and "Clear").
+func sameWord(x, y string) bool {
+	trim := func(s string) string {
+		return strings.TrimFunc(s, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	}
+	return strings.EqualFold(trim(x), trim(y))
 }

@@ -19,14 +19,14 @@ import (
 	"github.com/fleetscribe/fleetscribe/internal/wer"
 )
 
-// cpuTriton serves real Triton with the CPU recogniser (pocketsphinx)
-// for the length of a test, with two model instances for this machine's
-// two cores.
+// cpuTriton serves real Triton with the CPU recogniser of
+// -accuracy-engine (Whisper, or pocketsphinx) for the length of a test,
+// with two model instances for this machine's two cores.
 func cpuTriton(t *testing.T) *tritonproc.Server {
 	t.Helper()
 	tritonproc.Require(t)
 	repo := t.TempDir()
-	cpu := tritonproc.ModelConfig{Engine: "pocketsphinx", MaxBatchSize: 8, MaxQueueDelay: 2 * time.Millisecond, QueueTimeout: time.Hour, Instances: cpuInstances}
+	cpu := tritonproc.ModelConfig{Engine: *accuracyEngine, MaxBatchSize: 8, MaxQueueDelay: 2 * time.Millisecond, QueueTimeout: time.Hour, Instances: cpuInstances}
 	if err := tritonproc.WriteRepo(repo, map[string]tritonproc.ModelConfig{"asr": cpu}); err != nil {
 		t.Fatal(err)
 	}
@@ -141,6 +141,7 @@ func TestJoinAccuracy(t *testing.T) {
 	e.sendJob("noisy.wav")
 	cfg := e.config()
 	cfg.Audio.ChunkSeconds = chunkSeconds
+	cfg.Audio.OverlapJoin = *accuracyJoin
 	cfg.Jobs.Timeout = 30 * time.Minute
 	cfg.Queues.VisibilityTimeout = 2 * time.Minute
 	e.runFor(cfg, 30*time.Minute)
@@ -174,7 +175,7 @@ func TestJoinAccuracy(t *testing.T) {
 	t.Logf("%.1f min, %d chunks, %d joins (%d overlapped): WER %.3f; within %.1f s of a join %.3f (%d words), elsewhere %.3f (%d words)",
 		float64(len(x))/16000/60, tr.Chunks, len(joins), overlapped, float64(all)/float64(words), joinWindow,
 		float64(ne)/float64(max(nw, 1)), nw, float64(fe)/float64(max(fw, 1)), fw)
-	fmt.Printf("RESULT minutes=%.1f joins=%d overlapped=%d wer=%.3f wer_near_joins=%.3f wer_elsewhere=%.3f words_near=%d\n",
-		float64(len(x))/16000/60, len(joins), overlapped, float64(all)/float64(words), float64(ne)/float64(max(nw, 1)), float64(fe)/float64(max(fw, 1)), nw)
+	fmt.Printf("RESULT engine=%s join=%s minutes=%.1f joins=%d overlapped=%d wer=%.3f wer_near_joins=%.3f wer_elsewhere=%.3f words_near=%d\n",
+		*accuracyEngine, *accuracyJoin, float64(len(x))/16000/60, len(joins), overlapped, float64(all)/float64(words), float64(ne)/float64(max(nw, 1)), float64(fe)/float64(max(fw, 1)), nw)
 	_ = os.Remove(filepath.Join(dir, "s.wav"))
 }

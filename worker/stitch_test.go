@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -152,7 +153,7 @@ func TestOverlapJoinAlignsSharedWords(t *testing.T) {
 		},
 	} {
 		results := []*triton.Result{{Text: "x", Words: c.a}, {Text: "y", Words: c.b}}
-		tr := stitch(spans, results, 184*ModelRate)
+		tr := stitch(spans, results, 184*ModelRate, JoinAlign)
 		if tr.Text != "turn left at the light" {
 			t.Errorf("%s: %q, want each word once", name, tr.Text)
 		}
@@ -166,7 +167,24 @@ func TestOverlapJoinAlignsSharedWords(t *testing.T) {
 	// overlap): the middle rule still keeps each side's own.
 	a := []triton.Word{w("one", 24.1, 24.3)}
 	b := []triton.Word{w("two", 0.7, 0.9)}
-	if tr := stitch(spans, []*triton.Result{{Words: a}, {Words: b}}, 184*ModelRate); tr.Text != "one two" {
+	if tr := stitch(spans, []*triton.Result{{Words: a}, {Words: b}}, 184*ModelRate, JoinAlign); tr.Text != "one two" {
 		t.Errorf("no shared word: %q, want \"one two\"", tr.Text)
+	}
+}
+
+// A recogniser that cases and punctuates (Whisper) hears the overlap's
+// word as "clear." in one chunk and "Clear" in the next, timed either side
+// of the overlap's middle: one word, not two.
+func TestOverlapJoinIgnoresCaseAndPunctuation(t *testing.T) {
+	w := func(s string, start, end float64) triton.Word { return triton.Word{Word: s, Start: start, End: end} }
+	a := []triton.Word{w("The", 27.0, 27.3), w("clear.", 28.7, 29.0)}
+	b := []triton.Word{w("Clear", 29.0, 29.3), w("Next", 30.5, 30.8)}
+	keepA, fromB := joinOverlap(a, b, 28.0, 30.0)
+	var got []string
+	for _, x := range append(slices.Clone(a[:keepA]), b[fromB:]...) {
+		got = append(got, x.Word)
+	}
+	if want := []string{"The", "clear.", "Next"}; !slices.Equal(got, want) {
+		t.Errorf("joined %v, want %v", got, want)
 	}
 }

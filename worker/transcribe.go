@@ -110,7 +110,7 @@ func (w *Worker) transcribeStream(ctx context.Context, t *task) (contract.Transc
 	if total == 0 {
 		return contract.Transcript{}, Permanentf(contract.ClassEmptyAudio, "recording has a valid header but no samples")
 	}
-	tr := stitch(f.spans, f.results, int(total))
+	tr := stitch(f.spans, f.results, int(total), w.cfg.Audio.OverlapJoin)
 	tr.SampleRate = src.Rate()
 	return tr, nil
 }

