@@ -41,9 +41,10 @@ func infer(t *testing.T, addr string, io triton.ModelIO, samples []float32) trit
 	return r
 }
 
-// The shipped CPU repository, served by real Triton, recognises speech
-// and times every word inside the clip.
-func TestCPURepository(t *testing.T) {
+// requireSpeech skips t without a Triton server to run or ffmpeg to
+// synthesise speech, and returns the project's root.
+func requireSpeech(t *testing.T) string {
+	t.Helper()
 	tritonproc.Require(t)
 	if _, err := exec.LookPath("ffmpeg"); err != nil {
 		t.Skip("ffmpeg is needed to synthesise speech")
@@ -52,6 +53,13 @@ func TestCPURepository(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return root
+}
+
+// The shipped CPU repository, served by real Triton, recognises speech
+// and times every word inside the clip.
+func TestCPURepository(t *testing.T) {
+	root := requireSpeech(t)
 	const text = "please schedule a follow up appointment in two weeks"
 	samples := flite(t, text)
 	var log syncbuf.Buffer
@@ -257,10 +265,7 @@ def load(params, device):
 // ErrPoisonInput after one attempt on each of two partitions, which the
 // worker records as model_failed, and no partition is ejected.
 func TestPoisonInputOnRealTriton(t *testing.T) {
-	tritonproc.Require(t)
-	if _, err := exec.LookPath("ffmpeg"); err != nil {
-		t.Skip("ffmpeg is needed to synthesise speech")
-	}
+	requireSpeech(t)
 	shipped, err := tritonproc.ModelFile()
 	if err != nil {
 		t.Fatal(err)
@@ -349,14 +354,7 @@ func flite(t *testing.T, text string) []float32 {
 // served by real Triton: cased, punctuated speech with every word timed
 // inside the clip, in order, with a confidence; and nothing over silence.
 func TestCPUWhisperRepository(t *testing.T) {
-	tritonproc.Require(t)
-	if _, err := exec.LookPath("ffmpeg"); err != nil {
-		t.Skip("ffmpeg is needed to synthesise speech")
-	}
-	root, err := tritonproc.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := requireSpeech(t)
 	s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: filepath.Join(root, "deploy", "triton", "cpu-whisper")})
 	if err != nil {
 		t.Fatal(err)
