@@ -159,12 +159,7 @@ func (d *dependencies) ok(name string) {
 	if !known || len(dep.failing) == 0 && !dep.down {
 		return
 	}
-	clear(dep.failing)
-	if dep.down {
-		dep.down = false
-		d.m.up.WithLabelValues(name).Set(1)
-		d.log.Warn().Str("dependency", name).Dur("down_for", d.now().Sub(dep.since)).Msg("dependency back; jobs waiting for it run again")
-	}
+	d.setUpLocked(name, dep)
 	d.broadcastLocked()
 }
 
@@ -188,6 +183,17 @@ func (d *dependencies) setDownLocked(name string, dep *dependency, err error) {
 	d.m.outages.WithLabelValues(name).Inc()
 	d.log.Error().Str("dependency", name).Err(err).Msg("dependency down: its jobs wait, their messages kept in hand")
 	d.broadcastLocked()
+}
+
+// setUpLocked records that name answers: its failures are forgotten and,
+// if it was down, it is up again (the caller broadcasts).
+func (d *dependencies) setUpLocked(name string, dep *dependency) {
+	clear(dep.failing)
+	if dep.down {
+		dep.down = false
+		d.m.up.WithLabelValues(name).Set(1)
+		d.log.Warn().Str("dependency", name).Dur("down_for", d.now().Sub(dep.since)).Msg("dependency back; jobs waiting for it run again")
+	}
 }
 
 // down reports the output bucket's outage, if it is down: the worker then
@@ -301,12 +307,7 @@ func (d *dependencies) probeOnce(ctx context.Context, name string) {
 	dep.probing = false
 	switch {
 	case err == nil:
-		clear(dep.failing)
-		if dep.down {
-			dep.down = false
-			d.m.up.WithLabelValues(name).Set(1)
-			d.log.Warn().Str("dependency", name).Dur("down_for", d.now().Sub(dep.since)).Msg("dependency back; jobs waiting for it run again")
-		}
+		d.setUpLocked(name, dep)
 	case ctx.Err() != nil:
 	case !dep.down:
 		d.setDownLocked(name, dep, err)
