@@ -160,7 +160,7 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, d *delivery
 		// the output prefix by message id and keeps the body: nothing is
 		// lost, and the body is never logged.
 		log.Warn().Int("body_bytes", len(d.body)).Err(err).Msg("unparseable message")
-		return MessageInvalid, w.recordRejected(ctx, d, contract.InvalidMessageKey(w.cfg.Outputs.Prefix, d.id), nil, err)
+		return MessageInvalid, w.recordRejected(ctx, d, contract.InvalidMessageKey(w.cfg.Outputs.Prefix, d.id), err)
 	}
 	if len(records) == 0 {
 		return MessageIgnored, nil
@@ -176,7 +176,7 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, d *delivery
 			err := Permanent(contract.ClassBadMessage, rec.Err)
 			jlog.Warn().Err(err).Msg("record is not a job; the message's other records run")
 			w.m.jobs.WithLabelValues(OutcomeFailed).Inc()
-			err = w.recordRejected(ctx, d, d.rejectionKey(w.cfg.Outputs.Prefix, i), nil, err)
+			err = w.recordRejected(ctx, d, d.rejectionKey(w.cfg.Outputs.Prefix, i), err)
 			if err != nil && retryErr == nil {
 				retryErr = fmt.Errorf("record %d of %d: %w", i+1, len(records), err)
 			}
@@ -198,17 +198,14 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, d *delivery
 
 // recordRejected writes the error record of a message, or of one of its
 // records, that the worker refuses: at key (named by the message), with
-// the message's id and body, so nothing is lost. in is the input it names,
-// if it names one. A failed write leaves the message for redelivery.
-func (w *Worker) recordRejected(ctx context.Context, d *delivery, key string, in *contract.InputRef, err error) error {
+// the message's id and body, so nothing is lost. A failed write leaves the
+// message for redelivery.
+func (w *Worker) recordRejected(ctx context.Context, d *delivery, key string, err error) error {
 	w.m.errors.WithLabelValues(ErrorClass(err)).Inc()
 	rec := contract.ErrorRecord{
 		Schema: contract.ErrorSchema, Model: w.model, Class: ErrorClass(err), Message: err.Error(),
 		Attempt: d.attempt, Final: true, CreatedAt: w.now().UTC(),
 		MessageID: d.id, MessageBody: d.body,
-	}
-	if in != nil {
-		rec.Input = *in
 	}
 	for {
 		err := w.out.errorRecord(ctx, key, rec)
