@@ -128,11 +128,9 @@ var (
 )
 
 // waitFor reports whether err is a bucket that is down and has come back
-// (the job should run again); it waits for it while it is down.
-func (t *task) waitFor(err error) bool {
-	ue, ok := errors.AsType[*unreachableError](err)
-	return ok && t.hold.Err() == nil && t.w.deps.hold(t.hold, ue)
-}
+// (the job should run again); it waits for it while it is down, within
+// the message's context.
+func (t *task) waitFor(err error) bool { return t.w.waitFor(t.hold, err) }
 
 // run walks the stages. It returns the outcome of a job that ended, or
 // the error that stopped it.

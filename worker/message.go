@@ -208,9 +208,7 @@ func (w *Worker) recordRejected(ctx context.Context, d *delivery, key string, er
 		MessageID: d.id, MessageBody: d.body,
 	}
 	for {
-		err := w.out.errorRecord(ctx, key, rec)
-		ue, ok := errors.AsType[*unreachableError](err)
-		if !ok || ctx.Err() != nil || !w.deps.hold(ctx, ue) {
+		if err := w.out.errorRecord(ctx, key, rec); !w.waitFor(ctx, err) {
 			return err
 		}
 	}

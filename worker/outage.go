@@ -207,6 +207,14 @@ func (d *dependencies) down() error {
 	return nil
 }
 
+// waitFor reports whether err is a request to a dependency that is down
+// and has come back within ctx (the request runs again); it waits while
+// the dependency is down. Any other error, nil included, is false.
+func (w *Worker) waitFor(ctx context.Context, err error) bool {
+	ue, ok := errors.AsType[*unreachableError](err)
+	return ok && ctx.Err() == nil && w.deps.hold(ctx, ue)
+}
+
 // hold decides what a job whose request failed with ue does: it returns
 // true once the dependency, which was down, is back (run the step again),
 // and false when the failure is the job's own or the wait ended (fail as
