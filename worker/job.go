@@ -43,14 +43,12 @@ const ModelRate = 16000
 
 // task is one job of a message, from the queue to its outcome.
 type task struct {
-	w       *Worker
-	log     zerolog.Logger
-	d       *delivery // the message's receipt
-	index   int       // the job's record in the message
-	msgID   string
-	job     contract.Job
-	attempt int
-	infer   inference // model, Triton priority, progress
+	w     *Worker
+	log   zerolog.Logger
+	d     *delivery // the message's receipt: id, body, attempt
+	index int       // the job's record in the message
+	job   contract.Job
+	infer inference // model, Triton priority, progress
 	// hold is the message's context: it outlives -job-timeout, so a job
 	// that waits for a bucket that is down keeps its work (outage.go).
 	hold context.Context
@@ -98,7 +96,7 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, d *delivery, in
 	}()
 	for {
 		t := &task{
-			w: w, log: log, d: d, index: index, msgID: d.id, job: job, attempt: d.attempt, prefix: w.cfg.Outputs.Prefix, hold: ctx,
+			w: w, log: log, d: d, index: index, job: job, prefix: w.cfg.Outputs.Prefix, hold: ctx,
 			infer: inference{model: w.model, priority: d.priority, prog: d.prog},
 			in:    contract.InputRef{Bucket: job.Bucket, Key: job.Key, ETag: job.ETag, VersionID: job.VersionID},
 		}
@@ -327,7 +325,7 @@ func (t *task) claim(ctx context.Context) (bool, error) {
 	if t.info.Duration() < t.w.cfg.Claims.MinAudio.Seconds() {
 		return true, nil
 	}
-	won, release, err := t.w.claimJob(ctx, t.log, t.keys, t.msgID)
+	won, release, err := t.w.claimJob(ctx, t.log, t.keys, t.d.id)
 	if err != nil {
 		return false, err
 	}
@@ -355,12 +353,12 @@ func (t *task) admit(ctx context.Context) error {
 // failure overwrites it.
 func (t *task) provisional(ctx context.Context) error {
 	w := t.w
-	if t.attempt < w.cfg.Queues.MaxReceives {
+	if t.d.attempt < w.cfg.Queues.MaxReceives {
 		return nil
 	}
 	rec := contract.ErrorRecord{
-		Schema: contract.ErrorSchema, Input: t.in, Model: t.infer.model, Class: contract.ClassExhausted, Attempt: t.attempt, CreatedAt: w.now().UTC(),
-		Message: fmt.Sprintf("last attempt (%d of %d) started; this record remains only if that attempt never finished (process crash or kill)", t.attempt, w.cfg.Queues.MaxReceives),
+		Schema: contract.ErrorSchema, Input: t.in, Model: t.infer.model, Class: contract.ClassExhausted, Attempt: t.d.attempt, CreatedAt: w.now().UTC(),
+		Message: fmt.Sprintf("last attempt (%d of %d) started; this record remains only if that attempt never finished (process crash or kill)", t.d.attempt, w.cfg.Queues.MaxReceives),
 	}
 	return w.out.errorRecord(ctx, t.keys.Error, rec)
 }
@@ -378,7 +376,7 @@ func (t *task) transcribe(ctx context.Context) (contract.Transcript, error) {
 	if err != nil {
 		return contract.Transcript{}, err
 	}
-	tr.Input, tr.Model, tr.Attempt = t.in, t.infer.model, t.attempt
+	tr.Input, tr.Model, tr.Attempt = t.in, t.infer.model, t.d.attempt
 	tr.CreatedAt = t.w.now().UTC()
 	return tr, nil
 }
@@ -428,7 +426,7 @@ func (t *task) fail(ctx context.Context, err error) (string, error) {
 	if cause := context.Cause(ctx); !final && (errors.Is(cause, errHeartbeatLost) || errors.Is(cause, errDrainTimeout)) {
 		return OutcomeReleased, err // shutdown or heartbeat loss, not the job's fault
 	}
-	if !final && t.attempt < w.cfg.Queues.MaxReceives {
+	if !final && t.d.attempt < w.cfg.Queues.MaxReceives {
 		log.Warn().Err(err).Msg("job failed; will retry")
 		return OutcomeRetry, err
 	}
@@ -442,7 +440,7 @@ func (t *task) fail(ctx context.Context, err error) (string, error) {
 	w.m.errors.WithLabelValues(class).Inc()
 	rec := contract.ErrorRecord{
 		Schema: contract.ErrorSchema, Input: t.in, Model: t.infer.model, Class: class, Message: err.Error(),
-		Attempt: t.attempt, Final: final, CreatedAt: w.now().UTC(),
+		Attempt: t.d.attempt, Final: final, CreatedAt: w.now().UTC(),
 	}
 	if t.rejected {
 		// The message is at fault, not the input: its record is named by
