@@ -45,7 +45,7 @@ func (i inputs) open(ctx context.Context, job contract.Job) (opened, error) {
 	err = i.deps.answer(inputDep(job.Bucket), job.Key, err)
 	switch {
 	case err == nil:
-	case missing(err):
+	case s3errs.ObjectNotFound(err):
 		return opened{}, Permanentf(contract.ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
 	case isInvalidRange(err):
 		// An empty object has no first byte: its metadata from a HEAD.
@@ -77,7 +77,7 @@ func (i inputs) head(ctx context.Context, job contract.Job) (opened, error) {
 	h, err := i.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
 	err = i.deps.answer(inputDep(job.Bucket), job.Key, err)
 	switch {
-	case missing(err):
+	case s3errs.ObjectNotFound(err):
 		return opened{}, Permanentf(contract.ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
 	case err != nil:
 		return opened{}, fmt.Errorf("head input: %w", err)
@@ -100,23 +100,13 @@ func (i inputs) get(ctx context.Context, job contract.Job, in *contract.InputRef
 	switch {
 	case err == nil:
 		return obj, nil
-	case missing(err):
+	case s3errs.ObjectNotFound(err):
 		return nil, Permanentf(contract.ClassMissing, "s3://%s/%s was deleted while being processed", job.Bucket, job.Key)
 	case s3errs.PreconditionFailed(err):
 		return nil, fmt.Errorf("input changed while being processed: %w", err)
 	default:
 		return nil, fmt.Errorf("get input: %w", err)
 	}
-}
-
-// missing reports an object (or version) that does not exist. A bucket
-// that does not exist is not the input's fault but the bucket's: an
-// outage, not a missing_object record (see outage.go).
-func missing(err error) bool {
-	if ae, ok := errors.AsType[smithy.APIError](err); ok && ae.ErrorCode() == "NoSuchBucket" {
-		return false
-	}
-	return s3errs.NotFound(err)
 }
 
 // probe reads one byte of each of keys in bucket until one answers: the
@@ -130,7 +120,7 @@ func (i inputs) probe(ctx context.Context, bucket string, keys []string) error {
 			_ = obj.Body.Close()
 			return nil
 		}
-		if missing(err) || isInvalidRange(err) {
+		if s3errs.ObjectNotFound(err) || isInvalidRange(err) {
 			return nil
 		}
 		errs = append(errs, err)

@@ -20,6 +20,16 @@ func NotFound(err error) bool {
 	return false
 }
 
+// ObjectNotFound reports an S3 error saying that the object or its version
+// does not exist in a bucket that does: NotFound less NoSuchBucket. A
+// bucket that does not exist is an outage, not an absent object.
+func ObjectNotFound(err error) bool {
+	if ae, ok := errors.AsType[smithy.APIError](err); ok && ae.ErrorCode() == "NoSuchBucket" {
+		return false
+	}
+	return NotFound(err)
+}
+
 // PreconditionFailed reports a conditional request S3 refused (If-Match,
 // If-None-Match): 412.
 func PreconditionFailed(err error) bool {
