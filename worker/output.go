@@ -34,7 +34,7 @@ func (o outputs) exists(ctx context.Context, key string) (bool, error) {
 	switch {
 	case err == nil:
 		return true, nil
-	case s3errs.NotFound(err):
+	case s3errs.ObjectNotFound(err):
 		return false, nil
 	default:
 		return false, err
@@ -117,7 +117,7 @@ func (o outputs) putClaim(ctx context.Context, key string, body []byte, ifAbsent
 func (o outputs) read(ctx context.Context, key string, limit int64) ([]byte, error) {
 	out, err := o.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
 	if err = o.deps.answer(depOutput, key, err); err != nil {
-		if s3errs.NotFound(err) {
+		if s3errs.ObjectNotFound(err) {
 			return nil, nil
 		}
 		return nil, err

@@ -2,10 +2,12 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
 )
 
 // deadlineS3 records whether each DeleteObject had a deadline.
@@ -34,4 +36,45 @@ func TestRemoveKeepsTheCallersDeadline(t *testing.T) {
 	if len(api.had) != 1 || !api.had[0] {
 		t.Fatalf("delete deadlines %v, want the caller's", api.had)
 	}
+}
+
+// answeringS3 answers every HEAD and GET with the S3 error code.
+type answeringS3 struct {
+	S3API // the other calls are not made here
+	code  string
+}
+
+func (s answeringS3) HeadObject(context.Context, *s3.HeadObjectInput, ...func(*s3.Options)) (*s3.HeadObjectOutput, error) {
+	return nil, &smithy.GenericAPIError{Code: s.code}
+}
+
+func (s answeringS3) GetObject(context.Context, *s3.GetObjectInput, ...func(*s3.Options)) (*s3.GetObjectOutput, error) {
+	return nil, &smithy.GenericAPIError{Code: s.code}
+}
+
+// An output key that does not exist is an answer (no transcript, no
+// claim); an output bucket that does not exist is an outage, never "not
+// there": the HEAD of skipIfDone and the claim's read once took
+// NoSuchBucket for an absent key, and the job went on to compute.
+func TestOutputMissingBucketIsNotAMissingKey(t *testing.T) {
+	ctx := t.Context()
+	o := outputs{s3: answeringS3{code: "NoSuchKey"}, bucket: "out"}
+	if ok, err := o.exists(ctx, "k.json"); ok || err != nil {
+		t.Errorf("exists of a missing key: %v, %v; want false, nil", ok, err)
+	}
+	if b, err := o.read(ctx, "k.claim", 10); b != nil || err != nil {
+		t.Errorf("read of a missing key: %q, %v; want nil, nil", b, err)
+	}
+	o.s3 = answeringS3{code: "NoSuchBucket"}
+	if _, err := o.exists(ctx, "k.json"); !isUnreachable(err) {
+		t.Errorf("exists in a missing bucket: %v; want the outage", err)
+	}
+	if _, err := o.read(ctx, "k.claim", 10); !isUnreachable(err) {
+		t.Errorf("read in a missing bucket: %v; want the outage", err)
+	}
+}
+
+func isUnreachable(err error) bool {
+	_, ok := errors.AsType[*unreachableError](err)
+	return ok
 }
