@@ -185,8 +185,8 @@ bench-gpu: deps ## GPU benchmark on this host's GPU 0 through real Triton (needs
 bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU benchmark results (no GPU needed); the last is the compiled encoder's
 	$(GO) run ./bench/gpu/gpubench report -results docs/benchmarks/results.csv -offline docs/benchmarks/offline.json \
 	  -table docs/benchmarks/table.md -plot docs/benchmarks/throughput-p99.png
-	$(GO) run ./bench/gpu/gpubench compiled -results docs/benchmarks/compiled/served-a.csv -results docs/benchmarks/compiled/served-b.csv \
-	  -study docs/benchmarks/compiled/encoder-nemo.json
+	$(GO) run ./bench/gpu/gpubench compiled -results docs/benchmarks/compiled/served.csv \
+	  -results docs/benchmarks/compiled/2026-12-01/served-b.csv -study docs/benchmarks/compiled/encoder-nemo.json
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests (needs python3 with torch; on a GPU also CUDA-graph replay against eager)

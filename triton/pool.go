@@ -57,7 +57,8 @@ func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*flagext.StringSliceCSV)(&c.Addrs), "triton-addrs", "comma-separated Triton gRPC addresses, one per partition")
 	fs.Var((*flagext.StringSliceCSV)(&c.MetricsAddrs), "triton-metrics-addrs", "the partitions' Triton metrics addresses, one per -triton-addrs entry (empty: each gRPC port + 2; off: none)\n"+
 		"Empty follows worker mps's layout (gRPC, HTTP, metrics). Read at each health check for what each partition's model runs (encoder path, decoder CUDA graphs): fleetscribe_triton_engine and /readyz.")
-	fs.IntVar(&c.MaxInflight, "triton-max-inflight", 48, "most requests in flight per partition\nEnough to fill its dynamic batcher's preferred batch sizes; backpressure lowers each partition's limit below it, success raises it again.")
+	fs.IntVar(&c.MaxInflight, "triton-max-inflight", 16, "most requests in flight per partition\nEnough to fill its dynamic batcher's preferred batch sizes; backpressure lowers each partition's limit below it, success raises it again. "+
+		"On an H200 eight partitions served most at 16 each (128 a GPU) and a third less at 32: a GPU's total, 64-128, is what to keep (32 each for two partitions).")
 	fs.DurationVar(&c.RequestTimeout, "triton-request-timeout", 2*time.Minute, "timeout of one inference attempt")
 	fs.IntVar(&c.Attempts, "triton-attempts", 5, "tries per chunk on faults (unreachable partition, server error), each on another partition when one is free\nBackpressure is waited out within the job's deadline instead.")
 	fs.DurationVar(&c.BackoffBase, "triton-backoff", 100*time.Millisecond, "first retry delay; doubles per attempt")

@@ -109,6 +109,12 @@ class NemoSide:
         with a, b:
             return engine.encode(audio)
 
+    def encode_fp32(self, audio):
+        """Eager's output without autocast: the reference both bf16 paths
+        are measured against."""
+        with torch.inference_mode():
+            return self.eager.encode(audio)
+
     def tokens(self, enc, frames):
         a, b = self.ctx()
         with a, b:
@@ -147,6 +153,9 @@ class StandinSide:
     def encode(self, engine, audio):
         with torch.no_grad():
             return engine.encode(audio)
+
+    def encode_fp32(self, audio):
+        return None  # the stand-in is built in bf16: it has no fp32 path
 
     def tokens(self, enc, frames):
         with torch.no_grad():
@@ -192,7 +201,7 @@ def main():
     ap.add_argument("--nemo", default="", help="the Parakeet-shaped .nemo (nemo_anchor.py --save)")
     ap.add_argument("--standin", action="store_true", help="study the stand-in instead")
     ap.add_argument("--cache", required=True, help="the compile cache (shared with the served partitions)")
-    ap.add_argument("--buckets", default="30,45", help="length buckets, seconds (model.py's length_buckets)")
+    ap.add_argument("--buckets", default="30", help="length buckets, seconds (model.py's length_buckets)")
     ap.add_argument("--batches", default="16,64")
     ap.add_argument("--max-batch", type=int, default=64, help="rows of the warm-up batch")
     ap.add_argument("--out", default="")
@@ -258,6 +267,19 @@ def main():
                 p["control_rel_diff"] = rel_diff(eo, po, ef, side.time_dim)
                 p["control_token_agreement"], p["control_rows_differing"] = agreement(ref, side.tokens(po, ef))
                 p["tokens_per_row"] = sum(len(r) for r in ref) / max(1, len(ref))
+                # A second control: eager without autocast (fp32). Where the
+                # bf16 eager path agrees with fp32 no better than the compiled
+                # one does, agreement with eager is not what says the compiled
+                # encoder is right: closeness to fp32 is.
+                fp = side.encode_fp32(audio)
+                if fp is not None:
+                    fo, ff = fp
+                    ref32 = side.tokens(fo.to(eo.dtype), ff)
+                    p["fp32_rel_diff_eager"] = rel_diff(fo, eo, ff, side.time_dim)
+                    p["fp32_rel_diff_compiled"] = rel_diff(fo, co, ff, side.time_dim)
+                    p["eager_vs_fp32_token_agreement"], _ = agreement(ref32, ref)
+                    p["compiled_vs_fp32_token_agreement"], _ = agreement(ref32, side.tokens(co, cf))
+                    del fo
                 p["whole_eager_clips_per_s"] = bs / timed(lambda: side.whole(side.eager, audio), 2)
                 p["whole_compiled_clips_per_s"] = bs / timed(lambda: side.whole(side.compiled, audio), 2)
                 del eo, co, po
@@ -268,6 +290,10 @@ def main():
                 "whole batch %.1f -> %.1f clips/s" % (p["mean_rel_diff"], p["token_agreement"], p["rows_differing"], bs, p["control_rel_diff"],
                                                        p["control_token_agreement"], p["control_rows_differing"], p["whole_eager_clips_per_s"],
                                                        p["whole_compiled_clips_per_s"]) if i == 0 else ""), flush=True)
+            if "fp32_rel_diff_eager" in p:
+                print("  against eager fp32: rel diff eager bf16 %.4f, compiled %.4f; tokens agree eager bf16 %.4f, compiled %.4f" % (
+                    p["fp32_rel_diff_eager"], p["fp32_rel_diff_compiled"], p["eager_vs_fp32_token_agreement"],
+                    p["compiled_vs_fp32_token_agreement"]), flush=True)
             if args.out:  # as it goes: a later point that fails loses only itself
                 with open(args.out, "w") as f:
                     json.dump(out, f, indent=2)

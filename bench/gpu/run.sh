@@ -122,15 +122,18 @@ for step in "$@"; do
     test) log "stand-in decoder tests"; (cd "$here" && "$py" -m unittest -v test_standin 2>&1 | tee -a "$out/run.log") || log "tests failed" ;;
     offline) log "offline reference"; (cd "$here" && "$py" offline.py --out "$out/offline.json" 2>&1 | tee -a "$out/run.log") || log "offline failed" ;;
     anchor) log "NeMo anchor"; anchor --out "$out/nemo.json" --save "$NEMO_MODEL" || log "anchor failed" ;;
-    clips:*) arrangements clip "${step#clips:}" ;;
-    mix:*) arrangements mix "${step#mix:}" ;;
+    # Each workload's encoder compiles the one length its chunks reach: 45-s
+    # clips, or the worker's 30-s chunks (model.py's default); PARAMS may
+    # name others.
+    clips:*) arrangements clip "${step#clips:}" -param "length_buckets=45${PARAMS:+,$PARAMS}" ;;
+    mix:*) arrangements mix "${step#mix:}" -param "length_buckets=30${PARAMS:+,$PARAMS}" ;;
     nemo:*)
       nemo_model
       # -param replaces the list: PARAMS (log_timings=N, ...) joins the model's.
-      arrangements clip "${step#nemo:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=45${PARAMS:+,$PARAMS}" ;;
+      arrangements clip "${step#nemo:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=45,length_buckets=45${PARAMS:+,$PARAMS}" ;;
     nemomix:*)
       nemo_model
-      arrangements mix "${step#nemomix:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=30${PARAMS:+,$PARAMS}" ;;
+      arrangements mix "${step#nemomix:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=30,length_buckets=30${PARAMS:+,$PARAMS}" ;;
     study) nemo_model; log "compiled encoder study: NeMo"; study --nemo "$NEMO_MODEL" --out "$out/encoder-nemo.json" || log "study failed" ;;
     study-standin) log "compiled encoder study: stand-in"; study --standin --out "$out/encoder-standin.json" || log "study failed" ;;
     coldcache) log "compile cache emptied"; rm -rf "$FLEETSCRIBE_COMPILE_CACHE" ;;

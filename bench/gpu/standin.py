@@ -664,7 +664,7 @@ def load(params, device, compiler=None):
     tiny), max_batch (the model's max_batch_size), graph_seconds (longest
     input the captured graphs hold before they are captured again: 60),
     encoder (compiled, the default on a GPU, or eager) and length_buckets
-    (seconds, "30,45"), as the Parakeet engine takes them; compiler is
+    (seconds, "30"), as the Parakeet engine takes them; compiler is
     model.py's (CompiledEncoder in the shared compile cache)."""
     size = params.get("size") or "full"
     cfg = Config.tiny() if size == "tiny" else Config()
@@ -682,7 +682,7 @@ def load(params, device, compiler=None):
     compiled = None
     compile_cpu = os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1"
     if (params.get("encoder") or "compiled") == "compiled" and (dev.type == "cuda" or compile_cpu) and compiler is not None:
-        buckets = sorted({int(round(float(v) * SAMPLE_RATE)) for v in (params.get("length_buckets") or "30,45").split(",") if v.strip()})
+        buckets = sorted({int(round(float(v) * SAMPLE_RATE)) for v in (params.get("length_buckets") or "30").split(",") if v.strip()})
         name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
         key = "standin|%s|%s|%s|%s" % (size, torch.__version__, name, buckets)
         compiled = compiler(model.encoder.forward, buckets, max_batch, key)

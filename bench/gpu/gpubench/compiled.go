@@ -25,20 +25,23 @@ type study struct {
 			RelDiff          float64 `json:"mean_rel_diff"`
 			TokenAgreement   float64 `json:"token_agreement"`
 			ControlAgreement float64 `json:"control_token_agreement"`
+			EagerVsFP32      float64 `json:"eager_vs_fp32_token_agreement"`
+			CompiledVsFP32   float64 `json:"compiled_vs_fp32_token_agreement"`
 		} `json:"points"`
 	} `json:"buckets"`
 }
 
 // compiledReport is `gpubench compiled`: the compiled encoder's served
 // figures for NeMo's model (the rows whose decoder is "nemo") beside the
-// eager ones of the same results, the start-up times of the default
-// arrangement and the offline study, and its RESULT line.
+// eager ones of the same results, the start-up times of plans with as many
+// partitions as the default arrangement (what a start loads does not depend
+// on the MPS percentage), the offline study, and its RESULT line.
 func compiledReport(args []string) error {
 	fs := flag.NewFlagSet("compiled", flag.ContinueOnError)
 	var results stringList
 	fs.Var(&results, "results", "results CSV (repeatable)")
 	studyPath := fs.String("study", "", "encoder_study.py's JSON for NeMo's model")
-	def := fs.String("default", "mps50-8", "the default plan's arrangement, for the start-up times")
+	def := fs.String("default", "mps50-8", "the default plan's arrangement: start-up times are of arrangements with its partition count")
 	clipLimit := fs.Float64("p99-ms", 1000, "latency limit on 45-s clips")
 	mixLimit := fs.Float64("mix-p99-ms", 1500, "chunk latency limit on the length mix")
 	if err := fs.Parse(args); err != nil {
@@ -66,9 +69,14 @@ func compiledReport(args []string) error {
 	top, _ := best(rs, *clipLimit, nemo("compiled", "clip45"))
 	eager, _ := best(rs, *clipLimit, nemo("eager", "clip45"))
 	mix, _ := best(rs, *mixLimit, nemo("compiled", "mix"))
+	plan, err := parseArrangement(*def)
+	if err != nil {
+		return err
+	}
 	warm, cold := 0.0, 0.0
 	for _, r := range rs {
-		if r.decoder != "nemo" || r.arrangement != *def || r.encoder != "compiled" {
+		a, err := parseArrangement(r.arrangement)
+		if err != nil || r.decoder != "nemo" || r.encoder != "compiled" || a.processes != plan.processes || a.instances != plan.instances {
 			continue
 		}
 		switch r.cache {
@@ -96,6 +104,9 @@ func compiledReport(args []string) error {
 				line := fmt.Sprintf("offline, %s-s bucket, batch %s: encoder %.0f ms eagerly, %.0f ms compiled (%.2fx)", k, bs, p.EagerMs, p.CompiledMs, p.Speedup)
 				if p.TokenAgreement > 0 {
 					line += fmt.Sprintf("; mean relative difference %.4f; tokens agree %.3f (control, eager with noise of that size: %.3f)", p.RelDiff, p.TokenAgreement, p.ControlAgreement)
+				}
+				if p.EagerVsFP32 > 0 {
+					line += fmt.Sprintf("; against eager in fp32, tokens agree %.3f compiled, %.3f eager in bf16", p.CompiledVsFP32, p.EagerVsFP32)
 				}
 				fmt.Println(line)
 			}

@@ -215,6 +215,10 @@ func TestCompiledReportResultLine(t *testing.T) {
 		row("mps50-8", "compiled", "mix", "32", "6000", "1400", "90", "warm"),
 		row("mps50-8", "compiled", "mix", "64", "7000", "1600", "90", "warm"), // over 1.5 s
 		row("mps25-8/eagerenc", "eager", "clip45", "64", "5000", "500", "45", "none"),
+		// Start-up counts plans of the default's eight partitions, whatever
+		// their MPS percentage; four partitions start faster and do not count.
+		row("mps25-8", "compiled", "clip45", "64", "7000", "450", "50", "warm"),
+		row("mps50-4", "compiled", "clip45", "64", "6000", "450", "30", "warm"),
 		{"mps50-8", "mps", "cuda_graph", "clip45", "64", "100", "3", "30", "9999", "400", "500", "500", "8", "90", "0", "0", "1", "1", "1", "1", "compiled", "20", "warm"}, // the stand-in
 	}
 	f, _ := os.Create(results)
@@ -228,8 +232,37 @@ func TestCompiledReportResultLine(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	want := "RESULT server=triton model=nemo encoder=inductor best_mode=mps50-8 served_audio_s_per_s=8000 mix_audio_s_per_s=6000 p99_ms=900 vs_eager=1.60 vs_best_published=0.65 warm_start_s=90 cold_start_s=300"
+	want := "RESULT server=triton model=nemo encoder=inductor best_mode=mps50-8 served_audio_s_per_s=8000 mix_audio_s_per_s=6000 p99_ms=900 vs_eager=1.60 vs_best_published=0.65 warm_start_s=50 cold_start_s=300"
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestCompileCacheState(t *testing.T) {
+	compiled, _ := parseArrangement("mps50-8")
+	eager, _ := parseArrangement("mps50-8/eagerenc")
+	set := func(keys ...string) map[string]bool {
+		m := map[string]bool{}
+		for _, k := range keys {
+			m[k] = true
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name          string
+		a             arrangement
+		before, after map[string]bool
+		want          string
+	}{
+		{"empty cache, first compile", compiled, set(), set("a.warm"), "cold"},
+		{"the same key again", compiled, set("a.warm"), set("a.warm"), "warm"},
+		// Another length bucket's marker was there: this one still compiled.
+		{"another key compiled before", compiled, set("a.warm"), set("a.warm", "b.warm"), "cold"},
+		{"nothing compiled", compiled, set(), set(), "none"},
+		{"eager encoder", eager, nil, nil, "none"},
+	} {
+		if got := compileCacheState(c.a, c.before, c.after); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
 	}
 }

@@ -149,7 +149,7 @@ func runArrangement(ctx context.Context, hc hostConfig, l loadFlags, a arrangeme
 		hc.log = f
 	}
 	hc.basePort += 100 * i // no port of a stopped arrangement is reused
-	cache := compileCacheState(a)
+	before := compileMarkers(a)
 	started := time.Now()
 	h, addrs, err := startHost(ctx, hc, a, repo)
 	if err != nil {
@@ -157,6 +157,7 @@ func runArrangement(ctx context.Context, hc hostConfig, l loadFlags, a arrangeme
 	}
 	defer h.stop()
 	ready := time.Since(started).Seconds()
+	cache := compileCacheState(a, before, compileMarkers(a))
 	fmt.Printf("# %s: %d partitions ready in %.0f s, compile cache %s (%s)\n", a.name, len(addrs), ready, cache, strings.Join(addrs, ","))
 	lc, err := l.config(addrs)
 	if err != nil {
@@ -180,23 +181,42 @@ func runArrangement(ctx context.Context, hc hostConfig, l loadFlags, a arrangeme
 	return nil
 }
 
-// compileCacheState says whether the arrangement's partitions start with
-// compiled encoders in the shared cache ($FLEETSCRIBE_COMPILE_CACHE, as
-// model.py reads it): cold (nothing compiled yet: the first partition
-// compiles, the others wait), warm (a partition compiled before), or none
-// (the encoder runs eagerly).
-func compileCacheState(a arrangement) string {
+// compileMarkers are the keys model.py's compile cache
+// ($FLEETSCRIBE_COMPILE_CACHE, as model.py reads it) has compiled: one
+// "KEY.warm" file each, written once the first partition to need that key
+// has compiled it. Nil for an arrangement whose encoder runs eagerly.
+func compileMarkers(a arrangement) map[string]bool {
 	if a.encoder != "compiled" {
-		return "none"
+		return nil
 	}
 	dir := os.Getenv("FLEETSCRIBE_COMPILE_CACHE")
 	if dir == "" {
 		dir = "/tmp/fleetscribe-compile-cache"
 	}
-	if m, _ := filepath.Glob(filepath.Join(dir, "*.warm")); len(m) > 0 {
-		return "warm"
+	m, _ := filepath.Glob(filepath.Join(dir, "*.warm"))
+	out := make(map[string]bool, len(m))
+	for _, f := range m {
+		out[filepath.Base(f)] = true
 	}
-	return "cold"
+	return out
+}
+
+// compileCacheState says how an arrangement's partitions found the compile
+// cache, from its markers before and after they started: cold (a key was
+// compiled while they started: the first partition compiled, the others
+// waited), warm (every key they needed was compiled before), or none (the
+// encoder runs eagerly, or compiled nothing). A marker of another key (other
+// length buckets, another model) says nothing about this arrangement's.
+func compileCacheState(a arrangement, before, after map[string]bool) string {
+	if a.encoder != "compiled" || len(after) == 0 {
+		return "none"
+	}
+	for k := range after {
+		if !before[k] {
+			return "cold"
+		}
+	}
+	return "warm"
 }
 
 // sweepCmd is `gpubench sweep -addrs A,B [flags]`: the load against

@@ -370,7 +370,7 @@ class CompileCacheTest(unittest.TestCase):
 
     def test_buckets(self):
         self.assertEqual(model.parse_buckets("45, 30"), [30 * 16000, 45 * 16000])
-        self.assertEqual(model.parse_buckets(""), [30 * 16000, 45 * 16000])
+        self.assertEqual(model.parse_buckets(""), [30 * 16000])
         for bad in ("0", "-1", "x"):
             with self.assertRaises(ValueError):
                 model.parse_buckets(bad)

@@ -49,11 +49,12 @@ input it has seen, so warming with the longest chunk captures them once.
 
 On a GPU the encoder runs compiled (parameter "encoder": compiled, the
 default, or eager): torch.compile (inductor) for a few static lengths,
-parameter "length_buckets" (seconds, "30,45": the worker's -chunk-seconds
-and the benchmark's 45-s clips), and any batch from 2 to max_batch_size. A
-batch is padded to the smallest bucket that holds its longest input (a
-longer one runs eagerly); the encoder masks past each row's length, so no
-word comes from the padding. Compiling a length costs minutes, so the
+parameter "length_buckets" (seconds, "30": the worker's -chunk-seconds;
+each bucket costs a compile and about 20 s more of every start), and any
+batch from 2 to max_batch_size. A batch is padded to the smallest bucket
+that holds its longest input (a longer one runs eagerly, and the first such
+batch is logged); the encoder masks past each row's length, so no word
+comes from the padding. Compiling a length costs minutes, so the
 artefacts go to a cache every partition of a host shares (parameter
 "compile_cache" or $FLEETSCRIBE_COMPILE_CACHE, else
 /tmp/fleetscribe-compile-cache): the first partition compiles under a lock,
@@ -121,8 +122,9 @@ def compile_cache_dir(params):
     return params.get("compile_cache") or os.environ.get("FLEETSCRIBE_COMPILE_CACHE") or DEFAULT_COMPILE_CACHE
 
 
-def parse_buckets(value, default="30,45"):
-    """Length buckets in samples from seconds ("30,45"), ascending."""
+def parse_buckets(value, default="30"):
+    """Length buckets in samples from seconds ("30,45"), ascending; the
+    default is the worker's -chunk-seconds."""
     out = sorted({int(round(float(v) * SAMPLE_RATE)) for v in (value or default).split(",") if v.strip()})
     if not out or out[0] <= 0:
         raise ValueError(f"length_buckets {value!r}: want positive seconds, comma-separated")
@@ -274,6 +276,7 @@ class NemoEngine:
     def __init__(self, model, device, precision, encoder="eager", buckets=(), max_batch=32, cache_dir=DEFAULT_COMPILE_CACHE, source=""):
         self.model, self.device = model, device
         self.compiled = None
+        self.fell_back = False  # whether a batch longer than every bucket ran eagerly
         self.encoder_path = "none"
         self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
         if self.direct:
@@ -347,6 +350,11 @@ class NemoEngine:
         torch = self.torch
         bucket = self.compiled.bucket(max(a.size for a in audio)) if self.compiled is not None else None
         if bucket is None:
+            if self.compiled is not None and not self.fell_back:
+                self.fell_back = True
+                log_info("a batch of %.1f-s audio is longer than every compiled length bucket (%s s): it runs eagerly, "
+                         "as will any longer one; add its length to the model parameter length_buckets" % (
+                             max(a.size for a in audio) / SAMPLE_RATE, ",".join("%g" % (b / SAMPLE_RATE) for b in self.compiled.buckets)))
             x = self.batch(audio)
             lengths = torch.tensor([a.size for a in audio], device=self.device)
             return self.model.forward(input_signal=x, input_signal_length=lengths)
