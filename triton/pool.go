@@ -40,6 +40,13 @@ type PoolConfig struct {
 	// ChunkSamples is the longest chunk the caller sends (the slot size of
 	// the shared memory regions; the model's largest bucket, if larger).
 	ChunkSamples int
+	// SharedMemoryBudget caps the bytes of every partition's region
+	// together (MaxInflight slots of ChunkSamples each): the regions are
+	// reserved when they are made, and their pages count against the
+	// process's memory. A partition whose region would pass it, or that
+	// /dev/shm has no room for, gets the audio in the request. 0: no cap
+	// but /dev/shm's size.
+	SharedMemoryBudget int64
 	// MetricsAddrs are the partitions' Triton metrics endpoints, one per
 	// address of Addrs, read at each health check for what each
 	// partition's model runs (Engines). Empty: each gRPC port plus two,
@@ -69,6 +76,8 @@ func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StartTimeout, "triton-start-timeout", 15*time.Minute, "how long the worker waits at start for a partition to be ready before it exits\n"+
 		"A GPU partition compiles its encoder before it is ready: from an empty compile cache eight NeMo partitions of an H200 took about six minutes, from a warm one one to two.")
 	fs.Uint64Var(&c.Priority, "triton-priority", 0, "Triton request priority of every chunk of -queue-url (1 is highest; 0: the model's default)")
+	fs.Int64Var(&c.SharedMemoryBudget, "triton-shared-memory-budget", 0, "bytes the partitions' shared memory regions may hold together (0: a quarter of the worker's memory limit)\n"+
+		"Reserved at start (-triton-max-inflight slots of a chunk each, per partition) and counted against the worker's memory: a partition past it, or past what /dev/shm has room for, gets the audio in the request.")
 	fs.BoolVar(&c.SharedMemory, "triton-shared-memory", true, "pass chunks' audio through POSIX shared memory where the partition shares this host's /dev/shm\nTriton's system shared memory extension, instead of in the gRPC request; partitions that cannot map it get the audio in the request.")
 	fs.DurationVar(&c.QueueTimeout, "triton-queue-timeout", 0, "how long a chunk may wait in Triton's queue before UNAVAILABLE (0: the model's default)")
 }
@@ -88,6 +97,8 @@ func (c PoolConfig) Validate() error {
 		return errors.New("triton eject-after must be at least 1")
 	case c.PoisonWait < 0:
 		return errors.New("triton poison wait must not be negative")
+	case c.SharedMemoryBudget < 0:
+		return errors.New("triton shared memory budget must not be negative")
 	case len(c.MetricsAddrs) > 0 && !c.metricsOff() && len(c.MetricsAddrs) != len(c.Addrs):
 		return fmt.Errorf("%d triton metrics addresses for %d partitions: give one per partition, none, or off", len(c.MetricsAddrs), len(c.Addrs))
 	}
@@ -108,8 +119,9 @@ func (pt *partition) capacity() int { return max(1, int(pt.limit)) }
 
 // Pool dispatches inference over partitions. It is safe for concurrent use.
 type Pool struct {
-	cfg   PoolConfig
-	parts []*partition
+	cfg      PoolConfig
+	parts    []*partition
+	shmBytes int64 // the partitions' shared memory regions, reserved at NewPool
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced whenever a slot frees or a partition returns
@@ -185,9 +197,14 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 					cfg.OnSharedMemoryError(addr, err)
 				}
 			}
-			if err := c.UseSharedMemory(cfg.MaxInflight, n); err != nil {
+			size := SharedMemoryBytes(cfg.MaxInflight, n)
+			if over := p.shmBytes + size; cfg.SharedMemoryBudget > 0 && over > cfg.SharedMemoryBudget {
+				report(fmt.Errorf("shared memory: a region of %d MiB (%d slots of %d samples) would bring this worker's to %d MiB, over its budget of %d MiB (-triton-shared-memory-budget)",
+					size>>20, cfg.MaxInflight, n, over>>20, cfg.SharedMemoryBudget>>20))
+			} else if err := c.UseSharedMemory(cfg.MaxInflight, n); err != nil {
 				report(err)
 			} else {
+				p.shmBytes += size
 				c.shm.onErr = report
 				f.NewGaugeFunc(prometheus.GaugeOpts{
 					Name:        "fleetscribe_triton_shared_memory",
@@ -663,3 +680,7 @@ func (p *Pool) checkEjected(ctx context.Context) {
 	}
 	p.broadcastLocked()
 }
+
+// SharedMemoryBytes is the memory the pool's shared memory regions hold:
+// reserved when the pool was made, held until it is closed.
+func (p *Pool) SharedMemoryBytes() int64 { return p.shmBytes }

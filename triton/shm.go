@@ -78,6 +78,16 @@ type SharedMemoryState struct {
 	Err        error  // the last registration's error, if it failed
 }
 
+// SharedMemoryBytes is the size of a region of slots slots of maxSamples
+// samples each, as UseSharedMemory makes it.
+func SharedMemoryBytes(slots, maxSamples int) int64 {
+	return int64(slots) * int64(slotSize(maxSamples))
+}
+
+// slotSize is a slot's size for maxSamples samples: slots start on cache
+// lines.
+func slotSize(maxSamples int) int { return (4*maxSamples + 63) &^ 63 }
+
 // UseSharedMemory gives the client a shared memory region of slots slots
 // of maxSamples samples each (a chunk of the longest length it sends),
 // registered with the server on the first request. It fails where the
@@ -93,7 +103,7 @@ func (c *Client) UseSharedMemory(slots, maxSamples int) error {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	name := SharedMemoryPrefix(os.Getpid()) + hex.EncodeToString(id[:])
-	slotBytes := (4*maxSamples + 63) &^ 63 // slots start on cache lines
+	slotBytes := slotSize(maxSamples)
 	m, err := shm.Create("/"+name, slots*slotBytes)
 	if err != nil {
 		return err

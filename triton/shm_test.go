@@ -5,16 +5,19 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetscribe/fleetscribe/internal/shm"
+	"github.com/fleetscribe/fleetscribe/internal/shm/shmtest"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 	"github.com/fleetscribe/fleetscribe/triton/tritontest"
@@ -268,5 +271,99 @@ func TestSharedMemoryCloseWhileInUse(t *testing.T) {
 	}
 	if _, err := os.Stat(shm.Dir + "/" + region); !os.IsNotExist(err) {
 		t.Errorf("object after the last request ended: %v", err)
+	}
+}
+
+// shmPool is a pool over n fake servers, each holding every request until
+// all want have arrived, with the audio through shared memory and the
+// pool's complaints about it collected.
+func shmPool(t *testing.T, n, want int, budget int64) (*triton.Pool, func() []string) {
+	t.Helper()
+	arrived := make(chan struct{}, want)
+	all := make(chan struct{})
+	var once sync.Once
+	var addrs []string
+	for range n {
+		srv := shmServer(t, "127.0.0.1:0")
+		srv.SetRecognizer(kserve.RecognizerFunc(func(ctx context.Context, s []float32, _ bool) (triton.Result, error) {
+			arrived <- struct{}{}
+			if len(arrived) == want {
+				once.Do(func() { close(all) })
+			}
+			select { // every slot in use at once, written in full
+			case <-all:
+			case <-time.After(10 * time.Second):
+			}
+			return triton.Result{Text: tritontest.Fingerprint(s)}, nil
+		}))
+		addrs = append(addrs, srv.Addr)
+	}
+	cfg := poolConfig(addrs...)
+	cfg.SharedMemory, cfg.ChunkSamples, cfg.SharedMemoryBudget = true, 30*16000, budget
+	var mu sync.Mutex
+	var complaints []string
+	cfg.OnSharedMemoryError = func(partition string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		complaints = append(complaints, err.Error())
+	}
+	p := newPool(t, cfg, prometheus.NewRegistry())
+	return p, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(complaints)
+	}
+}
+
+// transcribeAll sends n full 30-s chunks at once and checks each answer.
+func transcribeAll(t *testing.T, p *triton.Pool, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := tone(30*16000, 0.001*float64(i+1))
+			res, err := p.Transcribe(context.Background(), triton.Request{Samples: s})
+			if err != nil {
+				t.Error(err)
+			} else if res.Text != tritontest.Fingerprint(s) {
+				t.Errorf("chunk %d: heard %q, want %q", i, res.Text, tritontest.Fingerprint(s))
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Three partitions of two 30-s slots want 11 MiB of a /dev/shm of 8: two
+// regions are reserved, the third partition gets its audio in the request,
+// and every slot written at once in full crashes nothing (where regions
+// were sparse, the writes past 8 MiB were a SIGBUS that killed the worker).
+func TestPoolOnASmallDevShm(t *testing.T) {
+	if !shmtest.Small(t, 8) {
+		return
+	}
+	p, complaints := shmPool(t, 3, 6, 0)
+	region := triton.SharedMemoryBytes(2, 30*16000)
+	if got := p.SharedMemoryBytes(); got != 2*region {
+		t.Errorf("reserved %d bytes, want two regions of %d", got, region)
+	}
+	transcribeAll(t, p, 6)
+	if c := complaints(); len(c) != 1 || !strings.Contains(c[0], "no space left") || !strings.Contains(c[0], "MiB free") {
+		t.Errorf("complaints %q, want one: no space for the third region, with what is free", c)
+	}
+}
+
+// The regions together stay within -triton-shared-memory-budget: past it,
+// partitions get the audio in the request.
+func TestPoolSharedMemoryBudget(t *testing.T) {
+	region := triton.SharedMemoryBytes(2, 30*16000)
+	p, complaints := shmPool(t, 3, 6, region+region/2)
+	if got := p.SharedMemoryBytes(); got != region {
+		t.Errorf("reserved %d bytes, want one region of %d", got, region)
+	}
+	transcribeAll(t, p, 6)
+	if c := complaints(); len(c) != 2 || !strings.Contains(c[0], "over its budget") {
+		t.Errorf("complaints %q, want two over the budget", c)
 	}
 }

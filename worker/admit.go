@@ -68,17 +68,29 @@ func (w *Worker) estimateMemory(size int64, info audio.Info, streaming bool) int
 	return size + decoded + resampled + chunks + jobOverheadBytes
 }
 
-// DefaultMemoryBudget returns 60% of the memory the process may use: the
-// cgroup limit when there is one (containers), else physical memory.
-func DefaultMemoryBudget() int64 {
+// DefaultMemoryBudget returns 60% of the memory the process may use.
+func DefaultMemoryBudget() int64 { return MemoryBudgetBeside(0) }
+
+// MemoryBudgetBeside returns 60% of the memory the process may use beside
+// reserved bytes it holds for good (its shared memory regions, whose pages
+// its memory cgroup is charged for).
+func MemoryBudgetBeside(reserved int64) int64 {
+	limit := MemoryLimit()
+	if limit == 0 {
+		return 2 << 30
+	}
+	return max(limit-reserved, 0) / 10 * 6
+}
+
+// MemoryLimit returns the memory the process may use: the cgroup limit
+// when there is one (containers), else physical memory; 0 where neither
+// is known.
+func MemoryLimit() int64 {
 	limit := physicalMemory()
 	if c := cgroupLimit(); c > 0 && (limit == 0 || c < limit) {
 		limit = c
 	}
-	if limit == 0 {
-		return 2 << 30
-	}
-	return limit / 10 * 6
+	return limit
 }
 
 func cgroupLimit() int64 {

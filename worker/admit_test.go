@@ -220,3 +220,18 @@ func TestSlotGateWaitersSleep(t *testing.T) {
 	cancel()
 	<-bulk
 }
+
+// Memory the process holds for good (its shared memory regions) comes off
+// the jobs' budget.
+func TestMemoryBudgetBesideReserved(t *testing.T) {
+	if MemoryLimit() == 0 {
+		t.Skip("no memory limit known here")
+	}
+	whole, reserved := DefaultMemoryBudget(), MemoryLimit()/2
+	if got, want := MemoryBudgetBeside(reserved), (MemoryLimit()-reserved)/10*6; got != want || got >= whole {
+		t.Errorf("budget beside %d reserved: %d, want %d (below the whole %d)", reserved, got, want, whole)
+	}
+	if got := MemoryBudgetBeside(2 * MemoryLimit()); got != 0 {
+		t.Errorf("budget beside more than the limit: %d, want 0", got)
+	}
+}

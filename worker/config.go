@@ -132,8 +132,8 @@ func (c *JobConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Concurrency, "concurrency", 8, "jobs processed at once; messages are received only for free slots")
 	fs.DurationVar(&c.Timeout, "job-timeout", 30*time.Minute, "longest time one job may take")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 5*time.Minute, "on SIGTERM, how long jobs in hand may finish before they are released to the queue")
-	fs.Int64Var(&c.MemoryBudget, "memory-budget", 0, "bytes the jobs in hand may hold together, by estimate (0: 60% of the memory limit)\n"+
-		"Jobs wait for room, and a job that alone exceeds it gets a too_large record.")
+	fs.Int64Var(&c.MemoryBudget, "memory-budget", 0, "bytes the jobs in hand may hold together, by estimate (0: 60% of the memory limit less shared memory)\n"+
+		"Shared memory: what the Triton regions reserve (-triton-shared-memory-budget). Jobs wait for room, and a job that alone exceeds it gets a too_large record.")
 	fs.Var((*flagext.StringSliceCSV)(&c.Models), "models", "comma-separated models a job may ask for besides -model (all served by the same partitions)")
 	fs.DurationVar(&c.ExitWhenIdle, "exit-when-idle", 0, "exit 0 once no message has arrived and no job has run for this long (0: run forever)")
 	fs.DurationVar(&c.OutageWait, "outage-wait", time.Hour, "how long a job waits, its message kept in hand, for a bucket that is down to come back\n"+

@@ -174,11 +174,21 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	cfg.pool.OnSharedMemoryError = func(partition string, err error) {
 		log.Warn().Err(err).Str("partition", partition).Msg("shared memory unavailable for this partition; its chunks go in the gRPC request")
 	}
+	if cfg.pool.SharedMemoryBudget == 0 {
+		cfg.pool.SharedMemoryBudget = worker.MemoryLimit() / 4
+	}
 	pool, err := triton.NewPool(cfg.pool, cfg.model, reg)
 	if err != nil {
 		return fmt.Errorf("triton pool: %w", err)
 	}
 	defer func() { _ = pool.Close() }()
+	if b := pool.SharedMemoryBytes(); b > 0 {
+		// The regions' pages are the worker's memory too.
+		if cfg.worker.Jobs.MemoryBudget == 0 {
+			cfg.worker.Jobs.MemoryBudget = worker.MemoryBudgetBeside(b)
+		}
+		log.Info().Int64("bytes", b).Int("partitions", len(cfg.pool.Addrs)).Int64("memory_budget", cfg.worker.Jobs.MemoryBudget).Msg("shared memory reserved")
+	}
 	sqsc, s3c, err := cfg.aws.Clients(ctx)
 	if err != nil {
 		return err

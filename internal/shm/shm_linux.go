@@ -7,7 +7,12 @@ import (
 )
 
 // Create makes a new object of size bytes, readable and writable by this
-// user only (it holds audio), and maps it. It fails if the key exists.
+// user only (it holds audio), and maps it. It fails if the key exists, and
+// if the object's memory cannot be reserved now: a truncated object is
+// sparse, so one bigger than what /dev/shm (a tmpfs) has left would be
+// created and mapped, and the first write past the room left would be a
+// SIGBUS, which kills a Go program. The reserved pages are charged to the
+// process's memory cgroup from here on.
 func Create(key string, size int) (*Mapping, error) {
 	p, err := path(key)
 	if err != nil {
@@ -21,6 +26,10 @@ func Create(key string, size int) (*Mapping, error) {
 	if err := f.Truncate(int64(size)); err != nil {
 		_ = os.Remove(p)
 		return nil, fmt.Errorf("size shared memory %s: %w", key, err)
+	}
+	if err := reserve(f, size); err != nil {
+		_ = os.Remove(p)
+		return nil, fmt.Errorf("reserve %d MiB of shared memory for %s: %w", size>>20, key, err)
 	}
 	data, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
@@ -70,6 +79,22 @@ func (m *Mapping) Close() error {
 	if m.own {
 		if rerr := os.Remove(m.path); rerr != nil && err == nil {
 			err = rerr
+		}
+	}
+	return err
+}
+
+// reserve allocates the file's size bytes (fallocate), saying how much the
+// file system has left when it has too little.
+func reserve(f *os.File, size int) error {
+	err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(size))
+	for err == syscall.EINTR {
+		err = syscall.Fallocate(int(f.Fd()), 0, 0, int64(size))
+	}
+	if err == syscall.ENOSPC {
+		var st syscall.Statfs_t
+		if syscall.Fstatfs(int(f.Fd()), &st) == nil {
+			return fmt.Errorf("%s has %d MiB of %d MiB free: %w", Dir, int64(st.Bavail)*st.Bsize>>20, int64(st.Blocks)*st.Bsize>>20, err)
 		}
 	}
 	return err
