@@ -153,6 +153,10 @@ bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into fou
 bench-outage: build ## the worker binary through bucket outages (404, 403, 503 on the output or input bucket) and its Triton partitions killed, 60 s and 180 s each, 15 min for two: extra receives, DLQ, lost, recomputed, time to resume (about an hour)
 	$(GO) run ./bench/outage -worker-bin $(BIN)/worker $(BENCH_OUTAGE_ARGS)
 
+.PHONY: bench-scalein
+bench-scalein: ## scale-in simulated four ways (protection while busy, the drain, least-busy termination, workers stopping their own receipt) on the same arrivals, 1- and 8-GPU instances: instance-hours against those needed
+	$(GO) run ./bench/scalein $(BENCH_SCALEIN_ARGS)
+
 .PHONY: chaos
 chaos: build ## 1000 jobs through two real workers and three real Triton partitions while workers are killed, partitions are SIGKILLed and S3/SQS fail; table and RESULT line
 	$(GO) run ./cmd/chaos -worker-bin $(BIN)/worker

@@ -360,3 +360,29 @@ func TestLaunchShortfallMath(t *testing.T) {
 		}
 	}
 }
+
+// The never-in-service alarm: desired capacity above what is in service,
+// launching or not (an ABANDON loop always has a replacement launching).
+func TestNeverInServiceMath(t *testing.T) {
+	alarm := load(t, "modules/fleet").one(t, "resource", "aws_cloudwatch_metric_alarm", "never_in_service")
+	var expr string
+	for _, q := range nested(alarm, "metric_query") {
+		if e := attr(q, "expression"); e != nil {
+			expr = str(t, e)
+		}
+	}
+	for _, c := range []struct {
+		desired, inService float64
+		short              bool
+	}{
+		{4, 4, false},
+		{4, 2, true}, // launching, abandoned, launching again
+		{0, 0, false},
+		{2, 3, false}, // draining past a scale-in
+	} {
+		v := evalMath(t, expr, map[string]series{"desired": one(c.desired), "in_service": one(c.inService)})
+		if (v[0] >= 1) != c.short {
+			t.Errorf("%s: desired %g, in service %g: %g", expr, c.desired, c.inService, v[0])
+		}
+	}
+}

@@ -88,6 +88,19 @@ func (m *module) blocks(typ string, labels ...string) []*hclsyntax.Block {
 	return out
 }
 
+// local is the expression of the module's local name, failing the test
+// where no locals block has it.
+func (m *module) local(t *testing.T, name string) hclsyntax.Expression {
+	t.Helper()
+	for _, lb := range m.blocks("locals") {
+		if a, ok := lb.Body.Attributes[name]; ok {
+			return a.Expr
+		}
+	}
+	t.Fatalf("no local %s", name)
+	return nil
+}
+
 func (m *module) one(t *testing.T, typ string, labels ...string) *hclsyntax.Block {
 	t.Helper()
 	bs := m.blocks(typ, labels...)
@@ -247,8 +260,12 @@ func TestIMDSv2AndEncryptedRootVolume(t *testing.T) {
 // Actions for which AWS offers no resource-level permissions, so "*" is
 // the only valid resource. Each must be explained next to its statement.
 var starResourceAllowed = map[string]bool{
-	"cloudwatch:PutMetricData":  true,
-	"ecr:GetAuthorizationToken": true,
+	"cloudwatch:PutMetricData":         true,
+	"ecr:GetAuthorizationToken":        true,
+	"ssmmessages:CreateControlChannel": true,
+	"ssmmessages:CreateDataChannel":    true,
+	"ssmmessages:OpenControlChannel":   true,
+	"ssmmessages:OpenDataChannel":      true,
 }
 
 // A key policy's resource is always "*" (the key itself), and its one
@@ -341,7 +358,7 @@ func TestWorkerRoleGrantsExactlyWhatTheWorkerDoes(t *testing.T) {
 	want := []string{
 		"autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat", "autoscaling:SetInstanceHealth", "autoscaling:SetInstanceProtection",
 		"cloudwatch:PutMetricData",
-		"ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetAuthorizationToken", "ecr:GetDownloadUrlForLayer",
+		"ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:BatchImportUpstreamImage", "ecr:CreateRepository", "ecr:GetAuthorizationToken", "ecr:GetDownloadUrlForLayer",
 		"kms:Decrypt", "kms:GenerateDataKey",
 		"logs:CreateLogStream", "logs:PutLogEvents",
 		"s3:DeleteObject", "s3:GetObject", "s3:GetObjectVersion", "s3:ListBucket", "s3:PutObject", "s3:PutObjectTagging",
@@ -645,8 +662,8 @@ func TestScaleFromZero(t *testing.T) {
 	if !strings.Contains(string(m.src["modules/fleet/scaling.tf"]), `metric_name = "GroupDesiredCapacity"`) {
 		t.Error("scale-from-zero does not watch desired capacity")
 	}
-	if v := literal(t, attr(m.one(t, "variable", "min_size"), "default")); v == cty.NilVal || !v.Equals(cty.Zero).True() {
-		t.Error("min_size does not default to 0")
+	if v := literal(t, attr(m.one(t, "variable", "min_gpus"), "default")); v == cty.NilVal || !v.Equals(cty.Zero).True() {
+		t.Error("min_gpus does not default to 0")
 	}
 }
 
@@ -680,7 +697,7 @@ func TestLifecycleHooks(t *testing.T) {
 	if str(t, attr(drain, "lifecycle_transition")) != "autoscaling:EC2_INSTANCE_TERMINATING" {
 		t.Error("no termination lifecycle hook")
 	}
-	if !refersTo(attr(drain, "heartbeat_timeout"), "var.drain_timeout_seconds") {
+	if !refersTo(attr(drain, "heartbeat_timeout"), "local.drain_hook_timeout") || !refersTo(m.local(t, "drain_hook_timeout"), "var.drain_timeout_seconds") {
 		t.Error("hook timeout is not tied to the drain timeout")
 	}
 	launch := m.one(t, "resource", "aws_autoscaling_lifecycle_hook", "launch")

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -151,12 +152,15 @@ func newInstance(t *testing.T, script string) *instance {
 	fails := func(what string) string { return `if [ "$FAIL" = "` + what + `" ]; then exit 1; fi` }
 	in.standIn("fleetscribe-imds", `case "$1" in
   instance-id) echo i-0abc;; placement/region) echo eu-west-1;;
-  autoscaling/target-lifecycle-state) echo "$TARGET";;
+  autoscaling/target-lifecycle-state) [ "$TARGET" != unreadable ] || exit 22; echo "$TARGET";;
 esac`)
 	in.standIn("nvidia-smi", fails("nvidia-smi"))
+	// The first $COMPLETE_FAILS lifecycle completions fail.
 	in.standIn("aws", `case "$1 $2" in
   "ecr get-login-password") `+fails("aws-ecr")+`; echo token;;
   "s3 sync") `+fails("aws-s3")+`;;
+  "autoscaling complete-lifecycle-action") n=$(($(cat "$STATE.complete" 2>/dev/null || echo 0) + 1)); echo $n >"$STATE.complete"
+    [ "$n" -gt "${COMPLETE_FAILS:-0}" ] || exit 255;;
 esac
 exit 0`)
 	in.standIn("docker", `case "$1 $2" in
@@ -241,7 +245,7 @@ func TestBootAbandonsOnEveryFailure(t *testing.T) {
 	}{
 		{name: "boots", want: "CONTINUE", env: []string{"NOT_READY=2"}, check: func(t *testing.T, in *instance) {
 			for _, want := range []string{"fleetscribe-worker mps compose -gpus auto -per-gpu 8 -jobs-per-gpu 16 -project-dir " + in.opt +
-				" -log-driver awslogs -log-opt awslogs-group=/fleetscribe/fleet -log-opt awslogs-region=eu-west-1 -log-opt tag=i-0abc/{{.Name}} -o docker-compose.override.yml",
+				" -log-driver awslogs -log-opt awslogs-group=/fleetscribe/fleet -log-opt awslogs-region=eu-west-1 -log-opt tag=i-0abc/{{.Name}} -log-opt mode=non-blocking -log-opt max-buffer-size=8m -o docker-compose.override.yml",
 				"docker compose pull --quiet", "fleetscribe-worker mps up -gpus auto", "systemctl start fleetscribe-mps.timer fleetscribe-health.timer"} {
 				if in.count(want) != 1 {
 					t.Errorf("not run once: %q", want)
@@ -276,7 +280,36 @@ func TestBootAbandonsOnEveryFailure(t *testing.T) {
 			}
 		}},
 		{name: "boot timeout", env: []string{"PULL_SECONDS=60"}, opts: renderOpts{bootSeconds: 2}, want: "ABANDON", within: 20 * time.Second},
-		{name: "never ready", env: []string{"NOT_READY=never"}, opts: renderOpts{bootSeconds: 2}, want: "ABANDON", within: 20 * time.Second},
+		{name: "never ready", env: []string{"NOT_READY=never"}, opts: renderOpts{bootSeconds: 2}, want: "ABANDON", within: 20 * time.Second, check: func(t *testing.T, in *instance) {
+			// The worker is stopped before the launch is abandoned: it
+			// would take jobs until EC2 terminated the instance.
+			calls := in.called()
+			stop := slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "docker compose stop -t 60") })
+			abandon := slices.IndexFunc(calls, func(c string) bool { return strings.HasSuffix(c, "--lifecycle-action-result ABANDON") })
+			if stop < 0 || abandon < stop {
+				t.Errorf("worker stopped at call %d, launch abandoned at %d: want the stop first", stop, abandon)
+			}
+		}},
+		// A failed CONTINUE is tried again, not left for the hook's
+		// timeout to abandon a healthy instance.
+		{name: "continue retried", env: []string{"COMPLETE_FAILS=2"}, want: "CONTINUE", check: func(t *testing.T, in *instance) {
+			if n := in.count("aws autoscaling complete-lifecycle-action"); n != 3 {
+				t.Errorf("%d completions, want 3 (two failed)", n)
+			}
+			if in.count("docker compose stop") != 0 {
+				t.Error("a boot whose CONTINUE went through on a retry was stopped")
+			}
+		}},
+		// Where the launch is headed cannot be read: asked again, then
+		// abandoned, never started (it may be headed for the warm pool).
+		{name: "target state unreadable", env: []string{"TARGET=unreadable"}, want: "ABANDON", check: func(t *testing.T, in *instance) {
+			if n := in.count("fleetscribe-imds autoscaling/target-lifecycle-state"); n != 10 {
+				t.Errorf("target state read %d times, want 10", n)
+			}
+			if in.count("fleetscribe-worker mps up") != 0 || in.count("docker compose pull") != 0 {
+				t.Error("a launch of unknown destination started its stack")
+			}
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			in := newInstance(t, renderUserData(t, testEnv, c.opts))

@@ -55,18 +55,19 @@ module "notifications" {
 module "iam" {
   source = "../../modules/iam"
 
-  name                    = "${var.name}-worker"
-  queue_arns              = values(module.queues.queue_arns)
-  input_bucket_arn        = module.buckets.input_bucket_arn
-  output_bucket_arn       = module.buckets.output_bucket_arn
-  output_prefix           = local.output_prefix
-  kms_key_arns            = [local.kms_key_arn]
-  autoscaling_group_name  = local.asg_name
-  ecr_repository_arns     = var.ecr_repository_arns
-  model_repository_s3_uri = var.model_repository_s3_uri
-  model_kms_key_arn       = var.model_kms_key_arn
-  log_group_name          = local.log_group
-  session_manager         = var.session_manager
+  name                      = "${var.name}-worker"
+  queue_arns                = values(module.queues.queue_arns)
+  input_bucket_arn          = module.buckets.input_bucket_arn
+  output_bucket_arn         = module.buckets.output_bucket_arn
+  output_prefix             = local.output_prefix
+  kms_key_arns              = [local.kms_key_arn]
+  autoscaling_group_name    = local.asg_name
+  ecr_repository_arns       = var.ecr_repository_arns
+  ecr_pull_through_prefixes = var.ecr_pull_through_prefixes
+  model_repository_s3_uri   = var.model_repository_s3_uri
+  model_kms_key_arn         = var.model_kms_key_arn
+  log_group_name            = local.log_group
+  session_manager           = var.session_manager
 }
 
 resource "aws_security_group" "workers" {
@@ -91,7 +92,7 @@ module "fleet" {
   security_group_ids     = [aws_security_group.workers.id]
   instance_profile_name  = module.iam.instance_profile_name
   instance_types         = var.instance_types
-  max_size               = var.max_gpus
+  max_gpus               = var.max_gpus
   queue_names            = values(module.queues.queue_names)
   backlog_per_gpu_target = var.backlog_per_gpu_target
   bulk_queue_url         = module.queues.queue_urls["bulk"]
@@ -102,7 +103,7 @@ module "fleet" {
   log_group_name         = local.log_group
   log_kms_key_arn        = local.kms_key_arn
   ebs_kms_key_arn        = var.encrypt_volumes_with_kms_key ? local.kms_key_arn : null
-  alarm_actions          = var.alarm_topic_arns
+  alarm_actions          = local.alarm_topic_arns
   # With the bulk window the bulk queue counts bulk_window.bulk_weight of
   # its messages: backfills fill idle GPUs and the window's floor.
   queue_weights = var.bulk_window.enabled ? { (module.queues.queue_names["bulk"]) = var.bulk_window.bulk_weight } : {}
@@ -145,9 +146,30 @@ module "alarms" {
   queue_names            = module.queues.queue_names
   dlq_names              = module.queues.dlq_names
   autoscaling_group_name = module.fleet.autoscaling_group_name
-  alarm_actions          = var.alarm_topic_arns
+  alarm_actions          = local.alarm_topic_arns
   oldest_message_sla_seconds = {
     live = 900
     bulk = 28800
   }
+}
+
+# Where the alarms go: the topics given, or one made here with an email
+# subscriber.
+resource "aws_sns_topic" "alarms" {
+  count = length(var.alarm_topic_arns) == 0 ? 1 : 0
+
+  name              = "${var.name}-alarms"
+  kms_master_key_id = "alias/aws/sns"
+}
+
+resource "aws_sns_topic_subscription" "alarm_email" {
+  count = length(aws_sns_topic.alarms) > 0 && var.alarm_email != null ? 1 : 0
+
+  topic_arn = aws_sns_topic.alarms[0].arn
+  protocol  = "email"
+  endpoint  = var.alarm_email
+}
+
+locals {
+  alarm_topic_arns = length(var.alarm_topic_arns) > 0 ? var.alarm_topic_arns : aws_sns_topic.alarms[*].arn
 }

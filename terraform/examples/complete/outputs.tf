@@ -32,3 +32,8 @@ output "log_group_name" {
   description = "CloudWatch Logs group of the instances' containers."
   value       = module.fleet.log_group_name
 }
+
+output "alarm_topic_arns" {
+  description = "SNS topics the alarms notify."
+  value       = local.alarm_topic_arns
+}

@@ -72,8 +72,19 @@ variable "max_receive_count" {
 
 variable "alarm_topic_arns" {
   type        = list(string)
-  description = "SNS topics for alarms."
+  description = "SNS topics the alarms notify. Empty: the example creates one, {name}-alarms, which alarm_email subscribes to."
   default     = []
+}
+
+variable "alarm_email" {
+  type        = string
+  description = "An address subscribed to the alarms topic the example creates (it confirms by mail). Required when alarm_topic_arns is empty: alarms that notify nobody (a boot loop, a DLQ filling) go unseen."
+  default     = null
+
+  validation {
+    condition     = length(var.alarm_topic_arns) > 0 || var.alarm_email != null
+    error_message = "Give alarm_topic_arns (topics someone reads) or alarm_email (subscribed to a topic the example creates): the fleet's alarms (failed boots, launches that never serve, DLQ, queue age) would notify nobody."
+  }
 }
 
 variable "worker_image" {
@@ -111,13 +122,19 @@ variable "encrypt_volumes_with_kms_key" {
 
 variable "session_manager" {
   type        = bool
-  description = "Session Manager access to the instances (AmazonSSMManagedInstanceCore)."
+  description = "Session Manager access to the instances (its agent's own permissions, not AmazonSSMManagedInstanceCore)."
   default     = true
 }
 
 variable "ecr_repository_arns" {
   type        = list(string)
   description = "ECR repositories of the worker and Triton images, if they live in ECR."
+  default     = []
+}
+
+variable "ecr_pull_through_prefixes" {
+  type        = list(string)
+  description = "Repository prefixes of ECR pull-through cache rules the images come through (such as docker-hub for the CUDA image)."
   default     = []
 }
 

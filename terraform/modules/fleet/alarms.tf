@@ -1,5 +1,5 @@
-# The fleet's own alarms. Both stop (and roll back) an instance refresh,
-# and notify alarm_actions.
+# The fleet's own alarms. Each stops an instance refresh (see the README:
+# a stopped refresh leaves the group on the new version), and notifies alarm_actions.
 
 # Boots that failed: the boot service publishes one BootFailures data
 # point each time it abandons a launch (GPU mode, registry, image pull,
@@ -61,5 +61,53 @@ resource "aws_cloudwatch_metric_alarm" "launch_shortfall" {
     expression  = "IF(desired > in_service + pending, 1, 0)"
     label       = "Desired capacity not in service or launching"
     return_data = true
+  }
+}
+
+# Launches that never reach service: desired capacity above what is in
+# service for longer than a boot may take (boot_timeout_seconds) and
+# launch_shortfall_minutes more. An ABANDON loop always has a replacement
+# launching, so the shortfall alarm (which counts launches) stays quiet;
+# and a boot that dies before its start script (Docker broken on a new AMI,
+# instance metadata down) publishes no boot failure. Only the group's own
+# counts show those.
+resource "aws_cloudwatch_metric_alarm" "never_in_service" {
+  alarm_name          = "${var.name}-never-in-service"
+  alarm_description   = "${var.name} has had less capacity in service than desired for ${local.never_in_service_minutes} minutes, longer than a boot may take: launches are abandoned in a loop, or die before they start their stack (see the instances' console output)."
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  threshold           = 1
+  evaluation_periods  = local.never_in_service_minutes
+  datapoints_to_alarm = local.never_in_service_minutes
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.alarm_actions
+  tags                = var.tags
+
+  dynamic "metric_query" {
+    for_each = { desired = "GroupDesiredCapacity", in_service = "GroupInServiceCapacity" }
+    content {
+      id = metric_query.key
+      metric {
+        namespace   = "AWS/AutoScaling"
+        metric_name = metric_query.value
+        period      = 60
+        stat        = "Average"
+        dimensions  = { AutoScalingGroupName = var.name }
+      }
+    }
+  }
+
+  metric_query {
+    id          = "short"
+    expression  = "IF(desired > in_service, 1, 0)"
+    label       = "Desired capacity not in service"
+    return_data = true
+  }
+
+  lifecycle {
+    precondition {
+      condition     = local.never_in_service_minutes <= 1440
+      error_message = "boot_timeout_seconds plus launch_shortfall_minutes must be at most a day: the never-in-service alarm evaluates one-minute periods, and CloudWatch looks back one day at most."
+    }
   }
 }

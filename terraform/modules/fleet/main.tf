@@ -15,6 +15,15 @@ locals {
   }
   capacity_unit = var.spot.enabled ? 1 : local.gpus_per_instance[var.instance_types[0]]
 
+  # The drain hook's heartbeat timeout: the drain, stopping the stack
+  # included, where AWS allows it (30-7,200 s); the drain's heartbeats
+  # every 30 s carry a longer one up to the global timeout.
+  drain_hook_timeout = min(var.drain_timeout_seconds + 180, 7200)
+
+  # How long desired capacity may exceed what is in service before the
+  # never-in-service alarm fires: a boot, and the shortfall's minutes more.
+  never_in_service_minutes = ceil(var.boot_timeout_seconds / 60) + var.launch_shortfall_minutes
+
   # Pinned when Terraform plans, never resolved at launch: an AMI published
   # to the parameter reaches the fleet through an apply and its refresh.
   ami_id = var.ami_id != null ? var.ami_id : nonsensitive(data.aws_ssm_parameter.ami[0].insecure_value)
@@ -31,10 +40,12 @@ locals {
   env = merge(var.worker_environment, {
     FLEETSCRIBE_JOB_TIMEOUT   = "${var.job_timeout_seconds}s"
     FLEETSCRIBE_DRAIN_TIMEOUT = "${var.drain_timeout_seconds}s"
-    # While it holds jobs the worker protects its instance from scale-in
-    # (a scale-in then picks an idle instance); the IAM module grants the
-    # call on this group only.
-    FLEETSCRIBE_SCALE_IN_PROTECTION = "true"
+    # No scale-in protection: the instance a scale-in picks drains (stops
+    # receiving, finishes what it holds). Protected while holding a job or
+    # 30 s after one, every instance of a busy fleet stays protected and the
+    # group never shrinks (bench/scalein: 2.25x the instance-hours needed
+    # against 1.16x with the drain).
+    FLEETSCRIBE_SCALE_IN_PROTECTION = "false"
     FLEETSCRIBE_ASG_NAME            = var.name
     # With capacity rebalancing the group launches a replacement on a
     # rebalance recommendation and then terminates this instance through
@@ -128,6 +139,10 @@ resource "aws_launch_template" "this" {
       error_message = "User data exceeds EC2's 16 KB limit; shorten compose_yaml or worker_environment."
     }
     precondition {
+      condition     = var.drain_timeout_seconds + 180 <= min(100 * local.drain_hook_timeout, 172800)
+      error_message = "drain_timeout_seconds must be at most 172,620 (48 h less 3 minutes): the drain hook's global timeout is 48 h (100 heartbeat timeouts at most), and the drain needs 3 minutes past the worker's drain to stop the stack."
+    }
+    precondition {
       condition     = var.drain_timeout_seconds >= var.job_timeout_seconds
       error_message = "drain_timeout_seconds must be at least job_timeout_seconds: a shorter drain hands long jobs back at every termination, to start again from zero (and, hit often enough, to the DLQ)."
     }
@@ -152,8 +167,8 @@ resource "aws_launch_template" "this" {
 
 resource "aws_autoscaling_group" "this" {
   name                = var.name
-  min_size            = ceil(var.min_size / local.capacity_unit)
-  max_size            = ceil(var.max_size / local.capacity_unit)
+  min_size            = ceil(var.min_gpus / local.capacity_unit)
+  max_size            = ceil(var.max_gpus / local.capacity_unit)
   vpc_zone_identifier = var.subnet_ids
   # EC2 status checks, and the instance's own health check (worker and
   # Triton, fleetscribe-health.timer), which marks it unhealthy through
@@ -180,7 +195,7 @@ resource "aws_autoscaling_group" "this" {
   initial_lifecycle_hook {
     name                 = local.lifecycle_hook
     lifecycle_transition = "autoscaling:EC2_INSTANCE_TERMINATING"
-    heartbeat_timeout    = var.drain_timeout_seconds + 180
+    heartbeat_timeout    = local.drain_hook_timeout
     default_result       = "CONTINUE"
   }
 
@@ -230,8 +245,8 @@ resource "aws_autoscaling_group" "this" {
 
   # Launch before terminating (a one-instance fleet keeps its instance until
   # the new one is in service), skip instances already on the new template,
-  # replace protected (busy) instances through the drain, and stop and roll
-  # back when a new boot fails or launches fall short.
+  # replace protected (busy) instances through the drain, and stop when a
+  # new boot fails or launches fall short.
   instance_refresh {
     strategy = "Rolling"
     preferences {
@@ -242,7 +257,7 @@ resource "aws_autoscaling_group" "this" {
       scale_in_protected_instances = "Refresh"
       auto_rollback                = true
       alarm_specification {
-        alarms = concat([aws_cloudwatch_metric_alarm.boot_failures.alarm_name, aws_cloudwatch_metric_alarm.launch_shortfall.alarm_name], var.refresh_stop_alarm_names)
+        alarms = concat([aws_cloudwatch_metric_alarm.boot_failures.alarm_name, aws_cloudwatch_metric_alarm.launch_shortfall.alarm_name, aws_cloudwatch_metric_alarm.never_in_service.alarm_name], var.refresh_stop_alarm_names)
       }
     }
   }
@@ -267,12 +282,12 @@ resource "aws_autoscaling_group" "this" {
       error_message = "A warm pool cannot be used with spot instances: enable one of warm_pool and spot, not both."
     }
     precondition {
-      condition     = var.max_size >= var.min_size && var.max_size >= var.scale_from_zero_capacity
-      error_message = "max_size must be at least min_size and scale_from_zero_capacity (all in GPUs)."
+      condition     = var.max_gpus >= var.min_gpus && var.max_gpus >= var.scale_from_zero_capacity
+      error_message = "max_gpus must be at least min_gpus and scale_from_zero_capacity (all in GPUs)."
     }
     precondition {
-      condition     = !var.warm_pool.enabled || coalesce(var.warm_pool.max_group_prepared_capacity, var.warm_pool.min_size) <= var.max_size
-      error_message = "warm_pool.max_group_prepared_capacity (or min_size) must not exceed max_size (GPUs)."
+      condition     = !var.warm_pool.enabled || coalesce(var.warm_pool.max_group_prepared_capacity, var.warm_pool.min_size) <= var.max_gpus
+      error_message = "warm_pool.max_group_prepared_capacity (or min_size) must not exceed max_gpus."
     }
   }
 }
@@ -287,8 +302,10 @@ resource "aws_autoscaling_lifecycle_hook" "drain" {
   name                   = local.lifecycle_hook
   autoscaling_group_name = aws_autoscaling_group.this.name
   lifecycle_transition   = "autoscaling:EC2_INSTANCE_TERMINATING"
-  heartbeat_timeout      = var.drain_timeout_seconds + 180
-  default_result         = "CONTINUE"
+  # The drain heartbeats every 30 s, so a drain past AWS's longest
+  # heartbeat timeout (7,200 s) lasts up to the hook's global timeout.
+  heartbeat_timeout = local.drain_hook_timeout
+  default_result    = "CONTINUE"
 }
 
 # Launching instances wait here until the boot service is done: one headed

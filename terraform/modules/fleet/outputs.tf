@@ -99,3 +99,8 @@ output "instance_tags" {
   description = "Tags the launch template gives instances and volumes: the provider's default tags, tags and Name."
   value       = local.tags
 }
+
+output "launch_template_latest_version" {
+  description = "The launch template's newest version: what an apply made, and what the group launches (see the README on a stopped refresh)."
+  value       = aws_launch_template.this.latest_version
+}

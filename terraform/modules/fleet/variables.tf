@@ -96,20 +96,46 @@ variable "ebs_kms_key_arn" {
   default     = null
 }
 
-variable "min_size" {
+variable "min_gpus" {
   type        = number
-  description = "Fewest GPUs (capacity is counted in GPUs, so sizes with 1, 4 and 8 GPUs mix). 0 lets the fleet scale to nothing when the queues are empty."
+  description = "Fewest GPUs (capacity is counted in GPUs, so sizes with 1, 4 and 8 GPUs mix; an 8-GPU instance counts 8). 0 lets the fleet scale to nothing when the queues are empty."
   default     = 0
 
   validation {
-    condition     = var.min_size >= 0
-    error_message = "min_size cannot be negative."
+    condition     = var.min_gpus >= 0
+    error_message = "min_gpus cannot be negative."
   }
 }
 
+variable "max_gpus" {
+  type        = number
+  description = "Most GPUs (an 8-GPU instance counts 8: four g6e.48xlarge are 32)."
+}
+
+# Kept only to refuse the old name with a message.
+# tflint-ignore: terraform_unused_declarations
+variable "min_size" {
+  type        = number
+  description = "Renamed min_gpus: refused, since it counts GPUs, not instances."
+  default     = null
+
+  validation {
+    condition     = var.min_size == null
+    error_message = "min_size is now min_gpus: the fleet counts GPUs, not instances (four g6e.48xlarge are min_gpus = 32)."
+  }
+}
+
+# Kept only to refuse the old name with a message.
+# tflint-ignore: terraform_unused_declarations
 variable "max_size" {
   type        = number
-  description = "Most GPUs (an 8-GPU instance counts 8)."
+  description = "Renamed max_gpus: refused, since it counts GPUs, not instances."
+  default     = null
+
+  validation {
+    condition     = var.max_size == null
+    error_message = "max_size is now max_gpus: the fleet counts GPUs, not instances (four g6e.48xlarge are max_gpus = 32)."
+  }
 }
 
 variable "queue_names" {
@@ -178,7 +204,7 @@ variable "job_timeout_seconds" {
 
 variable "drain_timeout_seconds" {
   type        = number
-  description = "How long a terminating instance lets jobs in hand finish (the worker's FLEETSCRIBE_DRAIN_TIMEOUT); at least job_timeout_seconds, so no termination throws away a job that would have finished. Scale-in itself picks idle instances (the worker protects busy ones)."
+  description = "How long a terminating instance lets jobs in hand finish (the worker's FLEETSCRIBE_DRAIN_TIMEOUT); at least job_timeout_seconds, so no termination throws away a job that would have finished. A scale-in terminates the instances the group picks, busy or not: they drain."
   default     = 1800
 }
 
@@ -303,8 +329,13 @@ variable "alarm_actions" {
 
 variable "refresh_stop_alarm_names" {
   type        = list(string)
-  description = "Further CloudWatch alarms that stop (and roll back) an instance refresh when they fire, on top of the fleet's own boot-failure and launch-shortfall alarms."
+  description = "Further CloudWatch alarms that stop an instance refresh when they fire, on top of the fleet's own boot-failure, launch-shortfall and never-in-service alarms; at most 7 (an instance refresh takes 10 alarms)."
   default     = []
+
+  validation {
+    condition     = length(var.refresh_stop_alarm_names) <= 7
+    error_message = "refresh_stop_alarm_names: at most 7 (an instance refresh takes at most 10 alarms, and the fleet adds its boot-failure, launch-shortfall and never-in-service alarms); more would plan and fail the first refresh mid-apply."
+  }
 }
 
 variable "allow_public_images" {

@@ -3,7 +3,8 @@ data "aws_region" "current" {}
 data "aws_caller_identity" "current" {}
 
 locals {
-  asg_arn = "arn:${data.aws_partition.current.partition}:autoscaling:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.autoscaling_group_name}"
+  ecr_repository = "arn:${data.aws_partition.current.partition}:ecr:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:repository"
+  asg_arn        = "arn:${data.aws_partition.current.partition}:autoscaling:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.autoscaling_group_name}"
 }
 
 data "aws_iam_policy_document" "assume" {
@@ -45,9 +46,10 @@ data "aws_iam_policy_document" "worker" {
     resources = [local.asg_arn]
   }
 
-  # The worker protects its own instance from scale-in while it holds jobs
-  # (-scale-in-protection), and unprotects it when idle; the instance's
-  # health check marks it unhealthy when its worker or Triton is down.
+  # A worker run with -scale-in-protection protects its own instance while
+  # it holds jobs (the fleet module runs it without: scale-in drains); the
+  # instance's health check marks it unhealthy when its worker or Triton is
+  # down.
   statement {
     sid       = "ScaleInProtectionAndHealth"
     effect    = "Allow"
@@ -92,9 +94,22 @@ data "aws_iam_policy_document" "worker" {
     }
   }
 
+  # An ECR pull-through cache rule's repositories: pulling a tag not cached
+  # yet imports it from upstream, and the first pull of an image creates its
+  # repository.
+  dynamic "statement" {
+    for_each = length(var.ecr_pull_through_prefixes) > 0 ? [1] : []
+    content {
+      sid       = "PullThroughCache"
+      effect    = "Allow"
+      actions   = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:BatchImportUpstreamImage", "ecr:CreateRepository", "ecr:GetDownloadUrlForLayer"]
+      resources = [for p in var.ecr_pull_through_prefixes : "${local.ecr_repository}/${trim(p, "/")}/*"]
+    }
+  }
+
   # GetAuthorizationToken has no resource-level permissions: AWS requires "*".
   dynamic "statement" {
-    for_each = length(var.ecr_repository_arns) > 0 ? [1] : []
+    for_each = length(var.ecr_repository_arns) + length(var.ecr_pull_through_prefixes) > 0 ? [1] : []
     content {
       sid       = "EcrLogin"
       effect    = "Allow"
@@ -119,11 +134,32 @@ resource "aws_iam_role_policy" "worker" {
 
 # Session Manager: a shell on an instance without SSH, bastions or inbound
 # rules (the SSM agent is on the GPU AMI).
-resource "aws_iam_role_policy_attachment" "session_manager" {
+# Session Manager's own permissions, not AmazonSSMManagedInstanceCore, which
+# also lets anything on the host (every container) read every SSM parameter
+# of the account and run documents: the agent registers the instance and
+# opens the session's channels, nothing more.
+data "aws_iam_policy_document" "session_manager" {
+  statement {
+    sid       = "RegisterInstance"
+    effect    = "Allow"
+    actions   = ["ssm:UpdateInstanceInformation"]
+    resources = ["arn:${data.aws_partition.current.partition}:ec2:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:instance/*"]
+  }
+  # The session channels have no resource-level permissions: AWS requires "*".
+  statement {
+    sid       = "SessionChannels"
+    effect    = "Allow"
+    actions   = ["ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"]
+    resources = ["*"]
+  }
+}
+
+resource "aws_iam_role_policy" "session_manager" {
   count = var.session_manager ? 1 : 0
 
-  role       = aws_iam_role.worker.name
-  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+  name   = "${var.name}-session-manager"
+  role   = aws_iam_role.worker.id
+  policy = data.aws_iam_policy_document.session_manager.json
 }
 
 resource "aws_iam_instance_profile" "worker" {

@@ -46,6 +46,17 @@ variable "ecr_repository_arns" {
   default     = []
 }
 
+variable "ecr_pull_through_prefixes" {
+  type        = list(string)
+  description = "Repository prefixes of ECR pull-through cache rules the instance pulls images through (such as docker-hub): a tag not cached yet is imported from upstream (ecr:BatchImportUpstreamImage), and an image's first pull creates its repository (ecr:CreateRepository), within these prefixes alone."
+  default     = []
+
+  validation {
+    condition     = alltrue([for p in var.ecr_pull_through_prefixes : can(regex("^[a-z0-9][a-z0-9._/-]*$", trim(p, "/")))])
+    error_message = "ecr_pull_through_prefixes: each a cache rule's repository prefix (lower-case letters, digits, . _ - /), such as docker-hub."
+  }
+}
+
 variable "permissions_boundary_arn" {
   type        = string
   description = "Optional permissions boundary for the role."
@@ -89,6 +100,6 @@ variable "metric_namespace" {
 
 variable "session_manager" {
   type        = bool
-  description = "Attach AmazonSSMManagedInstanceCore, for Session Manager shells on the instances (no SSH or inbound rules). Needs a route to the ssm, ssmmessages and ec2messages endpoints."
+  description = "Session Manager shells on the instances (no SSH or inbound rules): the agent's registration and session channels alone (ssm:UpdateInstanceInformation, ssmmessages:*Channel), not AmazonSSMManagedInstanceCore, which would let every container read every SSM parameter. Needs a route to the ssm and ssmmessages endpoints."
   default     = true
 }

@@ -53,6 +53,11 @@ mock_provider "aws" {
       arn = "arn:aws:kms:us-east-1:000000000000:key/own"
     }
   }
+  mock_resource "aws_sns_topic" {
+    defaults = {
+      arn = "arn:aws:sns:us-east-1:000000000000:fs-test-alarms"
+    }
+  }
 }
 
 variables {
@@ -66,6 +71,37 @@ variables {
   triton_image            = "000000000000.dkr.ecr.us-east-1.amazonaws.com/tritonserver:24.10-py3"
   cuda_image              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/cuda:12.4.1-base-ubuntu22.04"
   model_repository_s3_uri = "s3://fs-test-models/asr/"
+  alarm_email             = "oncall@example.com"
+}
+
+# The alarms notify someone: a topic made here with the address
+# subscribed, or the topics given.
+run "alarms_reach_someone" {
+  command = plan
+  assert {
+    condition     = aws_sns_topic.alarms[0].name == "fs-test-alarms" && aws_sns_topic_subscription.alarm_email[0].endpoint == "oncall@example.com" && aws_sns_topic_subscription.alarm_email[0].protocol == "email"
+    error_message = "no alarms topic with the address subscribed"
+  }
+}
+
+run "alarms_to_given_topics" {
+  command = plan
+  variables {
+    alarm_topic_arns = ["arn:aws:sns:us-east-1:000000000000:oncall"]
+    alarm_email      = null
+  }
+  assert {
+    condition     = length(aws_sns_topic.alarms) == 0 && output.alarm_topic_arns == tolist(["arn:aws:sns:us-east-1:000000000000:oncall"])
+    error_message = "the given topics are not the alarms' actions"
+  }
+}
+
+run "alarms_to_nobody_refused" {
+  command = plan
+  variables {
+    alarm_email = null
+  }
+  expect_failures = [var.alarm_email]
 }
 
 run "defaults" {

@@ -46,6 +46,7 @@ variables {
   triton_image            = "000000000000.dkr.ecr.us-east-1.amazonaws.com/tritonserver:24.10-py3"
   cuda_image              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/cuda:12.4.1-base-ubuntu22.04"
   model_repository_s3_uri = "s3://fs-test-models/asr/"
+  alarm_email             = "oncall@example.com"
 }
 
 # Item 7: the example's own key lets S3 deliver notifications from the

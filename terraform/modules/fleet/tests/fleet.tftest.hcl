@@ -27,7 +27,7 @@ variables {
   subnet_ids             = ["subnet-0123456789abcdef0"]
   security_group_ids     = ["sg-0123456789abcdef0"]
   instance_profile_name  = "fs-fleet-worker"
-  max_size               = 4
+  max_gpus               = 4
   queue_names            = ["fs-live", "fs-bulk"]
   backlog_per_gpu_target = 600
   worker_environment = {
@@ -45,7 +45,7 @@ variables {
 run "defaults" {
   command = plan
   assert {
-    condition = alltrue([for s in ["FLEETSCRIBE_SCALE_IN_PROTECTION=true", "FLEETSCRIBE_ASG_NAME=fs-fleet", "FLEETSCRIBE_JOB_TIMEOUT=1800s",
+    condition = alltrue([for s in ["FLEETSCRIBE_SCALE_IN_PROTECTION=false", "FLEETSCRIBE_ASG_NAME=fs-fleet", "FLEETSCRIBE_JOB_TIMEOUT=1800s",
     "FLEETSCRIBE_DRAIN_TIMEOUT=1800s", "docker compose stop -t 1860"] : strcontains(output.user_data, s)])
     error_message = "user data: scale-in protection, job timeout or drain missing"
   }
@@ -81,7 +81,7 @@ run "refresh_launches_before_terminating" {
     error_message = "protected (busy) instances would block or be skipped by the refresh"
   }
   assert {
-    condition     = toset(aws_autoscaling_group.this.instance_refresh[0].preferences[0].alarm_specification[0].alarms) == toset(["fs-fleet-boot-failures", "fs-fleet-launch-shortfall"])
+    condition     = toset(aws_autoscaling_group.this.instance_refresh[0].preferences[0].alarm_specification[0].alarms) == toset(["fs-fleet-boot-failures", "fs-fleet-launch-shortfall", "fs-fleet-never-in-service"])
     error_message = "the refresh does not stop on failed boots and launches"
   }
 }
@@ -95,7 +95,7 @@ run "boot_dependencies" {
     error_message = "launch hook timeout"
   }
   assert {
-    condition     = strcontains(output.user_data, "(while sleep 60; do hook record-lifecycle-action-heartbeat; done) &") && strcontains(output.user_data, "timeout --kill-after=30 2700 fleetscribe-stack")
+    condition     = strcontains(output.user_data, "(while sleep 60; do hook record-lifecycle-action-heartbeat || true; done) &") && strcontains(output.user_data, "timeout --kill-after=30 2700 fleetscribe-stack")
     error_message = "the boot does not heartbeat its launch hook, or has no timeout of its own"
   }
   assert {
@@ -285,6 +285,11 @@ run "operations" {
     condition     = aws_cloudwatch_log_group.this.name == "/fleetscribe/fs-fleet" && strcontains(output.user_data, "\nLOG_GROUP=/fleetscribe/fs-fleet\n") && strcontains(output.user_data, "-log-driver awslogs")
     error_message = "container logs are not shipped to the fleet's log group"
   }
+  # A CloudWatch Logs stall must not block the containers' stdout.
+  assert {
+    condition     = strcontains(output.user_data, "-log-opt mode=non-blocking -log-opt max-buffer-size=8m")
+    error_message = "container logs block the containers when CloudWatch Logs stalls"
+  }
   assert {
     condition     = aws_cloudwatch_metric_alarm.boot_failures.metric_name == "BootFailures" && aws_cloudwatch_metric_alarm.boot_failures.namespace == "fleetscribe" && strcontains(output.user_data, "--namespace 'fleetscribe' --metric-name BootFailures")
     error_message = "the boot-failure alarm does not watch what the boot publishes"
@@ -292,6 +297,18 @@ run "operations" {
   assert {
     condition     = one([for q in aws_cloudwatch_metric_alarm.launch_shortfall.metric_query : q.expression if q.return_data]) == "IF(desired > in_service + pending, 1, 0)" && contains(aws_autoscaling_group.this.enabled_metrics, "GroupPendingCapacity")
     error_message = "launch shortfall"
+  }
+  # An ABANDON loop (a replacement always launching) and boots that die
+  # before the start script: desired above in service, pending or not,
+  # for longer than a boot may take (2,700 s) and the shortfall's 15 min.
+  assert {
+    condition     = one([for q in aws_cloudwatch_metric_alarm.never_in_service.metric_query : q.expression if q.return_data]) == "IF(desired > in_service, 1, 0)" && aws_cloudwatch_metric_alarm.never_in_service.evaluation_periods == 60 && aws_cloudwatch_metric_alarm.never_in_service.datapoints_to_alarm == 60 && aws_cloudwatch_metric_alarm.never_in_service.treat_missing_data == "notBreaching" && contains(aws_autoscaling_group.this.instance_refresh[0].preferences[0].alarm_specification[0].alarms, "fs-fleet-never-in-service")
+    error_message = "no alarm on launches that never reach service, or it does not stop a refresh"
+  }
+  # A period without boots is not a failure.
+  assert {
+    condition     = aws_cloudwatch_metric_alarm.boot_failures.treat_missing_data == "notBreaching"
+    error_message = "the boot-failure alarm fires on periods without boots"
   }
   assert {
     condition     = strcontains(output.user_data, "set-instance-health") && strcontains(output.user_data, "readyz?local=1")
@@ -332,4 +349,45 @@ run "no_input_allow_list_refused" {
     }
   }
   expect_failures = [var.worker_environment]
+}
+
+# Two-hour recordings: a job timeout and drain past AWS's longest hook
+# heartbeat timeout (7,200 s) plan, the drain's heartbeats carrying the hook.
+run "drain_past_two_hours" {
+  command = plan
+  variables {
+    job_timeout_seconds   = 9000
+    drain_timeout_seconds = 9000
+  }
+  assert {
+    condition     = aws_autoscaling_lifecycle_hook.drain.heartbeat_timeout == 7200 && strcontains(output.user_data, "docker compose stop -t 9060") && strcontains(output.user_data, "record-lifecycle-action-heartbeat")
+    error_message = "a drain past 7,020 s does not plan, or is not heartbeated"
+  }
+}
+
+run "drain_past_the_global_timeout_refused" {
+  command = plan
+  variables {
+    job_timeout_seconds   = 172700
+    drain_timeout_seconds = 172700
+  }
+  expect_failures = [aws_launch_template.this]
+}
+
+# An instance refresh takes 10 alarms: the fleet's three and 7 more.
+run "too_many_refresh_alarms_refused" {
+  command = plan
+  variables {
+    refresh_stop_alarm_names = [for i in range(8) : "alarm-${i}"]
+  }
+  expect_failures = [var.refresh_stop_alarm_names]
+}
+
+# The old names counted GPUs under AWS's instance words: refused, saying so.
+run "max_size_refused" {
+  command = plan
+  variables {
+    max_size = 4
+  }
+  expect_failures = [var.max_size]
 }

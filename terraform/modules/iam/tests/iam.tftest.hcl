@@ -78,8 +78,10 @@ run "policy" {
   }
   # Item 8: Session Manager instead of SSH.
   assert {
-    condition     = aws_iam_role_policy_attachment.session_manager[0].policy_arn == "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
-    error_message = "no Session Manager access"
+    condition = toset(flatten([for s in jsondecode(aws_iam_role_policy.session_manager[0].policy).Statement : flatten([s.Action])])) == toset([
+      "ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel",
+    ])
+    error_message = "Session Manager needs exactly its agent's registration and channels (no ssm:GetParameter, no documents)"
   }
 }
 
@@ -91,7 +93,34 @@ run "without_logs_models_or_session_manager" {
     session_manager   = false
   }
   assert {
-    condition     = length(aws_iam_role_policy_attachment.session_manager) == 0 && !strcontains(aws_iam_role_policy.worker.policy, "logs:") && !strcontains(aws_iam_role_policy.worker.policy, "key/models")
+    condition     = length(aws_iam_role_policy.session_manager) == 0 && !strcontains(aws_iam_role_policy.worker.policy, "logs:") && !strcontains(aws_iam_role_policy.worker.policy, "key/models")
     error_message = "grants for what is not there"
   }
+}
+
+# A pull-through cache can pull a tag it has not cached: the import and the
+# repository's creation, within the rule's prefix alone.
+run "pull_through_cache" {
+  command = plan
+  variables {
+    ecr_pull_through_prefixes = ["docker-hub"]
+  }
+  assert {
+    condition = one([for s in jsondecode(aws_iam_role_policy.worker.policy).Statement : s if s.Sid == "PullThroughCache"]).Resource == "arn:aws:ecr:us-east-1:000000000000:repository/docker-hub/*" && length(setsubtract(
+      ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+    flatten([one([for s in jsondecode(aws_iam_role_policy.worker.policy).Statement : s.Action if s.Sid == "PullThroughCache"])]))) == 0
+    error_message = "the pull-through cache's repositories cannot import a new tag"
+  }
+  assert {
+    condition     = contains(flatten([for s in jsondecode(aws_iam_role_policy.worker.policy).Statement : flatten([s.Action])]), "ecr:GetAuthorizationToken")
+    error_message = "no ECR login for the pull-through cache"
+  }
+}
+
+run "pull_through_prefix_refused" {
+  command = plan
+  variables {
+    ecr_pull_through_prefixes = ["Docker Hub"]
+  }
+  expect_failures = [var.ecr_pull_through_prefixes]
 }
