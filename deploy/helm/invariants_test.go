@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/fleetscribe/fleetscribe/mps"
+	"github.com/fleetscribe/fleetscribe/triton"
 )
 
 // invariant is a property every rendering must have, and a mutation of a
@@ -154,6 +155,55 @@ var invariants = []invariant{
 		mutation: "hostIPC on the pod",
 		mutate:   func(r rendering) { r.deployment().Spec.Template.Spec.HostIPC = true },
 	},
+	{
+		name:     "shared_memory_holds_the_plan",
+		check:    checkSharedMemory,
+		mutation: "/dev/shm back at a fixed 512Mi",
+		mutate: func(r rendering) {
+			for i, v := range r.deployment().Spec.Template.Spec.Volumes {
+				if v.Name == "shm" {
+					r.deployment().Spec.Template.Spec.Volumes[i].EmptyDir.SizeLimit = ptr(resource.MustParse("512Mi"))
+				}
+			}
+		},
+	},
+}
+
+// checkSharedMemory: the worker reserves a region a partition at start
+// (its in-flight slots of its longest chunk, as triton.SharedMemoryBytes
+// sizes it), so its budget must hold every partition's, its memory limit
+// those and 1 GiB for its jobs (tmpfs pages are charged to it), and
+// /dev/shm those and 32 MiB a partition for the Python backend's own.
+func checkSharedMemory(r rendering) error {
+	spec := r.deployment().Spec.Template.Spec
+	w := container(&spec, "worker")
+	inflight, err1 := strconv.Atoi(env(w, "FLEETSCRIBE_TRITON_MAX_INFLIGHT"))
+	chunk, err2 := strconv.ParseFloat(env(w, "FLEETSCRIBE_CHUNK_SECONDS"), 64)
+	budget, err3 := strconv.ParseInt(env(w, "FLEETSCRIBE_TRITON_SHARED_MEMORY_BUDGET"), 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return fmt.Errorf("the worker's shared memory settings: %w", err)
+	}
+	parts := int64(len(r.Plan.Partitions))
+	regions := parts * triton.SharedMemoryBytes(inflight, int(chunk*16000))
+	if budget < regions {
+		return fmt.Errorf("shared memory budget %d bytes, below the %d partitions' regions (%d bytes): some would go over gRPC", budget, parts, regions)
+	}
+	if lim, ok := w.Resources.Limits[corev1.ResourceMemory]; !ok || lim.Value() < regions+1<<30 {
+		return fmt.Errorf("worker memory limit %v cannot hold its regions (%d MiB) and 1 GiB for jobs", w.Resources.Limits.Memory(), regions>>20)
+	}
+	for _, v := range spec.Volumes {
+		if v.Name != "shm" {
+			continue
+		}
+		if v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory || v.EmptyDir.SizeLimit == nil {
+			return fmt.Errorf("/dev/shm is not a sized memory emptyDir: %+v", v.VolumeSource)
+		}
+		if need := regions + parts*32<<20; v.EmptyDir.SizeLimit.Value() < need {
+			return fmt.Errorf("/dev/shm of %v, below the regions (%d MiB) and 32 MiB a partition for Triton (%d MiB)", v.EmptyDir.SizeLimit, regions>>20, need>>20)
+		}
+		return nil
+	}
+	return errors.New("no /dev/shm volume")
 }
 
 const (

@@ -58,3 +58,42 @@ containers that run them and the addresses the worker dials are one list.
 {{- define "fleetscribe.seconds" -}}
 {{- printf "%ds" (int .) -}}
 {{- end -}}
+
+{{/*
+The worker's shared memory regions, from the plan: one a partition of
+tritonMaxInflight slots of a chunkSeconds chunk (16 kHz float32, as the
+worker's triton.SharedMemoryBytes sizes them), reserved at start and
+charged to the worker's memory; /dev/shm holds them and each partition's
+Python backend region. Refuses a worker memory limit that cannot hold the
+regions and 1 GiB for its jobs. Takes dict "plan" "values".
+*/}}
+{{- define "fleetscribe.sharedMemory" -}}
+{{- $w := .values.worker -}}
+{{- range $k := list "FLEETSCRIBE_TRITON_MAX_INFLIGHT" "FLEETSCRIBE_CHUNK_SECONDS" "FLEETSCRIBE_TRITON_SHARED_MEMORY_BUDGET" -}}
+{{- if hasKey ($w.env | default dict) $k -}}
+{{- fail (printf "worker.env.%s: the chart sets it (worker.tritonMaxInflight, worker.chunkSeconds); set those instead" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- $inflight := int $w.tritonMaxInflight -}}
+{{- $chunk := int $w.chunkSeconds -}}
+{{- if or (lt $inflight 1) (lt $chunk 1) -}}
+{{- fail "worker.tritonMaxInflight and worker.chunkSeconds must be positive" -}}
+{{- end -}}
+{{- $slot := mul $chunk 16000 4 -}}
+{{- $parts := len .plan.partitions -}}
+{{- $regions := mul $parts $inflight $slot -}}
+{{- $regionsMi := add (div $regions 1048576) 1 -}}
+{{- $limit := toString (dig "resources" "limits" "memory" "" $w) -}}
+{{- $limitMi := 0 -}}
+{{- if hasSuffix "Gi" $limit -}}{{- $limitMi = mul (trimSuffix "Gi" $limit | int) 1024 -}}
+{{- else if hasSuffix "Mi" $limit -}}{{- $limitMi = trimSuffix "Mi" $limit | int -}}
+{{- else -}}{{- fail (printf "worker.resources.limits.memory %q: give it in Mi or Gi; the chart checks it holds the shared memory regions" $limit) -}}
+{{- end -}}
+{{- if lt $limitMi (add $regionsMi 1024) -}}
+{{- fail (printf "worker.resources.limits.memory %s cannot hold the worker's shared memory regions (%d MiB: %d partitions x %d in flight x %d-s chunks, reserved at start and charged to the worker) and 1 GiB for its jobs: raise it to %dMi, or lower worker.tritonMaxInflight" $limit $regionsMi $parts $inflight $chunk (add $regionsMi 1024)) -}}
+{{- end -}}
+inflight: {{ $inflight }}
+chunkSeconds: {{ $chunk }}
+regionsBytes: {{ $regions }}
+sizeMi: {{ add $regionsMi (mul $parts (int .values.sharedMemory.tritonPerPartitionMi)) }}
+{{- end -}}
