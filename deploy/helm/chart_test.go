@@ -370,6 +370,12 @@ func TestChartRefuses(t *testing.T) {
 		{"no plan", []string{"plan=null"}, "plan: no partitions"},
 		{"a plan cut short", []string{"plan.perGPU=9"}, "8 partitions, but 1 GPUs x 9 per GPU"},
 		{"an unknown scaler identity", []string{"scaling.identityOwner=node"}, `scaling.identityOwner "node"`},
+		// The pod-role module's trust policy lets only the worker's
+		// service account assume the pod role: KEDA's operator cannot.
+		{"the scaler as the workload", []string{"scaling.identityOwner=workload"}, "scaling.identityOwner workload: KEDA's operator would assume the worker's pod role"},
+		{"a worker limit too small for the regions", []string{"worker.resources.limits.memory=1Gi"}, "cannot hold the worker's shared memory regions (235 MiB: 8 partitions x 16 in flight"},
+		{"a worker limit in other units", []string{"worker.resources.limits.memory=4G"}, `worker.resources.limits.memory "4G": give it in Mi or Gi`},
+		{"the chart's own worker settings in env", []string{"worker.env.FLEETSCRIBE_TRITON_MAX_INFLIGHT=48"}, "worker.env.FLEETSCRIBE_TRITON_MAX_INFLIGHT: the chart sets it"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := helmTemplate(t, "", c.sets...)
@@ -377,6 +383,11 @@ func TestChartRefuses(t *testing.T) {
 				t.Errorf("got %v, want an error with %q", err, c.want)
 			}
 		})
+	}
+	// A first install starts no pod before KEDA's first scale decision.
+	r := render(t, 1, "mps")
+	if d := r.deployment(); d.Spec.Replicas == nil || *d.Spec.Replicas != 0 {
+		t.Errorf("first install with scaling: replicas %d, want 0 (a Deployment without replicas starts one pod)", ptrValue(d.Spec.Replicas))
 	}
 	if _, err := helm(t, "template", "fs", chart, "--kube-version", "1.28.9", "-f", "testdata/values.yaml"); err == nil {
 		t.Error("rendered for Kubernetes 1.28, which has no native sidecars on by default")
@@ -485,4 +496,12 @@ func TestChartWithOptionsOff(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// ptrValue is *p, or -1 for nil.
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return -1
+	}
+	return *p
 }
