@@ -370,6 +370,8 @@ func TestChartRefuses(t *testing.T) {
 		{"no plan", []string{"plan=null"}, "plan: no partitions"},
 		{"a plan cut short", []string{"plan.perGPU=9"}, "8 partitions, but 1 GPUs x 9 per GPU"},
 		{"an unknown scaler identity", []string{"scaling.identityOwner=node"}, `scaling.identityOwner "node"`},
+		{"no worker image", []string{"image.worker.repository="}, "image.worker.repository: the worker image in your registry"},
+		{"no Triton image", []string{"image.triton.repository="}, "image.triton.repository: the triton image in your registry"},
 		// The pod-role module's trust policy lets only the worker's
 		// service account assume the pod role: KEDA's operator cannot.
 		{"the scaler as the workload", []string{"scaling.identityOwner=workload"}, "scaling.identityOwner workload: KEDA's operator would assume the worker's pod role"},
@@ -386,6 +388,9 @@ func TestChartRefuses(t *testing.T) {
 	}
 	// A first install starts no pod before KEDA's first scale decision.
 	r := render(t, 1, "mps")
+	if img := container(&r.deployment().Spec.Template.Spec, "worker").Image; img != "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:0.1.0" {
+		t.Errorf("worker image %q: want the given repository at the chart's appVersion", img)
+	}
 	if d := r.deployment(); d.Spec.Replicas == nil || *d.Spec.Replicas != 0 {
 		t.Errorf("first install with scaling: replicas %d, want 0 (a Deployment without replicas starts one pod)", ptrValue(d.Spec.Replicas))
 	}

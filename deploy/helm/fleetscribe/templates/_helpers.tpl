@@ -97,3 +97,14 @@ chunkSeconds: {{ $chunk }}
 regionsBytes: {{ $regions }}
 sizeMi: {{ add $regionsMi (mul $parts (int .values.sharedMemory.tritonPerPartitionMi)) }}
 {{- end -}}
+
+{{/*
+An image of the chart's own (worker, triton): the repository is required,
+since neither is on a registry EKS pulls from by default (push them to
+your ECR: make docker, make triton-image); the tag defaults to the chart's
+appVersion for the worker. Takes dict "name" "image" "chart".
+*/}}
+{{- define "fleetscribe.image" -}}
+{{- $repo := required (printf "image.%s.repository: the %s image in your registry (e.g. <account>.dkr.ecr.<region>.amazonaws.com/%s); push it first (docs/kubernetes.md)" .name .name (ternary "fleetscribe/worker" "fleetscribe-triton" (eq .name "worker"))) .image.repository -}}
+{{- printf "%s:%s" $repo (.image.tag | default .chart.AppVersion) -}}
+{{- end -}}
