@@ -319,8 +319,13 @@ func checkPartitions(r rendering) error {
 		if !reflect.DeepEqual(ts[i].Command, want) {
 			return fmt.Errorf("container %s runs %q, partition %s is %q", ts[i].Name, ts[i].Command, p.Name(), want)
 		}
-		if got := ts[i].StartupProbe.HTTPGet.Port.IntValue(); got != p.HTTPPort {
-			return fmt.Errorf("container %s's startup probe asks port %d, its HTTP port is %d", ts[i].Name, got, p.HTTPPort)
+		for kind, probe := range map[string]*corev1.Probe{"startup": ts[i].StartupProbe, "liveness": ts[i].LivenessProbe} {
+			if probe == nil {
+				continue // which ones there are: partitions_outlive_the_drain
+			}
+			if got := probe.HTTPGet.Port.IntValue(); got != p.HTTPPort {
+				return fmt.Errorf("container %s's %s probe asks port %d, its HTTP port is %d", ts[i].Name, kind, got, p.HTTPPort)
+			}
 		}
 	}
 	return nil
@@ -396,13 +401,23 @@ func checkLifecycle(r rendering) error {
 	if len(spec.Containers) != 1 || spec.Containers[0].Name != "worker" {
 		return fmt.Errorf("containers %d: want the worker alone (the partitions are sidecars)", len(spec.Containers))
 	}
-	for _, c := range tritons(&spec) {
+	ts := tritons(&spec)
+	for i, c := range ts {
 		if container(&corev1.PodSpec{InitContainers: spec.InitContainers}, c.Name) == nil ||
 			c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 			return fmt.Errorf("%s is not a native sidecar: it would not be up before the worker or would stop before the drain ends", c.Name)
 		}
-		if c.StartupProbe == nil {
+		// The last sidecar's startup probe holds the worker back until it
+		// serves; one on any before it would hold the next sidecar's start
+		// back too, and the partitions would load one after another.
+		switch last := i == len(ts)-1; {
+		case last && c.StartupProbe == nil:
 			return fmt.Errorf("%s has no startup probe: the worker could start before it serves", c.Name)
+		case !last && c.StartupProbe != nil:
+			return fmt.Errorf("%s has a startup probe: the sidecars after it would start only once it is ready, one model load after another", c.Name)
+		}
+		if c.LivenessProbe == nil {
+			return fmt.Errorf("%s has no liveness probe", c.Name)
 		}
 	}
 	return nil
