@@ -386,6 +386,10 @@ func TestChartRefuses(t *testing.T) {
 			}
 		})
 	}
+	// The device plugin reads its configuration in its own namespace.
+	if _, err := helmTemplate(t, planFile(1, mps.KubeDevicePluginMPS), "devicePluginConfig.namespace="); err == nil || !strings.Contains(err.Error(), "devicePluginConfig.namespace: the NVIDIA device plugin's namespace") {
+		t.Errorf("device plugin configuration without the plugin's namespace: %v", err)
+	}
 	// A first install starts no pod before KEDA's first scale decision.
 	r := render(t, 1, "mps")
 	if img := container(&r.deployment().Spec.Template.Spec, "worker").Image; img != "123456789012.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:0.1.0" {

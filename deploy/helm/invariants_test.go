@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -158,11 +159,18 @@ var invariants = []invariant{
 	{
 		name:     "shared_memory_holds_the_plan",
 		check:    checkSharedMemory,
-		mutation: "/dev/shm back at a fixed 512Mi",
+		mutation: "the pod's /dev/shm back at a fixed 512Mi, and mounted in every partition",
 		mutate: func(r rendering) {
-			for i, v := range r.deployment().Spec.Template.Spec.Volumes {
+			spec := &r.deployment().Spec.Template.Spec
+			for i, v := range spec.Volumes {
 				if v.Name == "shm" {
-					r.deployment().Spec.Template.Spec.Volumes[i].EmptyDir.SizeLimit = ptr(resource.MustParse("512Mi"))
+					spec.Volumes[i].EmptyDir.SizeLimit = ptr(resource.MustParse("512Mi"))
+				}
+			}
+			for i := range spec.InitContainers {
+				c := &spec.InitContainers[i]
+				if strings.HasPrefix(c.Name, "triton") && !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "shm" }) {
+					c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "shm", MountPath: "/dev/shm"})
 				}
 			}
 		},
@@ -177,6 +185,21 @@ var invariants = []invariant{
 func checkSharedMemory(r rendering) error {
 	spec := r.deployment().Spec.Template.Spec
 	w := container(&spec, "worker")
+	if r.Plan.Sharing == mps.KubeDevicePluginMPS {
+		// The plugin mounts its MPS /dev/shm in the partitions: they must
+		// not get the pod's, and the worker sends audio in the request.
+		for _, c := range tritons(&spec) {
+			for _, m := range c.VolumeMounts {
+				if m.Name == "shm" {
+					return fmt.Errorf("%s mounts the pod's /dev/shm over the device plugin's MPS one", c.Name)
+				}
+			}
+		}
+		if env(w, "FLEETSCRIBE_TRITON_SHARED_MEMORY") != "false" {
+			return errors.New("the worker offers shared memory to partitions that cannot map it")
+		}
+		return nil
+	}
 	inflight, err1 := strconv.Atoi(env(w, "FLEETSCRIBE_TRITON_MAX_INFLIGHT"))
 	chunk, err2 := strconv.ParseFloat(env(w, "FLEETSCRIBE_CHUNK_SECONDS"), 64)
 	budget, err3 := strconv.ParseInt(env(w, "FLEETSCRIBE_TRITON_SHARED_MEMORY_BUDGET"), 10, 64)
@@ -371,8 +394,15 @@ func checkDevicePlugin(r rendering) error {
 		}
 		return nil
 	}
-	if cm == nil || len(cm.Data) != 1 {
-		return errors.New("no device plugin configuration")
+	mode := map[string]string{mps.KubeDevicePluginMPS: "mps", mps.KubeDevicePluginTimeSlicing: "timeslicing"}[r.Plan.Sharing]
+	planKey := fmt.Sprintf("fleetscribe-%s-%d", mode, r.Plan.PerGPU)
+	// The plan's key, and one without sharing for the plugin's default: a
+	// lone key would be every node's.
+	if cm == nil || len(cm.Data) != 2 || strings.TrimSpace(cm.Data["fleetscribe-none"]) != "version: v1" || cm.Data[planKey] == "" {
+		return fmt.Errorf("device plugin configuration %v: want %s and fleetscribe-none", cm, planKey)
+	}
+	if cm.Namespace == "" {
+		return errors.New("the device plugin configuration is not in the plugin's namespace")
 	}
 	var cfg struct {
 		Version string `json:"version"`
@@ -383,10 +413,8 @@ func checkDevicePlugin(r rendering) error {
 			} `json:"resources"`
 		} `json:"sharing"`
 	}
-	for _, v := range cm.Data {
-		if err := yaml.UnmarshalStrict([]byte(v), &cfg); err != nil {
-			return err
-		}
+	if err := yaml.UnmarshalStrict([]byte(cm.Data[planKey]), &cfg); err != nil {
+		return err
 	}
 	key := map[string]string{mps.KubeDevicePluginMPS: "mps", mps.KubeDevicePluginTimeSlicing: "timeSlicing"}[r.Plan.Sharing]
 	res := cfg.Sharing[key].Resources

@@ -81,7 +81,9 @@ regions and 1 GiB for its jobs. Takes dict "plan" "values".
 {{- end -}}
 {{- $slot := mul $chunk 16000 4 -}}
 {{- $parts := len .plan.partitions -}}
-{{- $regions := mul $parts $inflight $slot -}}
+{{- $enabled := ne .plan.sharing "device-plugin-mps" -}}
+{{- $regions := 0 -}}
+{{- if $enabled -}}{{- $regions = mul $parts $inflight $slot -}}{{- end -}}
 {{- $regionsMi := add (div $regions 1048576) 1 -}}
 {{- $limit := toString (dig "resources" "limits" "memory" "" $w) -}}
 {{- $limitMi := 0 -}}
@@ -92,10 +94,11 @@ regions and 1 GiB for its jobs. Takes dict "plan" "values".
 {{- if lt $limitMi (add $regionsMi 1024) -}}
 {{- fail (printf "worker.resources.limits.memory %s cannot hold the worker's shared memory regions (%d MiB: %d partitions x %d in flight x %d-s chunks, reserved at start and charged to the worker) and 1 GiB for its jobs: raise it to %dMi, or lower worker.tritonMaxInflight" $limit $regionsMi $parts $inflight $chunk (add $regionsMi 1024)) -}}
 {{- end -}}
+enabled: {{ $enabled }}
 inflight: {{ $inflight }}
 chunkSeconds: {{ $chunk }}
 regionsBytes: {{ $regions }}
-sizeMi: {{ add $regionsMi (mul $parts (int .values.sharedMemory.tritonPerPartitionMi)) }}
+sizeMi: {{ if $enabled }}{{ add $regionsMi (mul $parts (int .values.sharedMemory.tritonPerPartitionMi)) }}{{ else }}64{{ end }}
 {{- end -}}
 
 {{/*
