@@ -157,6 +157,20 @@ var invariants = []invariant{
 		mutate:   func(r rendering) { r.deployment().Spec.Template.Spec.HostIPC = true },
 	},
 	{
+		name:     "placement_is_the_plans",
+		check:    checkPlacement,
+		mutation: "the node affinity's GPU count one more than the plan's",
+		mutate: func(r rendering) {
+			for _, term := range r.deployment().Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+				for j, e := range term.MatchExpressions {
+					if e.Key == "nvidia.com/gpu.count" {
+						term.MatchExpressions[j].Values = []string{strconv.Itoa(r.Plan.GPUs + 1)}
+					}
+				}
+			}
+		},
+	},
+	{
 		name:     "shared_memory_holds_the_plan",
 		check:    checkSharedMemory,
 		mutation: "the pod's /dev/shm back at a fixed 512Mi, and mounted in every partition",
@@ -657,6 +671,39 @@ func checkPrivilege(r rendering) error {
 	w := container(&spec, "worker").SecurityContext
 	if w.RunAsNonRoot == nil || !*w.RunAsNonRoot || w.ReadOnlyRootFilesystem == nil || !*w.ReadOnlyRootFilesystem {
 		return errors.New("the worker runs as root or on a writable root")
+	}
+	return nil
+}
+
+// checkPlacement: the pod goes only to nodes of the plan's GPU count and
+// sharing, as GPU feature discovery labels them, or as Karpenter and the
+// documented NodePool do.
+func checkPlacement(r rendering) error {
+	a := r.deployment().Spec.Template.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return errors.New("no required node affinity: the pod can land on a node of another GPU count or sharing")
+	}
+	gpus := strconv.Itoa(r.Plan.GPUs)
+	strategy := map[string]string{mps.KubeMPS: "none", mps.KubeDevicePluginMPS: "mps", mps.KubeDevicePluginTimeSlicing: "time-slicing"}[r.Plan.Sharing]
+	want := []map[string]string{
+		{"nvidia.com/gpu.count": gpus, "nvidia.com/gpu.sharing-strategy": strategy},
+		{"karpenter.k8s.aws/instance-gpu-count": gpus, "fleetscribe.io/gpu-sharing": r.Plan.Sharing},
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != len(want) {
+		return fmt.Errorf("%d node selector terms, want %d", len(terms), len(want))
+	}
+	for i, term := range terms {
+		got := map[string]string{}
+		for _, e := range term.MatchExpressions {
+			if e.Operator != corev1.NodeSelectorOpIn || len(e.Values) != 1 {
+				return fmt.Errorf("node selector term %d: %s %s %v, want In one value", i, e.Key, e.Operator, e.Values)
+			}
+			got[e.Key] = e.Values[0]
+		}
+		if !reflect.DeepEqual(got, want[i]) {
+			return fmt.Errorf("node selector term %d: %v, want %v", i, got, want[i])
+		}
 	}
 	return nil
 }
