@@ -923,3 +923,29 @@ func sharedPolicyProblems(t *testing.T, dirs ...string) []string {
 	}
 	return out
 }
+
+// The group launches the launch template version this apply made, never
+// $Latest or $Default (a version no apply reviewed, or one the console
+// set), with or without spot.
+func TestGroupLaunchesTheVersionItMade(t *testing.T) {
+	asg := load(t, "modules/fleet").one(t, "resource", "aws_autoscaling_group", "this")
+	var versions []hclsyntax.Expression
+	for _, lt := range nested(asg, "launch_template") {
+		versions = append(versions, attr(lt, "version"))
+	}
+	for _, mip := range nested(asg, "mixed_instances_policy") {
+		for _, lt := range nested(mip, "launch_template") {
+			for _, spec := range nested(lt, "launch_template_specification") {
+				versions = append(versions, attr(spec, "version"))
+			}
+		}
+	}
+	if len(versions) != 2 {
+		t.Fatalf("%d launch template versions in the group, want 2 (on-demand and spot)", len(versions))
+	}
+	for _, v := range versions {
+		if !refersTo(v, "aws_launch_template.this.latest_version") {
+			t.Error("the group launches a version other than aws_launch_template.this.latest_version, the one this apply made")
+		}
+	}
+}

@@ -391,3 +391,36 @@ run "max_size_refused" {
   }
   expect_failures = [var.max_size]
 }
+
+# The reviewer's surviving mutations, each pinned here (a drain shorter
+# than a job: drain_shorter_than_jobs_refused above).
+
+# Warm-pool sizes are GPUs: on 8-GPU instances, 8 GPUs are one instance.
+run "warm_pool_in_gpus_on_eight_gpu_instances" {
+  command = plan
+  variables {
+    instance_types = ["g6e.48xlarge"]
+    max_gpus       = 32
+    warm_pool      = { enabled = true, min_size = 8, max_group_prepared_capacity = 16 }
+  }
+  assert {
+    condition     = aws_autoscaling_group.this.warm_pool[0].min_size == 1 && aws_autoscaling_group.this.warm_pool[0].max_group_prepared_capacity == 2 && aws_autoscaling_group.this.max_size == 4
+    error_message = "warm-pool or group sizes not converted from GPUs to 8-GPU instances"
+  }
+}
+
+# The boot completes the hooks the group has (the group's version is
+# pinned in terraform_test.go: it is not known at plan).
+run "launches_the_version_and_hooks_it_made" {
+  command = plan
+  assert {
+    condition     = strcontains(output.user_data, "--lifecycle-hook-name '${aws_autoscaling_lifecycle_hook.launch.name}'") && strcontains(output.user_data, "--lifecycle-hook-name '${aws_autoscaling_lifecycle_hook.drain.name}'")
+    error_message = "the user data completes a lifecycle hook the group does not have"
+  }
+  # unhealthy_after_seconds 300 at a check every 30 s: 10 failed checks in
+  # a row, not one.
+  assert {
+    condition     = strcontains(output.user_data, "if [ \"$n\" -ge 10 ]; then")
+    error_message = "the health check marks an instance unhealthy after the wrong number of failed checks"
+  }
+}

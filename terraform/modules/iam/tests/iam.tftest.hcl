@@ -124,3 +124,15 @@ run "pull_through_prefix_refused" {
   }
   expect_failures = [var.ecr_pull_through_prefixes]
 }
+
+# Listing the input bucket is limited to the worker's prefixes.
+run "input_listing_limited_to_prefixes" {
+  command = plan
+  variables {
+    input_prefixes = ["uploads/", "backfill/"]
+  }
+  assert {
+    condition     = one([for s in jsondecode(aws_iam_role_policy.worker.policy).Statement : s.Condition.StringLike["s3:prefix"] if s.Sid == "ListInputPrefixes"]) == ["uploads/*", "backfill/*"]
+    error_message = "ListBucket on the input bucket is not limited to the worker's prefixes"
+  }
+}
