@@ -76,7 +76,9 @@ k8s-validate: deps ## render the Helm chart (1, 4 and 8 GPUs, each sharing mode)
 	  grep '^INVARIANT ' $(BIN)/k8s-validate.log; \
 	  charts=$$(grep -m1 '^CHARTS ' $(BIN)/k8s-validate.log | cut -d' ' -f2-); \
 	  [ -n "$$charts" ] || { echo "k8s-validate: no CHARTS line"; exit 1; }; \
-	  echo "RESULT $$charts invariants=$$(grep -c '^INVARIANT ' $(BIN)/k8s-validate.log)"
+	  psa=none; grep -q '^INVARIANT pod_security_restricted .* caught' $(BIN)/k8s-validate.log && psa=restricted; \
+	  shm=false; grep -q '^INVARIANT shared_memory_holds_the_plan .* caught' $(BIN)/k8s-validate.log && shm=true; \
+	  echo "RESULT $$charts invariants=$$(grep -c '^INVARIANT ' $(BIN)/k8s-validate.log) psa=$$psa shm_reserved=$$shm"
 
 .PHONY: tf-fmt
 tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)

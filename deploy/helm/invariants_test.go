@@ -24,6 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	psaapi "k8s.io/pod-security-admission/api"
+	psapolicy "k8s.io/pod-security-admission/policy"
+
 	"github.com/fleetscribe/fleetscribe/mps"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
@@ -155,6 +158,14 @@ var invariants = []invariant{
 		check:    checkPrivilege,
 		mutation: "hostIPC on the pod",
 		mutate:   func(r rendering) { r.deployment().Spec.Template.Spec.HostIPC = true },
+	},
+	{
+		name:     "pod_security_restricted",
+		check:    checkPodSecurity,
+		mutation: "the worker allowed to escalate privileges",
+		mutate: func(r rendering) {
+			container(&r.deployment().Spec.Template.Spec, "worker").SecurityContext.AllowPrivilegeEscalation = ptr(true)
+		},
 	},
 	{
 		name:     "placement_is_the_plans",
@@ -704,6 +715,23 @@ func checkPlacement(r rendering) error {
 		if !reflect.DeepEqual(got, want[i]) {
 			return fmt.Errorf("node selector term %d: %v, want %v", i, got, want[i])
 		}
+	}
+	return nil
+}
+
+// checkPodSecurity: the pod passes Pod Security admission at restricted,
+// as Kubernetes' own policy code evaluates it (the checks a namespace
+// labelled pod-security.kubernetes.io/enforce=restricted runs).
+func checkPodSecurity(r rendering) error {
+	d := r.deployment()
+	e, err := psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
+	if err != nil {
+		return err
+	}
+	res := psapolicy.AggregateCheckResults(e.EvaluatePod(psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()},
+		&d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec))
+	if !res.Allowed {
+		return fmt.Errorf("Pod Security restricted refuses the pod: %s", res.ForbiddenDetail())
 	}
 	return nil
 }
