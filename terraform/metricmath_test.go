@@ -256,7 +256,8 @@ var missing = math.NaN()
 // The backlog per GPU the target tracking policy holds, evaluated for the
 // situations it must get right: it divides by GPUs, counts a weighted bulk
 // queue at its weight, and does not count messages parked in retry
-// backoff (in flight beyond what the in-service GPUs hold) as work.
+// backoff (in flight beyond what the desired GPUs hold) as work, and
+// counts capacity that is still launching.
 func TestBacklogMetricMath(t *testing.T) {
 	m := load(t, "modules/fleet")
 	for _, c := range []struct {
@@ -266,15 +267,20 @@ func TestBacklogMetricMath(t *testing.T) {
 		want    float64
 	}{
 		{"two 1-GPU instances", fleetVars{queues: []string{"live", "bulk"}},
-			map[string]series{"visible0": one(100), "inflight0": one(20), "visible1": one(0), "inflight1": one(0), "in_service": one(2)}, 60},
+			map[string]series{"visible0": one(100), "inflight0": one(20), "visible1": one(0), "inflight1": one(0), "desired": one(2)}, 60},
 		{"retry storm: 5,000 parked messages, 2 GPUs of 16 jobs", fleetVars{queues: []string{"live"}},
-			map[string]series{"visible0": one(0), "inflight0": one(5000), "in_service": one(2)}, 16},
+			map[string]series{"visible0": one(0), "inflight0": one(5000), "desired": one(2)}, 16},
 		{"bulk backfill at a tenth", fleetVars{queues: []string{"live", "bulk"}, weights: map[string]float64{"bulk": 0.1}},
-			map[string]series{"visible0": one(0), "inflight0": one(0), "visible1": one(6000), "inflight1": one(0), "in_service": one(2)}, 300},
+			map[string]series{"visible0": one(0), "inflight0": one(0), "visible1": one(6000), "inflight1": one(0), "desired": one(2)}, 300},
 		{"one 8-GPU instance", fleetVars{queues: []string{"live"}, types: []string{"g6e.48xlarge"}},
-			map[string]series{"visible0": one(800), "inflight0": one(64), "in_service": one(1)}, 108},
+			map[string]series{"visible0": one(800), "inflight0": one(64), "desired": one(1)}, 108},
 		{"weighted spot group counts GPUs", fleetVars{queues: []string{"live"}, spot: true, types: []string{"g6e.48xlarge", "g6e.xlarge"}},
-			map[string]series{"visible0": one(900), "inflight0": one(0), "in_service": one(9)}, 100},
+			map[string]series{"visible0": one(900), "inflight0": one(0), "desired": one(9)}, 100},
+		// Launching capacity counts: four instances desired, one in service,
+		// 400 visible is 100 a GPU (at the target of 100: nothing added
+		// while the three boot), not 400.
+		{"launching instances count", fleetVars{queues: []string{"live"}},
+			map[string]series{"visible0": one(400), "inflight0": one(0), "desired": one(4), "in_service": one(1)}, 100},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			expr := fleetLocals(t, m, c.vars).Variables["local"].GetAttr("per_gpu_expr").AsString()

@@ -579,12 +579,12 @@ func TestBacklogPerGPUTargetTracking(t *testing.T) {
 		}
 	}
 	src := string(m.src["modules/fleet/scaling.tf"])
-	if !strings.Contains(src, `metric_name = var.spot.enabled ? "GroupInServiceCapacity" : "GroupInServiceInstances"`) {
-		t.Error("in-service GPUs: a weighted group's capacity, else its instances")
+	if !strings.Contains(src, `metric_name = "GroupDesiredCapacity"`) {
+		t.Error("desired GPUs: the group's desired capacity (a weighted group's is in GPUs)")
 	}
 	asg := m.one(t, "resource", "aws_autoscaling_group", "this")
-	if em, _ := strs(t, attr(asg, "enabled_metrics")); !slices.Contains(em, "GroupInServiceInstances") || !slices.Contains(em, "GroupInServiceCapacity") {
-		t.Error("the group does not publish GroupInServiceInstances and GroupInServiceCapacity")
+	if em, _ := strs(t, attr(asg, "enabled_metrics")); !slices.Contains(em, "GroupDesiredCapacity") || !slices.Contains(em, "GroupInServiceCapacity") {
+		t.Error("the group does not publish GroupDesiredCapacity and GroupInServiceCapacity")
 	}
 	main := string(m.src["modules/fleet/main.tf"])
 	if !strings.Contains(main, "weighted_capacity = tostring(local.gpus_per_instance[override.value])") {

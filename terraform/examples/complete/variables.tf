@@ -54,7 +54,7 @@ variable "max_gpus" {
 
 variable "backlog_per_gpu_target" {
   type        = number
-  description = "Messages per in-service GPU to hold: SLA seconds x jobs/s per GPU from the GPU benchmark."
+  description = "Messages per desired GPU to hold (launching capacity counts): SLA seconds x jobs/s per GPU from the GPU benchmark."
   default     = 600
 }
 

@@ -70,9 +70,9 @@ output "group_size" {
   value       = { min = aws_autoscaling_group.this.min_size, max = aws_autoscaling_group.this.max_size }
 }
 
-output "in_service_metric" {
-  description = "Auto Scaling metric the backlog is divided by."
-  value       = var.spot.enabled ? "GroupInServiceCapacity" : "GroupInServiceInstances"
+output "capacity_metric" {
+  description = "Auto Scaling metric the backlog is divided by: desired capacity (GPUs in a weighted group, instances otherwise)."
+  value       = "GroupDesiredCapacity"
 }
 
 output "backlog_expression" {

@@ -1,13 +1,15 @@
 # Backlog per GPU = (weighted visible messages + messages being worked on)
-#                   / in-service GPUs
+#                   / desired GPUs
 #   messages being worked on = in-flight messages (weighted), at most what
-#   the in-service GPUs can hold (jobs_per_gpu each): the rest of the
+#   the desired GPUs can hold (jobs_per_gpu each): the rest of the
 #   in-flight messages are parked in retry backoff, and a storm of failing
 #   jobs must not scale the fleet out.
-# In-service GPUs are the group's in-service capacity where the group is
-# weighted by GPUs (spot, mixed sizes), else in-service instances times the
-# one size's GPUs, so a fleet of 1-, 4- and 8-GPU instances scales on the
-# work per GPU. A queue's weight (queue_weights, default 1) scales its
+# Desired GPUs are the group's desired capacity where the group is weighted
+# by GPUs (spot, mixed sizes), else desired instances times the one size's
+# GPUs, so a fleet of 1-, 4- and 8-GPU instances scales on the work per
+# GPU. Desired, not in service: capacity that is launching counts, so a
+# backlog that a boot will serve does not add instances again every minute
+# of the boot, and the metric has a value while the first instances boot. A queue's weight (queue_weights, default 1) scales its
 # messages: the bulk queue can count a tenth, so a backfill fills idle GPUs
 # and the bulk window's floor rather than scaling the fleet out in full.
 # Target tracking holds it at backlog_per_gpu_target. It cannot act on an
@@ -22,7 +24,7 @@ locals {
   term          = { for q, i in local.queue_ids : q => local.weights[q] == 1 ? "" : "${local.weights[q]} * " }
   visible_expr  = join(" + ", [for q, i in local.queue_ids : "${local.term[q]}visible${i}"])
   inflight_expr = join(" + ", [for q, i in local.queue_ids : "${local.term[q]}inflight${i}"])
-  gpus_expr     = "in_service * ${local.capacity_unit}"
+  gpus_expr     = "desired * ${local.capacity_unit}"
   cap_expr      = "${local.gpus_expr} * ${var.jobs_per_gpu}"
   per_gpu_expr  = "(${local.visible_expr} + IF(${local.inflight_expr} < ${local.cap_expr}, ${local.inflight_expr}, ${local.cap_expr})) / (${local.gpus_expr})"
 }
@@ -82,13 +84,13 @@ resource "aws_autoscaling_policy" "backlog_per_gpu" {
       }
 
       metrics {
-        id          = "in_service"
+        id          = "desired"
         return_data = false
         metric_stat {
           stat = "Average"
           metric {
             namespace   = "AWS/AutoScaling"
-            metric_name = var.spot.enabled ? "GroupInServiceCapacity" : "GroupInServiceInstances"
+            metric_name = "GroupDesiredCapacity"
             dimensions {
               name  = "AutoScalingGroupName"
               value = aws_autoscaling_group.this.name
@@ -99,7 +101,7 @@ resource "aws_autoscaling_policy" "backlog_per_gpu" {
 
       metrics {
         id          = "backlog_per_gpu"
-        label       = "Queue messages per in-service GPU"
+        label       = "Queue messages per desired GPU"
         expression  = local.per_gpu_expr
         return_data = true
       }

@@ -153,7 +153,7 @@ variable "queue_names" {
 
 variable "backlog_per_gpu_target" {
   type        = number
-  description = "Messages per in-service GPU to hold. Choose SLA seconds x jobs per second one GPU completes (see the README)."
+  description = "Messages per desired GPU to hold (launching capacity counts). Choose SLA seconds x jobs per second one GPU completes (see the README)."
 }
 
 variable "scale_from_zero_capacity" {

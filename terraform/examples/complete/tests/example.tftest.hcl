@@ -171,11 +171,11 @@ run "mixed_gpu_sizes" {
     error_message = "instances are not weighted by their GPUs"
   }
   assert {
-    condition     = module.fleet.group_size.max == 32 && module.fleet.in_service_metric == "GroupInServiceCapacity"
+    condition     = module.fleet.group_size.max == 32 && module.fleet.capacity_metric == "GroupDesiredCapacity"
     error_message = "a weighted group counts GPUs: max_size and the in-service metric are in GPUs"
   }
   assert {
-    condition     = endswith(module.fleet.backlog_expression, "/ (in_service * 1)")
+    condition     = endswith(module.fleet.backlog_expression, "/ (desired * 1)")
     error_message = "backlog is not divided by in-service GPUs"
   }
 }
@@ -191,11 +191,11 @@ run "eight_gpu_instances" {
   }
 
   assert {
-    condition     = module.fleet.group_size.max == 3 && module.fleet.in_service_metric == "GroupInServiceInstances"
+    condition     = module.fleet.group_size.max == 3 && module.fleet.capacity_metric == "GroupDesiredCapacity"
     error_message = "20 GPUs of 8-GPU instances is 3 instances"
   }
   assert {
-    condition     = endswith(module.fleet.backlog_expression, "/ (in_service * 8)")
+    condition     = endswith(module.fleet.backlog_expression, "/ (desired * 8)")
     error_message = "backlog per GPU of 8-GPU instances"
   }
   assert {

@@ -219,7 +219,7 @@ run "weighted_backlog" {
     queue_weights = { "fs-bulk" = 0.1 }
   }
   assert {
-    condition     = output.backlog_expression == "(0.1 * visible1 + visible0 + IF(0.1 * inflight1 + inflight0 < in_service * 1 * 16, 0.1 * inflight1 + inflight0, in_service * 1 * 16)) / (in_service * 1)"
+    condition     = output.backlog_expression == "(0.1 * visible1 + visible0 + IF(0.1 * inflight1 + inflight0 < desired * 1 * 16, 0.1 * inflight1 + inflight0, desired * 1 * 16)) / (desired * 1)"
     error_message = "backlog expression: ${output.backlog_expression}"
   }
 }
