@@ -85,9 +85,9 @@ tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)
 	$(GO) run ./internal/tffmt terraform
 
 .PHONY: docs
-docs: ## rewrite the generated references: docs/configuration.md from the worker's flags, terraform/README.md's tables from the modules, the Helm chart's plans and values.schema.json
+docs: ## rewrite the generated references: docs/configuration.md from the worker's flags, terraform/README.md's tables from the modules, the Helm chart's plans, values.schema.json and README
 	$(GO) test ./cmd/worker -run TestConfigurationReferenceIsCurrent -count=1 -update-docs
-	$(GO) test ./deploy/helm -run 'TestPlansAreCurrent|TestValuesSchemaIsCurrent' -count=1 -update
+	$(GO) test ./deploy/helm -run 'TestPlansAreCurrent|TestValuesSchemaIsCurrent|TestChartReadmeIsCurrent' -count=1 -update
 	$(GO) test ./terraform -run TestReadmeReferenceIsCurrent -count=1 -update
 
 .PHONY: tf-docs
