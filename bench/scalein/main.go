@@ -64,13 +64,16 @@ type config struct {
 }
 
 type instance struct {
-	launched, inService float64
-	slots, held         int
-	lastJob             float64
-	draining            bool // stopped receiving, goes once it holds nothing
-	goneAt              float64
-	gone                bool
+	inService   float64
+	slots, held int
+	lastJob     float64
+	draining    bool    // stopped receiving, goes once it holds nothing
+	drainFrom   float64 // when it stopped receiving
+	gone        bool
 }
+
+// drain stops the instance receiving at now.
+func (in *instance) drain(now float64) { in.draining, in.drainFrom = true, now }
 
 type policy string
 
@@ -201,7 +204,7 @@ func simulate(c config, p policy) outcome {
 			}
 		}
 		for n := len(alive); n < desired; n++ {
-			fleet = append(fleet, &instance{launched: t, inService: t + c.boot, slots: slots, lastJob: -1e9})
+			fleet = append(fleet, &instance{inService: t + c.boot, slots: slots, lastJob: -1e9})
 		}
 		if excess := len(alive) - desired; excess > 0 {
 			scaleIn(c, p, fleet, alive, excess, t, &lastCheck)
@@ -209,8 +212,8 @@ func simulate(c config, p policy) outcome {
 		// Draining instances go once they hold nothing.
 		for _, in := range fleet {
 			if in.draining && !in.gone && in.held == 0 {
-				in.gone, in.goneAt = true, t
-				out.maxDrain = math.Max(out.maxDrain, t-in.lastJob)
+				in.gone = true
+				out.maxDrain = math.Max(out.maxDrain, t-in.drainFrom)
 			}
 		}
 		for _, in := range fleet {
@@ -247,13 +250,13 @@ func scaleIn(c config, p policy, fleet []*instance, alive []int, excess int, now
 				return
 			}
 			if in := fleet[i]; in.held == 0 && now-in.lastJob >= c.idle {
-				in.draining = true
+				in.drain(now)
 				excess--
 			}
 		}
 	case drain:
 		for _, i := range alive[:excess] { // the oldest
-			fleet[i].draining = true
+			fleet[i].drain(now)
 		}
 	case leastBusy, workerRun:
 		if p == workerRun {
@@ -265,7 +268,7 @@ func scaleIn(c config, p policy, fleet []*instance, alive []int, excess int, now
 		sorted := slices.Clone(alive)
 		slices.SortStableFunc(sorted, func(a, b int) int { return fleet[a].held - fleet[b].held })
 		for _, i := range sorted[:excess] {
-			fleet[i].draining = true
+			fleet[i].drain(now)
 		}
 	}
 }

@@ -44,3 +44,22 @@ func TestChoose(t *testing.T) {
 		}
 	}
 }
+
+// The longest drain is the time from an instance's last receipt to its
+// end: zero for protection, which ends only instances holding nothing,
+// and above zero for the drain, where busy instances finish first.
+func TestLongestDrain(t *testing.T) {
+	c := config{gpus: 1, jobsPerGPU: 16, audioPerGPU: 4300, overhead: 2, decodeRate: 30, median: 1200, sigma: 1,
+		peak: 12, low: 2, hours: 3, target: 0.8, boot: 600, idle: 30, check: 30, scaleInAfter: 900, seed: 1}
+	c.meanHold = meanHold(c)
+	p := simulate(c, protect)
+	if p.endInService == c.peak {
+		t.Fatal("protection ended no instance here: the case does not exercise it")
+	}
+	if p.maxDrain != 0 {
+		t.Errorf("protection: longest drain %.0f s, want 0 (it ends idle instances only)", p.maxDrain)
+	}
+	if d := simulate(c, drain); d.maxDrain <= 0 || d.maxDrain > hold(c, c.audioPerGPU/float64(c.jobsPerGPU), 7200)+1 {
+		t.Errorf("drain: longest drain %.0f s, want above 0 and within the longest job", d.maxDrain)
+	}
+}
