@@ -145,8 +145,9 @@ func Compose(ps []Partition, c ComposeConfig) []byte {
 		fmt.Fprintf(&b, "    command: [%s]\n", strings.Join(args, ", "))
 		b.WriteString("    healthcheck:\n")
 		fmt.Fprintf(&b, "      test: [\"CMD\", \"curl\", \"-fsS\", %s]\n", q(fmt.Sprintf("http://localhost:%d/v2/health/ready", p.HTTPPort)))
-		// A partition compiles its encoder before it is ready: six minutes
-		// from an empty cache. Failures in start_period do not count.
+		// A partition compiles its encoder before it is ready: two to four
+		// minutes from an empty cache with one length bucket, six with two.
+		// Failures in start_period do not count.
 		b.WriteString("      interval: 10s\n      timeout: 3s\n      retries: 30\n      start_period: 15m\n")
 		b.WriteString("    restart: unless-stopped\n")
 		b.WriteString(logging)

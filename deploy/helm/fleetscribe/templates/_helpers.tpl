@@ -104,7 +104,7 @@ sizeMi: {{ if $enabled }}{{ add $regionsMi (mul $parts (int .values.sharedMemory
 {{/*
 An image of the chart's own (worker, triton): the repository is required,
 since neither is on a registry EKS pulls from by default (push them to
-your ECR: make docker, make triton-image); the tag defaults to the chart's
+your ECR: the repository's Dockerfile, make triton-image); the tag defaults to the chart's
 appVersion for the worker. Takes dict "name" "image" "chart".
 */}}
 {{- define "fleetscribe.image" -}}
