@@ -344,13 +344,7 @@ func TestScaleFromZeroAlarmMath(t *testing.T) {
 // The launch-shortfall alarm: desired capacity above what is in service
 // or launching.
 func TestLaunchShortfallMath(t *testing.T) {
-	alarm := load(t, "modules/fleet").one(t, "resource", "aws_cloudwatch_metric_alarm", "launch_shortfall")
-	var expr string
-	for _, q := range nested(alarm, "metric_query") {
-		if e := attr(q, "expression"); e != nil {
-			expr = str(t, e)
-		}
-	}
+	expr := alarmExpression(t, "launch_shortfall")
 	for _, c := range []struct {
 		desired, inService, pending float64
 		short                       bool
@@ -370,13 +364,7 @@ func TestLaunchShortfallMath(t *testing.T) {
 // The never-in-service alarm: desired capacity above what is in service,
 // launching or not (an ABANDON loop always has a replacement launching).
 func TestNeverInServiceMath(t *testing.T) {
-	alarm := load(t, "modules/fleet").one(t, "resource", "aws_cloudwatch_metric_alarm", "never_in_service")
-	var expr string
-	for _, q := range nested(alarm, "metric_query") {
-		if e := attr(q, "expression"); e != nil {
-			expr = str(t, e)
-		}
-	}
+	expr := alarmExpression(t, "never_in_service")
 	for _, c := range []struct {
 		desired, inService float64
 		short              bool
@@ -391,4 +379,21 @@ func TestNeverInServiceMath(t *testing.T) {
 			t.Errorf("%s: desired %g, in service %g: %g", expr, c.desired, c.inService, v[0])
 		}
 	}
+}
+
+// alarmExpression is the metric math expression of the fleet module's
+// alarm name (a literal: the alarms over the group's own metrics).
+func alarmExpression(t *testing.T, name string) string {
+	t.Helper()
+	alarm := load(t, "modules/fleet").one(t, "resource", "aws_cloudwatch_metric_alarm", name)
+	var expr string
+	for _, q := range nested(alarm, "metric_query") {
+		if e := attr(q, "expression"); e != nil {
+			expr = str(t, e)
+		}
+	}
+	if expr == "" {
+		t.Fatalf("alarm %s has no expression", name)
+	}
+	return expr
 }
