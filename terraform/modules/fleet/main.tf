@@ -139,7 +139,7 @@ resource "aws_launch_template" "this" {
       error_message = "User data exceeds EC2's 16 KB limit; shorten compose_yaml or worker_environment."
     }
     precondition {
-      condition     = var.drain_timeout_seconds + 180 <= min(100 * local.drain_hook_timeout, 172800)
+      condition     = var.drain_timeout_seconds + 180 <= 172800
       error_message = "drain_timeout_seconds must be at most 172,620 (48 h less 3 minutes): the drain hook's global timeout is 48 h (100 heartbeat timeouts at most), and the drain needs 3 minutes past the worker's drain to stop the stack."
     }
     precondition {
@@ -245,8 +245,8 @@ resource "aws_autoscaling_group" "this" {
 
   # Launch before terminating (a one-instance fleet keeps its instance until
   # the new one is in service), skip instances already on the new template,
-  # replace protected (busy) instances through the drain, and stop when a
-  # new boot fails or launches fall short.
+  # replace any instance protected from scale-in through the drain, and stop
+  # when a new boot fails or launches fall short.
   instance_refresh {
     strategy = "Rolling"
     preferences {

@@ -133,11 +133,11 @@ resource "aws_iam_role_policy" "worker" {
 }
 
 # Session Manager: a shell on an instance without SSH, bastions or inbound
-# rules (the SSM agent is on the GPU AMI).
-# Session Manager's own permissions, not AmazonSSMManagedInstanceCore, which
-# also lets anything on the host (every container) read every SSM parameter
-# of the account and run documents: the agent registers the instance and
-# opens the session's channels, nothing more.
+# rules (the SSM agent is on the GPU AMI). Its own permissions, not
+# AmazonSSMManagedInstanceCore, which also lets anything on the host (every
+# container) read every SSM parameter of the account and run documents:
+# the agent registers the instance and opens the session's channels,
+# nothing more.
 data "aws_iam_policy_document" "session_manager" {
   statement {
     sid       = "RegisterInstance"
