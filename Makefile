@@ -191,12 +191,16 @@ bench-gpu: deps ## GPU benchmark on this host's GPU 0 through real Triton (needs
 bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU benchmark results (no GPU needed); the last is the compiled encoder's
 	$(GO) run ./bench/gpu/gpubench report -results docs/benchmarks/results.csv -offline docs/benchmarks/offline.json \
 	  -table docs/benchmarks/table.md -plot docs/benchmarks/throughput-p99.png
-	$(GO) run ./bench/gpu/gpubench compiled -results docs/benchmarks/compiled/served.csv \
+	@echo "# The first compiled encoder (whole, batch symbolic), 2026-12-02's first sweep:"
+	$(GO) run ./bench/gpu/gpubench compiled -encoder inductor_whole_symbolic -results docs/benchmarks/compiled/served.csv \
 	  -results docs/benchmarks/compiled/2026-12-01/served-b.csv -study docs/benchmarks/compiled/encoder-nemo.json
+	@echo "# The shipped compiled encoder (regional, static shapes), measured beside eager in one session:"
+	$(GO) run ./bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/regional/served.csv \
+	  -study docs/benchmarks/regional/encoder-nemo.json
 
 .PHONY: bench-gpu-test
-bench-gpu-test: ## the GPU stand-in's decoder tests (needs python3 with torch; on a GPU also CUDA-graph replay against eager)
-	cd bench/gpu && PYTHONDONTWRITEBYTECODE=1 $${PYTHON_TORCH:-python3} -m unittest -v test_standin
+bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (needs python3 with torch; on a GPU also CUDA-graph replay)
+	cd bench/gpu && PYTHONDONTWRITEBYTECODE=1 $${PYTHON_TORCH:-python3} -m unittest -v test_standin test_compiled
 
 .PHONY: proto
 proto: ## regenerate the KServe v2 gRPC code from triton/inference/grpc_service.proto

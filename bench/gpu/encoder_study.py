@@ -1,24 +1,29 @@
 """The compiled encoder against eager, offline, through the engines the
 shipped model.py serves: NeMo's Parakeet-shaped model (the .nemo that
-nemo_anchor.py saves, --nemo) or the stand-in (--standin). For each length
-bucket and batch size, on speech-like clips filling the bucket:
+nemo_anchor.py saves, --nemo) or the stand-in (--standin). Each batch size
+of --batches is one static shape of each length bucket, as model.py's
+batch_buckets makes them. For each, on speech-like clips filling the bucket:
 
-  - the encoder's time eagerly and compiled (bf16 autocast, as served);
-  - at the first batch size: their outputs' mean relative difference over
-    the valid frames; the decoded tokens' agreement with eager's (1 - token
-    edit distance / eager's tokens) and how many rows differ at all; the
-    same for a control, eager's output with noise of the compiled
-    difference's size (random weights make decisions near ties: the control
-    says how many flips a difference that small causes by itself); the
-    whole batch (encoder and decoder) eager and compiled, as clips/s.
+  - the encoder's time eagerly, compiled as shipped (regional compile,
+    static shapes, replayed as CUDA graphs on a GPU) and compiled without
+    CUDA graphs (the same kernels launched one by one);
+  - at the first batch size: the compiled output's mean relative
+    difference from eager's over the valid frames; the decoded tokens'
+    agreement with eager's (1 - token edit distance / eager's tokens) and
+    how many rows differ at all; the same for a control, eager's output
+    with noise of the compiled difference's size (random weights make
+    decisions near ties: the control says how many flips a difference that
+    small causes by itself), for the other rule of bf16 rounding inside
+    fused kernels (--casts: fused or eager), and against eager in fp32;
+    the whole batch (encoder and decoder) eager and compiled, as clips/s.
 
 The compiled encoder is model.py's CompiledEncoder in the shared compile
-cache (--cache): the first use of each bucket compiles (cold) or loads it
+cache (--cache): the first use of each shape compiles (cold) or loads it
 (warm), and is timed; --warm-only runs just that, in a fresh process, for
-the time a restarted partition takes to load the compiled buckets. JSON to
+the time a restarted partition takes to load its compiled shapes. JSON to
 --out; a line per point on stdout.
 
-    python bench/gpu/encoder_study.py --nemo MODEL.nemo --cache DIR --out study.json
+    python bench/gpu/encoder_study.py --nemo MODEL.nemo --cache DIR --buckets 45 --batches 16,64 --out study.json
     python bench/gpu/encoder_study.py --standin --cache DIR --out study.json
 """
 import argparse
@@ -92,13 +97,15 @@ def rel_diff(ref, got, frames, time_dim):
 
 
 class NemoSide:
-    """NeMo's model behind model.py's NemoEngine, eager and compiled."""
+    """NeMo's model behind model.py's NemoEngine: eagerly and with each
+    compiled variant (options: name -> model.py's EncoderOptions), all on
+    one copy of the model (the compiled regions run compiled only inside
+    their own calls)."""
 
-    def __init__(self, mod, path, buckets, max_batch, cache, device):
+    def __init__(self, mod, path, options, device):
         self.torch_model = mod.load_model(path, device)
-        self.eager = mod.NemoEngine(self.torch_model, device, "bf16", encoder="eager")
-        self.compiled = mod.NemoEngine(self.torch_model, device, "bf16", encoder="compiled", buckets=buckets,
-                                       max_batch=max_batch, cache_dir=cache, source=path)
+        self.eager = mod.NemoEngine(self.torch_model, device, "bf16", mod.EncoderOptions())
+        self.variants = {name: mod.NemoEngine(self.torch_model, device, "bf16", o, source=path) for name, o in options.items()}
         self.time_dim = 2  # [B, D, T]
 
     def ctx(self):
@@ -134,20 +141,23 @@ class NemoSide:
 
 
 class StandinSide:
-    """The stand-in behind its Engine, eager and compiled."""
+    """The stand-in behind its Engine, eagerly and with each compiled
+    variant."""
 
-    def __init__(self, mod, buckets, max_batch, cache, device):
+    def __init__(self, mod, options, device):
         dev = torch.device(device)
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         cfg = standin.Config() if dev.type == "cuda" else standin.Config.tiny()
         self.model = standin.build(cfg, dev, dtype)
         mode = "cuda_graph" if dev.type == "cuda" else "eager"
-        self.decode = standin.GreedyTDT(self.model.decoder, mode=mode, max_batch=max(max_batch, 256))
+        most = max(max(o.rows) for o in options.values())
+        self.decode = standin.GreedyTDT(self.model.decoder, mode=mode, max_batch=max(most, 256))
         standin.calibrate(self.model, self.decode)
-        key = "standin|study|%s|%s|%s" % (torch.__version__, dev.type, buckets)
-        enc = mod.CompiledEncoder(self.model.encoder.forward, buckets, max_batch, cache, key)
+        key = "standin|study|%s|%s" % (torch.__version__, dev.type)
+        enc = self.model.encoder
         self.eager = standin.Engine(self.model, self.decode)
-        self.compiled = standin.Engine(self.model, self.decode, compiled=enc)
+        self.variants = {name: standin.Engine(self.model, self.decode, compiled=o.encoder(enc.forward, device, key, [enc.sub, *enc.layers]))
+                         for name, o in options.items()}
         self.time_dim = 1  # [B, T, D]
 
     def encode(self, engine, audio):
@@ -175,25 +185,83 @@ def clips(n, count, seed):
 
 
 def warm_only(args, mod, device):
-    """A restarted partition: load the model and its compiled buckets."""
+    """A restarted partition: load the model and its compiled shapes."""
     t0 = time.perf_counter()
-    side = make_side(args, mod, device)
+    side = make_side(args, mod, device, only="compiled")
     loaded = time.perf_counter() - t0
-    c = side.compiled.compiled
+    engine = side.variants["compiled"]
+    c = engine.compiled
 
     def run(n, rows):
-        side.whole(side.compiled, [np.zeros(n, dtype=np.float32)] * rows)
+        side.whole(engine, [np.zeros(n, dtype=np.float32)] * rows)
 
     c.warm(run)
     sync()
     print(json.dumps({"load_s": loaded, "compiled_s": c.warm_seconds, "total_s": time.perf_counter() - t0, "cold": c.cold, "graphs": c.graphs}), flush=True)
 
 
-def make_side(args, mod, device):
-    buckets = mod.parse_buckets(args.buckets)
+def options(args, mod):
+    """The compiled variants: the shipped one (CUDA graphs, args.casts),
+    the same kernels launched one by one (nographs), and the other casts
+    rule at the first batch size (othercasts)."""
+    lengths = mod.parse_buckets(args.buckets)
+    batches = [int(x) for x in args.batches.split(",") if x]
+    other = "eager" if args.casts == "fused" else "fused"
+
+    def o(rows, graphs=True, casts=args.casts):
+        return mod.EncoderOptions(mode="compiled", lengths=lengths, rows=rows, graphs=graphs, casts=casts, cache_dir=args.cache)
+
+    return {"compiled": o(batches, graphs=args.graphs == "on"), "nographs": o(batches, graphs=False), "othercasts": o(batches[:1], graphs=args.graphs == "on", casts=other)}
+
+
+def make_side(args, mod, device, only=None):
+    want = {only} if only else {"compiled", *args.variants.split(",")}
+    opts = {k: v for k, v in options(args, mod).items() if k in want}
     if args.standin:
-        return StandinSide(mod, buckets, args.max_batch, args.cache, device)
-    return NemoSide(mod, args.nemo, buckets, args.max_batch, args.cache, device)
+        return StandinSide(mod, opts, device)
+    return NemoSide(mod, args.nemo, opts, device)
+
+
+def numerics(side, audio, p):
+    """Fills p with the compiled encoder's closeness to eager's at one
+    batch: the outputs' mean relative difference over the valid frames, the
+    decoded tokens' agreement with eager's and how many rows differ; the
+    same for a control (eager's output with noise of the compiled
+    difference's size: random weights make the joint's decisions near ties,
+    and the control says how many flips a difference that small causes by
+    itself); each compiled variant's agreement; and against eager without
+    autocast (fp32), where the model has an fp32 path."""
+    eo, ef = side.encode(side.eager, audio)
+    ref = side.tokens(eo, ef)
+    p["tokens_per_row"] = sum(len(r) for r in ref) / max(1, len(ref))
+    for name in ("compiled", "othercasts"):
+        if name not in side.variants:
+            continue
+        co, cf = side.encode(side.variants[name], audio)
+        co, cf = co.clone(), cf.clone()  # a CUDA graph's outputs live until its next replay
+        pre = "" if name == "compiled" else name + "_"
+        p[pre + "mean_rel_diff"] = rel_diff(eo, co, ef, side.time_dim)
+        p[pre + "token_agreement"], p[pre + "rows_differing"] = agreement(ref, side.tokens(co, cf))
+        if name == "compiled":
+            compiled_out, compiled_frames = co, cf
+    diff = p["mean_rel_diff"]
+    g = torch.Generator(device=eo.device).manual_seed(1)
+    noise = torch.randn(eo.shape, generator=g, device=eo.device, dtype=torch.float32)
+    scale = diff * float(eo.float().abs().mean()) / float(noise.abs().mean())
+    po = (eo.float() + scale * noise).to(eo.dtype)
+    p["control_rel_diff"] = rel_diff(eo, po, ef, side.time_dim)
+    p["control_token_agreement"], p["control_rows_differing"] = agreement(ref, side.tokens(po, ef))
+    # Where the bf16 eager path agrees with fp32 no better than the compiled
+    # one does, agreement with eager is not what says the compiled encoder
+    # is right: closeness to fp32 is.
+    fp = side.encode_fp32(audio)
+    if fp is not None:
+        fo, ff = fp
+        ref32 = side.tokens(fo.to(eo.dtype), ff)
+        p["fp32_rel_diff_eager"] = rel_diff(fo, eo, ff, side.time_dim)
+        p["fp32_rel_diff_compiled"] = rel_diff(fo, compiled_out, ff, side.time_dim)
+        p["eager_vs_fp32_token_agreement"], _ = agreement(ref32, ref)
+        p["compiled_vs_fp32_token_agreement"], _ = agreement(ref32, side.tokens(compiled_out, compiled_frames))
 
 
 def main():
@@ -202,8 +270,10 @@ def main():
     ap.add_argument("--standin", action="store_true", help="study the stand-in instead")
     ap.add_argument("--cache", required=True, help="the compile cache (shared with the served partitions)")
     ap.add_argument("--buckets", default="30", help="length buckets, seconds (model.py's length_buckets)")
-    ap.add_argument("--batches", default="16,64")
-    ap.add_argument("--max-batch", type=int, default=64, help="rows of the warm-up batch")
+    ap.add_argument("--batches", default="16,64", help="batch sizes, each a compiled shape (model.py's batch_buckets)")
+    ap.add_argument("--casts", default="fused", choices=["fused", "eager"], help="the shipped encoder_casts")
+    ap.add_argument("--graphs", default="off", choices=["on", "off"], help="the shipped encoder_graphs (on: experimental)")
+    ap.add_argument("--variants", default="compiled,nographs,othercasts")
     ap.add_argument("--out", default="")
     ap.add_argument("--warm-only", action="store_true")
     ap.add_argument("--no-warm", action="store_true", help="skip the second process's warm start")
@@ -216,80 +286,48 @@ def main():
     t0 = time.perf_counter()
     side = make_side(args, mod, device)
     out = {"model": "standin" if args.standin else "nemo", "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
-           "load_s": time.perf_counter() - t0, "buckets": {}, "warm": None}
-    c = side.compiled.compiled
-    # Compile (or load) every bucket at every batch range, as a partition
-    # does before it is ready, timing each bucket.
+           "load_s": time.perf_counter() - t0, "casts": args.casts, "buckets": {}, "variants": {}, "warm": None}
+    # Compile (or load) and capture every shape of every variant, as a
+    # partition does before it is ready, timing each.
     from torch._dynamo.utils import counters
 
-    compile_s = {}
-
-    def run(n, rows):
+    for name, engine in side.variants.items():
+        c = engine.compiled
         g0, t = counters["stats"]["unique_graphs"], time.perf_counter()
-        side.whole(side.compiled, [np.zeros(n, dtype=np.float32)] * rows)
+        c.warm(lambda n, rows: side.whole(engine, [np.zeros(n, dtype=np.float32)] * rows))  # noqa: B023 - called at once
         sync()
-        k = "%g" % (n / standin.SAMPLE_RATE)
-        compile_s.setdefault(k, {"seconds": 0.0, "graphs": 0})
-        compile_s[k]["seconds"] += time.perf_counter() - t
-        compile_s[k]["graphs"] += counters["stats"]["unique_graphs"] - g0
-
-    c.warm(run)
-    out["cold"], out["warm_s"], out["graphs"] = c.cold, c.warm_seconds, c.graphs
-    print("compiled encoder: %s in %.0f s, %d graphs (%s)" % (
-        ", ".join("%s s: %.0f s, %d graphs" % (k, v["seconds"], v["graphs"]) for k, v in compile_s.items()),
-        c.warm_seconds, c.graphs, "compiled" if c.cold else "loaded from the cache"), flush=True)
-    for b in c.buckets:
+        out["variants"][name] = {"seconds": time.perf_counter() - t, "graphs": counters["stats"]["unique_graphs"] - g0,
+                                 "cold": c.cold, "path": c.path, "rows": c.rows}
+        print("%s: %s" % (name, c.summary()), flush=True)
+    comp = side.variants["compiled"].compiled
+    for b in comp.lengths:
         sec = b / standin.SAMPLE_RATE
-        row = {"compile_s": compile_s.get("%g" % sec, {}).get("seconds"), "graphs": compile_s.get("%g" % sec, {}).get("graphs"), "points": {}}
+        row = {"compile_s": out["variants"]["compiled"]["seconds"], "points": {}}
         out["buckets"]["%g" % sec] = row
-        for i, bs in enumerate(int(x) for x in args.batches.split(",") if x):
+        for i, bs in enumerate(comp.rows):
             audio = clips(b, bs, 7 + bs)
-            eager_s = timed(lambda: side.encode(side.eager, audio))
-            comp_s = timed(lambda: side.encode(side.compiled, audio))
+            eager_s = timed(lambda: side.encode(side.eager, audio))  # noqa: B023
+            comp_s = timed(lambda: side.encode(side.variants["compiled"], audio))  # noqa: B023
             p = {"encoder_eager_ms": 1000 * eager_s, "encoder_compiled_ms": 1000 * comp_s, "speedup": eager_s / comp_s, "rows": bs}
-            if i == 0:
-                # Numerics at the first batch size: the compiled output
-                # against eager's, the tokens each decodes, and a control:
-                # eager's output with noise of the compiled difference's
-                # size, decoded. Random weights make the joint's decisions
-                # near ties, so a difference at bf16 level flips tokens;
-                # the control says how many flips that alone causes.
-                eo, ef = side.encode(side.eager, audio)
-                co, cf = side.encode(side.compiled, audio)
-                diff = rel_diff(eo, co, ef, side.time_dim)
-                ref = side.tokens(eo, ef)
-                p["mean_rel_diff"] = diff
-                p["token_agreement"], p["rows_differing"] = agreement(ref, side.tokens(co, cf))
-                g = torch.Generator(device=eo.device).manual_seed(1)
-                noise = torch.randn(eo.shape, generator=g, device=eo.device, dtype=torch.float32)
-                scale = diff * float(eo.float().abs().mean()) / float(noise.abs().mean())
-                po = (eo.float() + scale * noise).to(eo.dtype)
-                p["control_rel_diff"] = rel_diff(eo, po, ef, side.time_dim)
-                p["control_token_agreement"], p["control_rows_differing"] = agreement(ref, side.tokens(po, ef))
-                p["tokens_per_row"] = sum(len(r) for r in ref) / max(1, len(ref))
-                # A second control: eager without autocast (fp32). Where the
-                # bf16 eager path agrees with fp32 no better than the compiled
-                # one does, agreement with eager is not what says the compiled
-                # encoder is right: closeness to fp32 is.
-                fp = side.encode_fp32(audio)
-                if fp is not None:
-                    fo, ff = fp
-                    ref32 = side.tokens(fo.to(eo.dtype), ff)
-                    p["fp32_rel_diff_eager"] = rel_diff(fo, eo, ff, side.time_dim)
-                    p["fp32_rel_diff_compiled"] = rel_diff(fo, co, ff, side.time_dim)
-                    p["eager_vs_fp32_token_agreement"], _ = agreement(ref32, ref)
-                    p["compiled_vs_fp32_token_agreement"], _ = agreement(ref32, side.tokens(co, cf))
-                    del fo
-                p["whole_eager_clips_per_s"] = bs / timed(lambda: side.whole(side.eager, audio), 2)
-                p["whole_compiled_clips_per_s"] = bs / timed(lambda: side.whole(side.compiled, audio), 2)
-                del eo, co, po
-            row["points"][str(bs)] = p
-            print("bucket %g s batch %3d: encoder eager %.0f ms, compiled %.0f ms (%.2fx)%s" % (
+            if "nographs" in side.variants:
+                p["encoder_nographs_ms"] = 1000 * timed(lambda: side.encode(side.variants["nographs"], audio))  # noqa: B023
+            line = "bucket %g s batch %3d: encoder eager %.1f ms, compiled %.1f ms (%.2fx)%s" % (
                 sec, bs, 1000 * eager_s, 1000 * comp_s, eager_s / comp_s,
-                "; mean rel diff %.4f; tokens %.4f agree (%d of %d rows differ); control (eager + noise of rel %.4f): %.4f agree (%d rows differ); "
-                "whole batch %.1f -> %.1f clips/s" % (p["mean_rel_diff"], p["token_agreement"], p["rows_differing"], bs, p["control_rel_diff"],
-                                                       p["control_token_agreement"], p["control_rows_differing"], p["whole_eager_clips_per_s"],
-                                                       p["whole_compiled_clips_per_s"]) if i == 0 else ""), flush=True)
+                ", without CUDA graphs %.1f ms" % p["encoder_nographs_ms"] if "encoder_nographs_ms" in p else "")
+            if i == 0:
+                numerics(side, audio, p)
+                p["whole_eager_clips_per_s"] = bs / timed(lambda: side.whole(side.eager, audio), 2)  # noqa: B023
+                p["whole_compiled_clips_per_s"] = bs / timed(lambda: side.whole(side.variants["compiled"], audio), 2)  # noqa: B023
+                line += "; mean rel diff %.4f; tokens %.4f agree (%d of %d rows differ); control (eager + noise of rel %.4f): %.4f agree (%d rows differ)" % (
+                    p["mean_rel_diff"], p["token_agreement"], p["rows_differing"], bs, p["control_rel_diff"], p["control_token_agreement"],
+                    p["control_rows_differing"])
+                if "othercasts_token_agreement" in p:
+                    line += "; casts %s: rel diff %.4f, tokens %.4f agree" % (
+                        "eager" if args.casts == "fused" else "fused", p["othercasts_mean_rel_diff"], p["othercasts_token_agreement"])
+                line += "; whole batch %.1f -> %.1f clips/s (%.1f tokens a row)" % (
+                    p["whole_eager_clips_per_s"], p["whole_compiled_clips_per_s"], p["tokens_per_row"])
+            row["points"][str(bs)] = p
+            print(line, flush=True)
             if "fp32_rel_diff_eager" in p:
                 print("  against eager fp32: rel diff eager bf16 %.4f, compiled %.4f; tokens agree eager bf16 %.4f, compiled %.4f" % (
                     p["fp32_rel_diff_eager"], p["fp32_rel_diff_compiled"], p["eager_vs_fp32_token_agreement"],
@@ -301,7 +339,7 @@ def main():
                 torch.cuda.empty_cache()
     if not args.no_warm:
         cmd = [sys.executable, os.path.abspath(__file__), "--warm-only", "--cache", args.cache, "--buckets", args.buckets,
-               "--max-batch", str(args.max_batch)] + (["--standin"] if args.standin else ["--nemo", args.nemo])
+               "--batches", args.batches, "--casts", args.casts, "--graphs", args.graphs] + (["--standin"] if args.standin else ["--nemo", args.nemo])
         r = subprocess.run(cmd, capture_output=True, text=True, check=False)
         lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
         out["warm"] = json.loads(lines[-1]) if lines else {"error": r.stderr[-2000:]}

@@ -9,7 +9,9 @@
 # Steps, run in order:
 #   check            GPU, Python with torch, the Python backend's stub and its
 #                    libpython, MPS control, /dev/shm (prints, fails on none)
-#   test             the stand-in's decoder tests, CUDA-graph replay against eager
+#   test             the stand-in's decoder tests, CUDA-graph replay against eager;
+#                    the compiled encoder's tests (static shapes, regional
+#                    compilation, CUDA graphs) on the tiny stand-in
 #   offline          one process, no server, batch 1-256 -> OUTDIR/offline.json
 #   anchor           real NeMo, Parakeet-TDT-shaped, random weights: transcribe()
 #                    at batch 1-128 with and without CUDA graphs -> OUTDIR/nemo.json,
@@ -20,14 +22,15 @@
 #   nemo:A,B,...     like clips, with the shipped engine (NeMo) serving $NEMO_MODEL
 #   nemomix:A,B,...  the length mix with the shipped engine serving $NEMO_MODEL
 #   study            the compiled encoder against eager offline, NeMo's model
-#                    (encoder_study.py) -> OUTDIR/encoder-nemo.json
+#                    (encoder_study.py; STUDY_BATCHES, STUDY_ARGS) -> OUTDIR/encoder-nemo.json
 #   study-standin    the same for the stand-in -> OUTDIR/encoder-standin.json
+#   model            builds the NeMo model the nemo steps serve, if missing
 #   coldcache        empties the compile cache: the next arrangement starts cold
 #
 # The encoder runs compiled (model.py's default; /eagerenc: eagerly), its
 # artefacts in one cache that every step and partition shares,
 # $FLEETSCRIBE_COMPILE_CACHE (default WORKDIR/compile-cache): the first to
-# need a length compiles it, the rest load it.
+# need a shape compiles it, the rest load it.
 #
 # Needs: nvidia-smi; python3 with torch (CUDA); the pinned Triton server
 # (make deps, or FLEETSCRIBE_TRITONSERVER); a Python environment for its
@@ -108,10 +111,10 @@ nemo_model() {
     log "building the NeMo model"; anchor --out "$work/nemo-build.json" --save "$NEMO_MODEL" --batches "" --eager-batches "" || log "NeMo model build failed"
   fi
 }
-study() { # encoder_study.py arguments...
+study() { # encoder_study.py arguments...; all of its output in OUTDIR/study.log
   PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/encoder_study.py" --cache "$FLEETSCRIBE_COMPILE_CACHE" \
-    --batches "${STUDY_BATCHES:-16,32}" --max-batch "${STUDY_MAX_BATCH:-32}" ${STUDY_ARGS:-} "$@" 2>&1 |
-    { grep -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log"
+    --batches "${STUDY_BATCHES:-16,32}" ${STUDY_ARGS:-} "$@" 2>&1 | tee -a "$out/study.log" |
+    { grep -a -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log"
 }
 
 # A step that fails is logged and the next one runs: one broken step should
@@ -119,7 +122,7 @@ study() { # encoder_study.py arguments...
 for step in "$@"; do
   case "$step" in
     check) check || log "check failed" ;;
-    test) log "stand-in decoder tests"; (cd "$here" && "$py" -m unittest -v test_standin 2>&1 | tee -a "$out/run.log") || log "tests failed" ;;
+    test) log "stand-in decoder and compiled encoder tests"; (cd "$here" && "$py" -m unittest -v test_standin test_compiled 2>&1 | tee -a "$out/run.log") || log "tests failed" ;;
     offline) log "offline reference"; (cd "$here" && "$py" offline.py --out "$out/offline.json" 2>&1 | tee -a "$out/run.log") || log "offline failed" ;;
     anchor) log "NeMo anchor"; anchor --out "$out/nemo.json" --save "$NEMO_MODEL" || log "anchor failed" ;;
     # Each workload's encoder compiles the one length its chunks reach: 45-s
@@ -134,6 +137,7 @@ for step in "$@"; do
     nemomix:*)
       nemo_model
       arrangements mix "${step#nemomix:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=30,length_buckets=30${PARAMS:+,$PARAMS}" ;;
+    model) nemo_model ;;
     study) nemo_model; log "compiled encoder study: NeMo"; study --nemo "$NEMO_MODEL" --out "$out/encoder-nemo.json" || log "study failed" ;;
     study-standin) log "compiled encoder study: stand-in"; study --standin --out "$out/encoder-standin.json" || log "study failed" ;;
     coldcache) log "compile cache emptied"; rm -rf "$FLEETSCRIBE_COMPILE_CACHE" ;;

@@ -32,7 +32,6 @@ As a Triton engine (deploy/triton/models/asr/1/model.py, engine "module"),
 load() builds it from the model's parameters; see bench/gpu/gpubench.
 """
 import math
-import os
 import time
 
 import numpy as np
@@ -583,7 +582,7 @@ class Engine:
     """The stand-in behind the Triton model's contract code: NeMo's
     transcribe signature over a list of 16 kHz float32 arrays. With a
     compiled encoder (model.py's CompiledEncoder, as the Parakeet engine
-    uses) a batch is padded to its length bucket and to two rows at least."""
+    uses) a batch is padded to its static shape."""
 
     def __init__(self, model, decode, log_every=0, compiled=None):
         self.model, self.decode, self.compiled = model, decode, compiled
@@ -593,28 +592,25 @@ class Engine:
 
     def describe(self):
         """(encoder path, decoder mode), as model.py's engine metric says them."""
-        return ("compiled" if self.compiled is not None else "eager",
+        return (self.compiled.path if self.compiled is not None else "eager",
                 "cuda_graph" if self.decode.mode == "cuda_graph" else "no_graphs")
 
     def encode(self, audio):
-        """Encoder frames and valid frames of audio: compiled where a bucket
-        holds the longest row, else eagerly (only the real rows back)."""
-        bucket = self.compiled.bucket(max(a.size for a in audio)) if self.compiled is not None else None
-        rows = len(audio)
-        if bucket is None:
-            x = self.batch(audio)
-            return self.model.encoder(x, torch.tensor([a.size for a in audio], device=self.device))
-        x = self.batch(audio, rows=2, n=bucket)
-        lengths = torch.tensor([a.size for a in audio] + [bucket] * (x.shape[0] - rows), device=self.device)
-        enc, frames = self.compiled(x, lengths)
-        return enc[:rows], frames[:rows]
+        """Encoder frames and valid frames of audio (only the real rows):
+        compiled where a static shape holds the batch, else eagerly."""
+        out = self.compiled(audio) if self.compiled is not None else None
+        if out is not None:
+            return out
+        if self.compiled is not None:
+            self.compiled.outside(len(audio), max(a.size for a in audio))
+        x = self.batch(audio)
+        return self.model.encoder(x, torch.tensor([a.size for a in audio], device=self.device))
 
-    def batch(self, audio, rows=0, n=0):
-        """The rows padded into one tensor on the model's device (to rows
-        rows and n samples, if larger): written once into a pinned staging
-        buffer (kept between batches), then copied to the GPU without
-        waiting."""
-        rows, n = max(rows, len(audio)), max(n, max(a.size for a in audio))
+    def batch(self, audio):
+        """The rows padded into one tensor on the model's device: written
+        once into a pinned staging buffer (kept between batches), then
+        copied to the GPU without waiting."""
+        rows, n = len(audio), max(a.size for a in audio)
         if self.staging.numel() < rows * n:
             self.staging = torch.empty(rows * n, dtype=torch.float32, pin_memory=self.device.type == "cuda")
         x = self.staging[:rows * n].view(rows, n)
@@ -622,7 +618,6 @@ class Engine:
         for i, a in enumerate(audio):
             host[i, :a.size] = a
             host[i, a.size:] = 0
-        host[len(audio):] = 0
         return x.to(self.device, non_blocking=True) if self.device.type == "cuda" else x.clone()
 
     def mark(self, i, t0):
@@ -662,10 +657,11 @@ def load(params, device, compiler=None):
     """A calibrated stand-in as a Triton engine. Model parameters:
     decoder (cuda_graph or eager), steps_per_replay (16), size (full or
     tiny), max_batch (the model's max_batch_size), graph_seconds (longest
-    input the captured graphs hold before they are captured again: 60),
-    encoder (compiled, the default on a GPU, or eager) and length_buckets
-    (seconds, "30"), as the Parakeet engine takes them; compiler is
-    model.py's (CompiledEncoder in the shared compile cache)."""
+    input the captured graphs hold before they are captured again: 60);
+    compiler is model.py's (a CompiledEncoder for the model parameters
+    encoder, length_buckets, batch_buckets and encoder_graphs, as the
+    Parakeet engine takes them, in the shared compile cache; it gives None
+    where the encoder runs eagerly)."""
     size = params.get("size") or "full"
     cfg = Config.tiny() if size == "tiny" else Config()
     dev = torch.device(device)
@@ -680,19 +676,15 @@ def load(params, device, compiler=None):
     decode.warm(max_batch)
     calibrate(model, decode)
     compiled = None
-    compile_cpu = os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1"
-    if (params.get("encoder") or "compiled") == "compiled" and (dev.type == "cuda" or compile_cpu) and compiler is not None:
-        buckets = sorted({int(round(float(v) * SAMPLE_RATE)) for v in (params.get("length_buckets") or "30").split(",") if v.strip()})
+    if compiler is not None:
         name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-        key = "standin|%s|%s|%s|%s" % (size, torch.__version__, name, buckets)
-        compiled = compiler(model.encoder.forward, buckets, max_batch, key)
+        enc = model.encoder
+        compiled = compiler(enc.forward, "standin|%s|%s|%s" % (size, torch.__version__, name), [enc.sub, *enc.layers])
     engine = Engine(model, decode, int(params.get("log_timings") or 0), compiled)
     if compiled is not None:
         def run(n, rows):
             engine.transcribe([np.zeros(n, dtype=np.float32)] * rows, rows, True, False)
         t0 = time.perf_counter()
         compiled.warm(run)
-        print("stand-in encoder compiled for %s s: %d graphs in %.0f s (%s)" % (
-            ",".join("%g" % (b / SAMPLE_RATE) for b in compiled.buckets), compiled.graphs, time.perf_counter() - t0,
-            "compiled" if compiled.cold else "loaded from the cache"), flush=True)
+        print("stand-in encoder ready in %.0f s: %s" % (time.perf_counter() - t0, compiled.summary()), flush=True)
     return engine

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/csv"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,6 +77,20 @@ func TestArrangementPlanIsTheWorkersPlan(t *testing.T) {
 
 // The repository is the shipped configuration with only the instance
 // group, the engine's parameters and the named variations changed.
+func TestParseParams(t *testing.T) {
+	got := map[string]string{}
+	if err := parseParams([]string{"model=/m.nemo", "length_buckets=30", "45", "batch_buckets=8", "16", "size=tiny"}, got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"model": "/m.nemo", "length_buckets": "30,45", "batch_buckets": "8,16", "size": "tiny"}
+	if !maps.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if err := parseParams([]string{"30"}, map[string]string{}); err == nil {
+		t.Error("a first piece without key= was taken")
+	}
+}
+
 func TestWriteRepo(t *testing.T) {
 	shipped, _ := filepath.Abs("../../../deploy/triton/models/asr/config.pbtxt")
 	modelDir, _ := filepath.Abs("../../../deploy/triton/models/asr/1")
@@ -232,7 +247,7 @@ func TestCompiledReportResultLine(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	want := "RESULT server=triton model=nemo encoder=inductor best_mode=mps50-8 served_audio_s_per_s=8000 mix_audio_s_per_s=6000 p99_ms=900 vs_eager=1.60 vs_best_published=0.65 warm_start_s=50 cold_start_s=300"
+	want := "RESULT server=triton model=nemo encoder=inductor_regional_cudagraphs best_mode=mps50-8 served_audio_s_per_s=8000 mix_audio_s_per_s=6000 p99_ms=900 vs_eager=1.60 vs_best_published=0.65 warm_start_s=50 cold_start_s=300"
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}

@@ -8,11 +8,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +46,7 @@ type loadConfig struct {
 	clipSeconds  float64 // fixed clips
 	chunkSeconds float64 // the worker's -chunk-seconds (mix)
 	chunkPar     int     // the worker's -chunk-parallelism (mix)
+	inflight     int     // the worker's -triton-max-inflight (mix): chunks past it wait in the pool, as the worker's do
 	warm, dur    time.Duration
 	concurrency  []int // requests (clips) or recordings (mix) in flight
 }
@@ -64,9 +67,16 @@ func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
 	if lc.mix {
 		maxSamples = int(lc.chunkSeconds * rate)
 	}
+	// Clips: the concurrency is what is in flight. The mix: what the worker
+	// keeps in flight a partition, the rest of a recording's chunks waiting
+	// in the pool (their latency counts that wait, as a job's does).
+	inflight := slices.Max(lc.concurrency)
+	if lc.mix {
+		inflight = lc.inflight
+	}
 	reg := prometheus.NewRegistry()
 	pool, err := triton.NewPool(triton.PoolConfig{
-		Addrs: lc.addrs, MaxInflight: slices.Max(lc.concurrency) * max(1, lc.chunkPar), RequestTimeout: 2 * time.Minute, Attempts: 5,
+		Addrs: lc.addrs, MaxInflight: inflight, RequestTimeout: 2 * time.Minute, Attempts: 5,
 		BackoffBase: 5 * time.Millisecond, BackoffMax: 200 * time.Millisecond, EjectAfter: 3, HealthInterval: 5 * time.Second,
 		SharedMemory: true, ChunkSamples: maxSamples,
 	}, triton.DefaultModelIO(), reg)
@@ -100,8 +110,12 @@ func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
 			work, workload = mixJob(pool, lc.chunkSeconds, lc.chunkPar), "mix"
 		}
 		var before, after modelStats
+		var cpuBefore, cpuAfter cpuTimes
 		overBefore := overloaded(reg)
-		p := run(ctx, n, lc.warm, lc.dur, work, func() { before = stats.sum(ctx) }, func() { after = stats.sum(ctx) })
+		p := run(ctx, n, lc.warm, lc.dur, work, func() { before, cpuBefore = stats.sum(ctx), readCPU() },
+			func() { after, cpuAfter = stats.sum(ctx), readCPU() })
+		fmt.Printf("# %s at %d: host CPUs %.1f of %d busy, this load generator %.1f\n", workload, n,
+			cpuAfter.busyCores(cpuBefore), runtime.NumCPU(), cpuAfter.selfCores(cpuBefore))
 		meanBatch, queueMs, inputMs, inferMs, outputMs := perRequest(after, before)
 		row := []string{workload, strconv.Itoa(n), strconv.Itoa(p.completed), f3(p.seconds),
 			f3(float64(p.completed) / p.seconds), f3(p.audioSeconds / p.seconds),
@@ -393,3 +407,59 @@ func pct(l []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
 func f3(v float64) string       { return strconv.FormatFloat(v, 'f', 3, 64) }
+
+// cpuTimes is what the host's CPUs and this process had spent at one
+// moment: where the served path runs out of CPUs (eight Triton servers,
+// eight stubs and the load on one host), the GPU waits.
+type cpuTimes struct {
+	at         time.Time
+	busy, all  float64 // /proc/stat jiffies: busy (all but idle and iowait) and all
+	self       time.Duration
+	procStatOK bool
+}
+
+func readCPU() cpuTimes {
+	t := cpuTimes{at: time.Now()}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		t.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return t
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return t
+	}
+	for i, v := range f[1:] {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return t
+		}
+		t.all += x
+		if i != 3 && i != 4 { // idle, iowait
+			t.busy += x
+		}
+	}
+	t.procStatOK = true
+	return t
+}
+
+// busyCores is how many of the host's CPUs were busy on average since b.
+func (t cpuTimes) busyCores(b cpuTimes) float64 {
+	if !t.procStatOK || !b.procStatOK || t.all <= b.all {
+		return -1
+	}
+	return (t.busy - b.busy) / (t.all - b.all) * float64(runtime.NumCPU())
+}
+
+// selfCores is how many CPUs this process used on average since b.
+func (t cpuTimes) selfCores(b cpuTimes) float64 {
+	wall := t.at.Sub(b.at)
+	if wall <= 0 {
+		return 0
+	}
+	return float64(t.self-b.self) / float64(wall)
+}

@@ -24,6 +24,7 @@ type loadFlags struct {
 	clipSeconds  float64
 	chunkSeconds float64
 	chunkPar     int
+	inflight     int
 	warm, dur    time.Duration
 	out          string
 }
@@ -35,6 +36,7 @@ func (l *loadFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&l.clipSeconds, "clip-seconds", 45, "clip length (workload clip)")
 	fs.Float64Var(&l.chunkSeconds, "chunk-seconds", 30, "the worker's -chunk-seconds (workload mix)")
 	fs.IntVar(&l.chunkPar, "chunk-parallelism", 64, "the worker's -chunk-parallelism (workload mix)")
+	fs.IntVar(&l.inflight, "max-inflight", 16, "the worker's -triton-max-inflight: requests in flight a partition (workload mix; clips are as many as -concurrency)")
 	fs.DurationVar(&l.dur, "duration", 5*time.Second, "measured time per point")
 	fs.DurationVar(&l.warm, "warmup", 2*time.Second, "unmeasured time before each point")
 	fs.StringVar(&l.out, "out", "results.csv", "CSV to append to")
@@ -45,7 +47,7 @@ func (l *loadFlags) config(addrs []string) (loadConfig, error) {
 		return loadConfig{}, fmt.Errorf("-workload %q: want clip or mix", l.workload)
 	}
 	lc := loadConfig{addrs: addrs, mix: l.workload == "mix", clipSeconds: l.clipSeconds, chunkSeconds: l.chunkSeconds,
-		chunkPar: l.chunkPar, warm: l.warm, dur: l.dur}
+		chunkPar: l.chunkPar, inflight: l.inflight, warm: l.warm, dur: l.dur}
 	if !lc.mix {
 		lc.chunkPar = 1
 	}
@@ -260,7 +262,7 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.shipped, "model-config", "deploy/triton/models/asr/config.pbtxt", "the shipped model configuration the repository is made of")
 	fs.StringVar(&m.modelDir, "model-dir", "deploy/triton/models/asr/1", "the shipped model.py's folder")
 	fs.StringVar(&m.engine, "engine", "bench/gpu/standin.py", "the model's engine (model.py engine=module); empty: the shipped engine (parakeet) with -param model=FILE.nemo")
-	fs.Var(&m.params, "param", "further model parameters, key=value,...")
+	fs.Var(&m.params, "param", "further model parameters, key=value,... (a value may hold commas: length_buckets=30,45)")
 	fs.StringVar(&m.kind, "instance-kind", "KIND_GPU", "the instance group's kind (KIND_CPU: a check of the benchmark on a host without GPUs)")
 }
 
@@ -280,14 +282,29 @@ func (m *modelFlags) resolve() (map[string]string, error) {
 		}
 		params["engine"], params["module"] = "module", abs
 	}
-	for _, kv := range m.params {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, fmt.Errorf("-param %q: want key=value", kv)
-		}
-		params[k] = v
+	if err := parseParams(m.params, params); err != nil {
+		return nil, err
 	}
 	return params, nil
+}
+
+// parseParams adds key=value pieces to params. A value may hold commas
+// (length_buckets=30,45,batch_buckets=8,16): a piece without "=" belongs
+// to the value before it.
+func parseParams(pieces []string, params map[string]string) error {
+	last := ""
+	for _, kv := range pieces {
+		k, v, ok := strings.Cut(kv, "=")
+		switch {
+		case ok:
+			params[k], last = v, k
+		case last != "":
+			params[last] += "," + kv
+		default:
+			return fmt.Errorf("-param %q: want key=value", kv)
+		}
+	}
+	return nil
 }
 
 // write writes the arrangement's repository in dir.

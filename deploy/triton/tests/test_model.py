@@ -332,6 +332,26 @@ class NemoEngineTest(unittest.TestCase):
         self.assertTrue(fake.applied.compute_timestamps)
         self.assertTrue(fake.applied.greedy.use_cuda_graph_decoder)
 
+    def test_a_failed_compile_serves_eagerly(self):
+        # A partition that cannot compile serves eagerly (the engine
+        # metric says so, and the slow-path alert fires) rather than never
+        # becoming ready.
+        engine = model.NemoEngine(FakeNemoTDT("greedy_batch", graphs=True), "cuda:0", "bf16")
+
+        class Broken:
+            path = "compiled"
+
+            def warm(self, run):
+                raise RuntimeError("inductor failed")
+
+        engine.compiled = Broken()
+        warmed = []
+        engine.transcribe = lambda audio, batch_size, timestamps, verbose: warmed.append(len(audio))
+        engine.warm(1, 2)
+        self.assertIsNone(engine.compiled)
+        self.assertEqual(engine.describe()[0], "eager")
+        self.assertEqual(warmed, [2], "the decoder is still warmed")
+
     def test_other_strategies_left_alone(self):
         fake = FakeNemoTDT("beam", graphs=False)
         model.NemoEngine(fake, "cuda:0", "bf16")
@@ -374,6 +394,36 @@ class CompileCacheTest(unittest.TestCase):
         for bad in ("0", "-1", "x"):
             with self.assertRaises(ValueError):
                 model.parse_buckets(bad)
+
+
+class StaticShapesTest(unittest.TestCase):
+    """The compiled encoder's shapes are finite and known: every batch
+    Triton can form has one."""
+
+    def test_row_buckets(self):
+        self.assertEqual(model.parse_rows("", 32), [1, 2, 4, 8, 16, 32])
+        self.assertEqual(model.parse_rows("", 24), [1, 2, 4, 8, 16, 24], "max_batch_size is always a shape")
+        self.assertEqual(model.parse_rows("8, 4", 16), [4, 8, 16])
+        for bad in ("0", "33", "x", ","):
+            with self.assertRaises(ValueError):
+                model.parse_rows(bad, 32)
+
+    def test_smallest_shape_that_holds_the_batch(self):
+        rows, lengths = [1, 2, 4, 8], [30 * 16000, 45 * 16000]
+        self.assertEqual(model.pick_shape(rows, lengths, 3, 100), (4, 30 * 16000))
+        self.assertEqual(model.pick_shape(rows, lengths, 4, 30 * 16000), (4, 30 * 16000))
+        self.assertEqual(model.pick_shape(rows, lengths, 5, 30 * 16000 + 1), (8, 45 * 16000))
+        self.assertIsNone(model.pick_shape(rows, lengths, 9, 100), "more rows than any shape")
+        self.assertIsNone(model.pick_shape(rows, lengths, 1, 45 * 16000 + 1), "longer than any shape")
+
+    def test_options_from_the_model_parameters(self):
+        o = model.EncoderOptions.from_params({"length_buckets": "45", "batch_buckets": "4,16", "compile_cache": "/c"}, 16)
+        self.assertEqual((o.mode, o.lengths, o.rows, o.graphs, o.casts, o.cache_dir), ("compiled", [45 * 16000], [4, 16], False, "fused", "/c"))
+        o = model.EncoderOptions.from_params({"encoder": "eager", "encoder_graphs": "on", "encoder_casts": "eager"}, 8)
+        self.assertEqual((o.mode, o.rows, o.graphs, o.casts), ("eager", [1, 2, 4, 8], True, "eager"))
+        for bad in ({"encoder_graphs": "yes"}, {"encoder_casts": "bf16"}, {"batch_buckets": "64"}):
+            with self.assertRaises(ValueError):
+                model.EncoderOptions.from_params(bad, 32)
 
 
 def _warm_in_child(folder, results):

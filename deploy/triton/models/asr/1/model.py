@@ -48,20 +48,24 @@ runs a batch of max_batch_size inputs of "warmup_seconds" (30, the worker's
 input it has seen, so warming with the longest chunk captures them once.
 
 On a GPU the encoder runs compiled (parameter "encoder": compiled, the
-default, or eager): torch.compile (inductor) for a few static lengths,
-parameter "length_buckets" (seconds, "30": the worker's -chunk-seconds;
-each bucket costs a compile and about 20 s more of every start), and any
-batch from 2 to max_batch_size. A batch is padded to the smallest bucket
-that holds its longest input (a longer one runs eagerly, and the first such
+default, or eager): torch.compile (inductor) for a finite set of static
+shapes, every length bucket (parameter "length_buckets", seconds, "30": the
+worker's -chunk-seconds) times every row bucket (parameter "batch_buckets",
+default the powers of two up to max_batch_size). A batch is padded to the
+smallest shape that holds it (a longer one runs eagerly, and the first such
 batch is logged); the encoder masks past each row's length, so no word
-comes from the padding. Compiling a length costs minutes, so the
-artefacts go to a cache every partition of a host shares (parameter
-"compile_cache" or $FLEETSCRIBE_COMPILE_CACHE, else
-/tmp/fleetscribe-compile-cache): the first partition compiles under a lock,
-the others wait and then load from it, and a restart loads it too. A
-partition is ready only once every bucket is compiled and warmed. Each
-partition exports which encoder path and decoder CUDA-graph mode it runs
-as the Triton metric fleetscribe_model_engine (the worker reports it).
+comes from the padding. Only the repeated regions are compiled (the
+conformer layers share one graph a shape, and the subsampling). With the
+parameter "encoder_graphs" on (experimental; off by default) each shape's
+whole encoder, front end included, is captured as a CUDA graph on a GPU and
+replayed. The artefacts go to a cache every partition of a host shares
+(parameter "compile_cache"
+or $FLEETSCRIBE_COMPILE_CACHE, else /tmp/fleetscribe-compile-cache): the
+first partition compiles under a lock, the others wait and then load from
+it, and a restart loads it too. A partition is ready only once every shape
+is compiled, captured and warmed. Each partition exports which encoder
+path and decoder CUDA-graph mode it runs as the Triton metric
+fleetscribe_model_engine (the worker reports it).
 """
 
 import contextlib
@@ -71,6 +75,7 @@ import inspect
 import json
 import os
 import time
+import traceback
 
 import numpy as np
 
@@ -99,10 +104,6 @@ def load_model(source, device):
 
 
 DEFAULT_COMPILE_CACHE = "/tmp/fleetscribe-compile-cache"
-# The batch range a compiled encoder takes (dimension 0 is symbolic from 2
-# to this): fixed, not max_batch_size, so every configuration of a model
-# shares one compiled graph per length.
-MAX_DYNAMIC_BATCH = 256
 
 
 def compiles_on(device):
@@ -129,6 +130,51 @@ def parse_buckets(value, default="30"):
     if not out or out[0] <= 0:
         raise ValueError(f"length_buckets {value!r}: want positive seconds, comma-separated")
     return out
+
+
+def parse_rows(value, max_batch):
+    """Row buckets of a compiled encoder from "4,8,16" (default: the powers
+    of two up to max_batch), ascending, max_batch always among them so that
+    every batch Triton forms has a shape."""
+    if value:
+        out = {int(v) for v in value.split(",") if v.strip()}
+        if not out or min(out) < 1 or max(out) > max_batch:
+            raise ValueError(f"batch_buckets {value!r}: want rows from 1 to max_batch_size {max_batch}, comma-separated")
+    else:
+        out = {1 << i for i in range(max_batch.bit_length()) if 1 << i <= max_batch}
+    return sorted(out | {max_batch})
+
+
+class EncoderOptions:
+    """How an engine runs its encoder, from the model parameters: encoder
+    (compiled or eager), length_buckets (seconds), batch_buckets (rows),
+    encoder_graphs (off, the default; on: CUDA graphs on a GPU, experimental:
+    see CompiledEncoder), encoder_casts (fused:
+    inductor keeps a fused kernel's intermediates in fp32; eager: it rounds
+    them to bf16 where eager PyTorch would, for outputs closer to eager's)
+    and compile_cache."""
+
+    def __init__(self, mode="eager", lengths=(), rows=(), graphs=False, casts="fused", cache_dir=DEFAULT_COMPILE_CACHE):
+        self.mode, self.lengths, self.rows, self.graphs, self.casts, self.cache_dir = mode, list(lengths), list(rows), graphs, casts, cache_dir
+
+    @classmethod
+    def from_params(cls, params, max_batch):
+        graphs = params.get("encoder_graphs") or "off"
+        if graphs not in ("on", "off"):
+            raise ValueError(f"model parameter encoder_graphs={graphs!r}: want on or off")
+        casts = params.get("encoder_casts") or "fused"
+        if casts not in ("fused", "eager"):
+            raise ValueError(f"model parameter encoder_casts={casts!r}: want fused or eager")
+        return cls(mode=params.get("encoder") or "compiled", lengths=parse_buckets(params.get("length_buckets")),
+                   rows=parse_rows(params.get("batch_buckets"), max_batch), graphs=graphs == "on", casts=casts,
+                   cache_dir=compile_cache_dir(params))
+
+    def encoder(self, fn, device, key, regions=()):
+        """fn compiled for these shapes (a CompiledEncoder), its compile
+        cache keyed by key and the options."""
+        key = "%s|lengths %s|rows %s|graphs %s|casts %s" % (key, self.lengths, self.rows, self.graphs, self.casts)
+        return CompiledEncoder(fn, device, self.lengths, self.rows, self.cache_dir, key, regions, self.graphs,
+                               inductor={"emulate_precision_casts": self.casts == "eager"})
 
 
 def source_identity(source):
@@ -177,35 +223,63 @@ class CompileCache:
 
 
 class CompiledEncoder:
-    """fn compiled by torch.compile (inductor) for static lengths and any
-    batch: dimension 0 of every tensor argument is marked dynamic, every
-    other one stays static, so each length bucket compiles once (a fully
-    dynamic length did not finish compiling one shape in five minutes).
-    The batch is a soft mark: where a kernel's choice depends on the batch
-    (cuDNN's depthwise convolutions do), PyTorch guards on it and compiles
-    one graph per range, which warm() reaches with batches of 2, 4, 8, ...
-    up to max_batch rows, so that none compiles while serving. Rows below
-    two are padded to two (PyTorch specialises sizes 0 and 1). The
-    artefacts go to a CompileCache in cache_dir."""
+    """An encoder fn(audio [rows, n] float32, lengths [rows]) -> (frames,
+    frame lengths), compiled by torch.compile (inductor) for a finite set of
+    static shapes: every length bucket (samples) times every row bucket.
+    A batch is padded to the smallest shape that holds it (rows of zeros,
+    zeros past each row's length, which the encoder masks).
 
-    def __init__(self, fn, buckets, max_batch, cache_dir, key):
+    Regional compilation: where the engine names regions (modules whose
+    forward is most of the work: the conformer layers, the subsampling),
+    each region's forward is compiled instead of the whole function; the 24
+    layers share one code and so one compiled graph a shape, which takes
+    seconds to compile where the whole encoder took 80-115 s. The regions
+    run compiled only inside this object's calls: the same model's eager
+    path (a batch longer than every bucket, encoder=eager) stays eager and
+    never compiles at serving time.
+
+    With graphs (experimental, off by default), each shape is then captured
+    once on a GPU as a CUDA graph (fn whole: the front end, the eager glue
+    between regions and the compiled kernels), in one memory pool shared by
+    every shape, and a batch is one copy into the graph's input and one
+    replay: no per-kernel launches from a process that shares its CPUs with
+    seven others. A graph's outputs are valid until the next call (the
+    engine decodes them before it encodes again). Where capture fails the
+    compiled kernels run without a graph (logged, encoder path
+    compiled_nographs). Not the default: on an H200, NeMo's model hit a
+    CUDA illegal memory access in every process that loaded its shapes from
+    the compile cache and then captured them (at the second shape; the
+    process that compiled them ran), and under MPS one client's fault ends
+    every client of the GPU (docs/benchmarks.md, "Regional compilation").
+
+    The artefacts go to a CompileCache in cache_dir: the first partition
+    of a host compiles under a lock, the others load."""
+
+    def __init__(self, fn, device, lengths, rows, cache_dir, key, regions=(), graphs=False, inductor=None):
         import torch
 
         self.torch = torch
-        self.buckets = sorted(buckets)
-        self.max_batch = max(2, min(max_batch, MAX_DYNAMIC_BATCH))
+        self.device = torch.device(device)
+        self.lengths = sorted(lengths)
+        self.rows = sorted(rows)
         self.cache = CompileCache(cache_dir, key)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache_dir, "triton"))
         import torch._dynamo
 
-        # A new length compiles statically again rather than making the
-        # length symbolic; every bucket's batch ranges (and the eager
-        # fallback) fit.
-        torch._dynamo.config.automatic_dynamic_shapes = False
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 8 * len(self.buckets) + 8)
-        self.fn = torch.compile(fn)
-        self.graphs = 0  # graphs compiled or loaded by warm()
+        # Each code compiled keeps one entry a shape.
+        shapes = len(self.lengths) * len(self.rows)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, shapes + 8)
+        self.fn = fn
+        self.regions = [(m, torch.compile(m.forward, dynamic=False, options=inductor)) for m in regions]
+        self.whole = None if self.regions else torch.compile(fn, dynamic=False, options=inductor)
+        self.graphs_asked = graphs and self.device.type == "cuda"
+        self.graphs_on = self.graphs_asked
+        self.pool = torch.cuda.graph_pool_handle() if self.graphs_on else None
+        self.shapes = {}  # (rows, n) -> _Shape
+        self.fell_back = False  # whether outside() has logged
+        self.staging = None  # pinned host rows, the largest shape's size
+        self.graphs = 0  # compiled graphs made or loaded by warm()
 
     @property
     def cold(self):
@@ -215,40 +289,151 @@ class CompiledEncoder:
     def warm_seconds(self):
         return self.cache.seconds
 
-    def bucket(self, n):
-        """The smallest bucket that holds n samples, or None."""
-        for b in self.buckets:
-            if n <= b:
-                return b
-        return None
+    @property
+    def path(self):
+        """The encoder path the engine metric names: compiled (replayed as
+        CUDA graphs where they were asked for), or compiled_nographs where
+        graphs were asked for and their capture failed."""
+        return "compiled_nographs" if self.graphs_asked and not self.graphs_on else "compiled"
 
-    def batches(self):
-        """The warm-up's batch sizes: 2, 4, 8, ... and max_batch."""
-        out, b = [], 2
-        while b < self.max_batch:
-            out.append(b)
-            b *= 2
-        return out + [self.max_batch]
+    def shape(self, rows, n):
+        """The static shape (rows, samples) that holds a batch of rows rows
+        of at most n samples, or None where none does."""
+        return pick_shape(self.rows, self.lengths, rows, n)
 
-    def __call__(self, *args):
-        for a in args:
-            self.torch._dynamo.maybe_mark_dynamic(a, 0)
-        return self.fn(*args)
+    def summary(self):
+        """The shapes and how warm() got them, for a log line (numbers only)."""
+        return "lengths %s s, rows %s: %d compiled graphs %s in %.0f s, CUDA graphs %s" % (
+            ",".join("%g" % (b / SAMPLE_RATE) for b in self.lengths), ",".join(map(str, self.rows)), self.graphs,
+            "compiled" if self.cold else "loaded from the cache", self.warm_seconds, "on" if self.graphs_on else "off")
+
+    def outside(self, rows, n):
+        """Logs the first batch that no shape holds (the engine runs it
+        eagerly, as it will any other)."""
+        if self.fell_back:
+            return
+        self.fell_back = True
+        log_info("a batch of %d rows of %.1f-s audio fits no compiled shape (lengths %s s, rows %s): it runs eagerly, "
+                 "as will any other; add its length to the model parameter length_buckets" % (
+                     rows, n / SAMPLE_RATE, ",".join("%g" % (b / SAMPLE_RATE) for b in self.lengths), ",".join(map(str, self.rows))))
+
+    def compiled_call(self, x, lengths):
+        """fn with its regions compiled (or fn compiled whole)."""
+        if self.whole is not None:
+            return self.whole(x, lengths)
+        for m, c in self.regions:
+            m.forward = c  # an instance attribute: the class's forward is untouched
+        try:
+            return self.fn(x, lengths)
+        finally:
+            for m, _ in self.regions:
+                del m.forward
+
+    def __call__(self, audio):
+        """(frames, frame lengths) of the rows of audio (1-D float32 arrays),
+        or None where no shape holds them."""
+        shape = self.shape(len(audio), max(a.size for a in audio))
+        if shape is None:
+            return None
+        s = self.shapes.get(shape) or self._make(*shape)
+        rows, n = len(audio), shape[1]
+        host = self.staging[:rows * n].view(rows, n).numpy()
+        lens = self.staging_lengths[:rows].numpy()
+        for i, a in enumerate(audio):
+            host[i, :a.size] = a
+            host[i, a.size:] = 0
+            lens[i] = a.size
+        cuda = self.device.type == "cuda"
+        s.x[:rows].copy_(self.staging[:rows * n].view(rows, n), non_blocking=cuda)
+        s.x[rows:].zero_()
+        s.lengths[:rows].copy_(self.staging_lengths[:rows], non_blocking=cuda)
+        s.lengths[rows:].fill_(n)
+        if s.graph is not None:
+            s.graph.replay()
+            enc, enc_len = s.out
+        else:
+            enc, enc_len = self.compiled_call(s.x, s.lengths)
+        return enc[:rows], enc_len[:rows]
+
+    def _make(self, rows, n):
+        """The static input of a shape and, on a GPU, its CUDA graph: fn is
+        run (compiling or loading the shape's graphs) and warmed on a side
+        stream, then captured. Runs under the caller's autocast, with
+        autocast's weight cache off (a cached cast would live outside the
+        graph's memory)."""
+        torch = self.torch
+        if self.staging is None:
+            most = max(self.rows) * max(self.lengths)
+            pin = self.device.type == "cuda"
+            self.staging = torch.empty(most, dtype=torch.float32, pin_memory=pin)
+            self.staging_lengths = torch.empty(max(self.rows), dtype=torch.int64, pin_memory=pin)
+        x = torch.zeros(rows, n, dtype=torch.float32, device=self.device)
+        lengths = torch.full((rows,), n, dtype=torch.int64, device=self.device)
+        s = _Shape(x, lengths)
+        self.shapes[(rows, n)] = s
+        if not self.graphs_on:
+            return s
+        kind = self.device.type
+        on, dtype = torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind)
+        try:
+            with torch.autocast(kind, dtype=dtype, enabled=on, cache_enabled=False):
+                side = torch.cuda.Stream(self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        self.compiled_call(x, lengths)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
+                    out = self.compiled_call(x, lengths)
+            s.graph, s.out = g, out
+        except Exception as e:  # noqa: BLE001 - the compiled kernels still run, launched one by one
+            self.graphs_on = False
+            for other in self.shapes.values():
+                other.graph = other.out = None
+            log_info("encoder CUDA graph capture failed (%s: %s): the compiled encoder runs without graphs\n%s" % (
+                type(e).__name__, e, traceback.format_exc()))
+        free, total = torch.cuda.mem_get_info(self.device)
+        log_info("encoder shape %d x %.1f s captured: %.1f GiB reserved by this process, %.1f of %.1f GiB free on the GPU" % (
+            rows, n / SAMPLE_RATE, torch.cuda.memory_reserved(self.device) / 2**30, free / 2**30, total / 2**30))
+        return s
 
     def warm(self, run):
-        """Compiles (or loads) and warms every bucket at every batch range:
-        run(length, rows) puts one batch through the whole model."""
+        """Compiles (or loads), captures and warms every shape, largest
+        first (the graphs' shared pool is sized by the first):
+        run(n, rows) puts one batch through the whole model."""
         from torch._dynamo.utils import counters
 
         before = counters["stats"]["unique_graphs"]
 
-        def all_buckets():
-            for b in self.buckets:
-                for rows in self.batches():
-                    run(b, rows)
+        def every_shape():
+            for n in reversed(self.lengths):
+                for rows in reversed(self.rows):
+                    run(n, rows)
 
-        self.cache.warm(all_buckets)
+        self.cache.warm(every_shape)
         self.graphs = counters["stats"]["unique_graphs"] - before
+        if self.device.type == "cuda":
+            # What the warm-up runs left cached (the graphs keep their own
+            # pool): eight partitions of a GPU would otherwise each hold it.
+            self.torch.cuda.empty_cache()
+
+
+class _Shape:
+    """One static shape's input tensors and, on a GPU, its CUDA graph and
+    the graph's output tensors."""
+
+    def __init__(self, x, lengths):
+        self.x, self.lengths = x, lengths
+        self.graph = self.out = None
+
+
+def pick_shape(rows_buckets, length_buckets, rows, n):
+    """The smallest (rows bucket, length bucket) that holds rows rows of at
+    most n samples, or None."""
+    r = next((b for b in rows_buckets if rows <= b), None)
+    length = next((b for b in length_buckets if n <= b), None)
+    return None if r is None or length is None else (r, length)
 
 
 @contextlib.contextmanager
@@ -270,13 +455,13 @@ class NemoEngine:
     decoding strategy (rebuilding the decoder and its CUDA graphs) whenever
     the timestamps flag differs from the last call's; here the decoder is
     configured once, with word timestamps, and each batch is padded into one
-    tensor and passed through forward() and the decoder. Models without a
-    transducer decoder go through transcribe()."""
+    tensor and passed through the preprocessor, the encoder and the decoder.
+    Models without a transducer decoder go through transcribe()."""
 
-    def __init__(self, model, device, precision, encoder="eager", buckets=(), max_batch=32, cache_dir=DEFAULT_COMPILE_CACHE, source=""):
+    def __init__(self, model, device, precision, options=None, source=""):
+        options = options or EncoderOptions()
         self.model, self.device = model, device
         self.compiled = None
-        self.fell_back = False  # whether a batch longer than every bucket ran eagerly
         self.encoder_path = "none"
         self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
         if self.direct:
@@ -300,23 +485,29 @@ class NemoEngine:
                 type(getattr(model.decoding, "decoding", None)).__name__)
             self.staging = torch.empty(0)
             self.encoder_path = "eager"
-            if encoder == "compiled" and compiles_on(device) and hasattr(model.encoder, "forward_internal"):
-                enc = model.encoder
+            if options.mode == "compiled" and compiles_on(device) and hasattr(model.encoder, "forward_internal"):
+                enc, pre = model.encoder, model.preprocessor
                 # The positional encodings of the longest bucket, made now:
                 # forward() extends them as a side effect, outside the graph.
                 hop = int(round(float(model.cfg.preprocessor.get("window_stride", 0.01)) * SAMPLE_RATE))
-                frames = max(buckets) // hop + 1 if buckets else 0
-                if frames and hasattr(enc, "update_max_seq_length"):
-                    enc.update_max_seq_length(seq_length=frames, device=device)
-                key = "nemo|%s|%s|%s|%s|%s" % (source_identity(source), torch.__version__, device_name(device), buckets, precision)
-                self.compiled = CompiledEncoder(enc.forward_internal, buckets, max_batch, cache_dir, key)
-                self.encoder_path = "compiled"
-            elif encoder not in ("compiled", "eager"):
-                raise ValueError(f"model parameter encoder={encoder!r}: want compiled or eager")
+                if hasattr(enc, "update_max_seq_length"):
+                    enc.update_max_seq_length(seq_length=max(options.lengths) // hop + 1, device=device)
+
+                def encode(x, lengths):
+                    features, n = pre(input_signal=x, length=lengths)
+                    return enc.forward_internal(features, n)
+
+                # The conformer layers (one code, one compiled graph a shape
+                # for all 24) and the subsampling: nearly all the work.
+                regions = [m for m in [getattr(enc, "pre_encode", None), *getattr(enc, "layers", [])] if m is not None]
+                key = "nemo|%s|%s|%s|%s" % (source_identity(source), torch.__version__, device_name(device), precision)
+                self.compiled = options.encoder(encode, device, key, regions)
+            elif options.mode not in ("compiled", "eager"):
+                raise ValueError(f"model parameter encoder={options.mode!r}: want compiled or eager")
 
     def describe(self):
         """(encoder path, decoder CUDA-graph mode), as the engine metric says them."""
-        return self.encoder_path, self.graphs_mode()
+        return (self.compiled.path if self.compiled is not None else self.encoder_path), self.graphs_mode()
 
     def graphs_mode(self):
         """Which of NeMo's CUDA-graph modes the decoder runs in (full_graph,
@@ -326,13 +517,12 @@ class NemoEngine:
         mode = getattr(computer, "cuda_graphs_mode", None)
         return str(mode) if mode is not None else "none"
 
-    def batch(self, audio, rows=0, n=0):
-        """The rows padded into one tensor on the model's device (to rows
-        rows and n samples, if larger), written once into a pinned staging
-        buffer kept between batches (a batch's copy has ended when its
-        hypotheses are back on the host)."""
+    def batch(self, audio):
+        """The rows padded into one tensor on the model's device, written
+        once into a pinned staging buffer kept between batches (a batch's
+        copy has ended when its hypotheses are back on the host)."""
         torch, cuda = self.torch, str(self.device).startswith("cuda")
-        rows, n = max(rows, len(audio)), max(n, max(a.size for a in audio))
+        rows, n = len(audio), max(a.size for a in audio)
         if self.staging.numel() < rows * n:
             self.staging = torch.empty(rows * n, dtype=torch.float32, pin_memory=cuda)
         x = self.staging[:rows * n].view(rows, n)
@@ -340,35 +530,24 @@ class NemoEngine:
         for i, a in enumerate(audio):
             host[i, :a.size] = a
             host[i, a.size:] = 0
-        host[len(audio):] = 0
         return x.to(self.device, non_blocking=True) if cuda else x.clone()
 
     def encode(self, audio):
-        """The encoder's output for audio: compiled where a bucket holds the
-        longest row (rows padded to the bucket, and to two rows at least;
-        only the real rows come back), else eagerly."""
-        torch = self.torch
-        bucket = self.compiled.bucket(max(a.size for a in audio)) if self.compiled is not None else None
-        if bucket is None:
-            if self.compiled is not None and not self.fell_back:
-                self.fell_back = True
-                log_info("a batch of %.1f-s audio is longer than every compiled length bucket (%s s): it runs eagerly, "
-                         "as will any longer one; add its length to the model parameter length_buckets" % (
-                             max(a.size for a in audio) / SAMPLE_RATE, ",".join("%g" % (b / SAMPLE_RATE) for b in self.compiled.buckets)))
-            x = self.batch(audio)
-            lengths = torch.tensor([a.size for a in audio], device=self.device)
-            return self.model.forward(input_signal=x, input_signal_length=lengths)
-        rows = len(audio)
-        x = self.batch(audio, rows=2, n=bucket)
-        lengths = torch.tensor([a.size for a in audio] + [bucket] * (x.shape[0] - rows), device=self.device)
-        processed, plen = self.model.preprocessor(input_signal=x, length=lengths)
-        enc, enc_len = self.compiled(processed, plen)
-        return enc[:rows], enc_len[:rows]
+        """The encoder's output for audio (only the real rows): compiled
+        where a static shape holds the batch, else eagerly."""
+        out = self.compiled(audio) if self.compiled is not None else None
+        if out is not None:
+            return out
+        if self.compiled is not None:
+            self.compiled.outside(len(audio), max(a.size for a in audio))
+        x = self.batch(audio)
+        lengths = self.torch.tensor([a.size for a in audio], device=self.device)
+        return self.model.forward(input_signal=x, input_signal_length=lengths)
 
     def warm(self, seconds, max_batch, timestamps=True):
-        """Compiles (or loads) every bucket, then one batch of the longest
-        chunk at the largest batch, which captures the decoder's CUDA
-        graphs; a partition is ready only after this."""
+        """Compiles (or loads) and captures every static shape, then one
+        batch of the longest chunk at the largest batch, which captures the
+        decoder's CUDA graphs; a partition is ready only after this."""
         rng = np.random.default_rng(0)
 
         def run(n, rows):
@@ -376,7 +555,11 @@ class NemoEngine:
             self.transcribe([quiet] * rows, rows, timestamps, False)
 
         if self.compiled is not None:
-            self.compiled.warm(run)
+            try:
+                self.compiled.warm(run)
+            except Exception as e:  # noqa: BLE001 - serve eagerly (the engine metric says so, and an alert fires) rather than never
+                log_info("compiling the encoder failed (%s: %s): it runs eagerly\n%s" % (type(e).__name__, e, traceback.format_exc()))
+                self.compiled = None
         run(int(seconds * SAMPLE_RATE), max_batch)
 
     def transcribe(self, audio, batch_size, timestamps, verbose):
@@ -394,20 +577,23 @@ class NemoEngine:
         return hyps
 
 
-def load_module(path, params, device):
+def load_module(path, params, device, options):
     """The engine of a Python file: its load(params, device), or
     load(params, device, compiler) where it takes a third argument:
-    compiler(fn, buckets, max_batch, key) is a CompiledEncoder in the
-    model's shared compile cache (the GPU benchmark's stand-in compiles its
-    encoder as the Parakeet engine does)."""
+    compiler(fn, key, regions) is options.encoder for the device (a
+    CompiledEncoder in the shared compile cache, or None where the encoder
+    runs eagerly: the GPU benchmark's stand-in compiles its encoder as the
+    Parakeet engine does)."""
     spec = importlib.util.spec_from_file_location("fleetscribe_engine", path)
     if spec is None:
         raise ValueError(f"model parameter module={path!r}: not a Python file")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     if len(inspect.signature(mod.load).parameters) >= 3:
-        cache = compile_cache_dir(params)
-        return mod.load(params, device, lambda fn, buckets, max_batch, key: CompiledEncoder(fn, buckets, max_batch, cache, key))
+        def compiler(fn, key, regions=()):
+            return options.encoder(fn, device, key, regions) if options.mode == "compiled" and compiles_on(device) else None
+
+        return mod.load(params, device, compiler)
     return mod.load(params, device)
 
 
@@ -849,20 +1035,18 @@ class TritonPythonModel:
             if not os.path.isabs(path):
                 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), path)
             self.source = path
-            self.model = load_module(path, dict(params, max_batch=str(self.max_batch)), device)
+            self.model = load_module(path, dict(params, max_batch=str(self.max_batch)), device,
+                                     EncoderOptions.from_params(params, self.max_batch))
         else:
             raise ValueError(f"model parameter engine={self.engine!r}: want parakeet, pocketsphinx, whisper, echo or module")
         if self.engine == "parakeet":  # the others have nothing to warm, or warm themselves
             t0 = time.perf_counter()
-            self.model = NemoEngine(self.model, device, params.get("precision") or "bf16", encoder=params.get("encoder") or "compiled",
-                                    buckets=parse_buckets(params.get("length_buckets")), max_batch=self.max_batch,
-                                    cache_dir=compile_cache_dir(params), source=self.source)
+            self.model = NemoEngine(self.model, device, params.get("precision") or "bf16",
+                                    EncoderOptions.from_params(params, self.max_batch), source=self.source)
             self.model.warm(float(params.get("warmup_seconds") or 30), self.max_batch)
             c = self.model.compiled
             log_info("NeMo ready in %.0f s: encoder %s%s; decoder CUDA graphs mode %s (%s)" % (
-                time.perf_counter() - t0, self.model.encoder_path,
-                " (buckets %s s, %d graphs %s in %.0f s)" % (",".join("%g" % (b / SAMPLE_RATE) for b in c.buckets), c.graphs,
-                                                              "compiled" if c.cold else "loaded from the cache", c.warm_seconds) if c else "",
+                time.perf_counter() - t0, self.model.describe()[0], " (%s)" % c.summary() if c else "",
                 self.model.graphs_mode(), getattr(self.model, "config", "")))
         self.export_engine(kind)
 
