@@ -496,6 +496,34 @@ func TestDrainCommand(t *testing.T) {
 	}
 }
 
+// `worker ready` (the chart's helm test) passes on a ready worker, prints
+// what /readyz says, and fails on one that is not ready or not there.
+func TestReadyCommand(t *testing.T) {
+	status, body := http.StatusOK, "ready\nengines: 2 partitions, encoder compiled\n"
+	var asked string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = r.URL.RequestURI()
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	var out, errOut strings.Builder
+	if err := runReady(t.Context(), []string{"-addr", addr}, &out, &errOut); err != nil || out.String() != body || asked != "/readyz" {
+		t.Errorf("ready worker: %v, printed %q, asked %q", err, out.String(), asked)
+	}
+	if err := runReady(t.Context(), []string{"-addr", addr, "-local"}, &out, &errOut); err != nil || asked != "/readyz?local=1" {
+		t.Errorf("-local: %v, asked %q", err, asked)
+	}
+	status, body = http.StatusServiceUnavailable, "not ready: no partition ready\n"
+	if err := runReady(t.Context(), []string{"-addr", addr}, &out, &errOut); err == nil || !strings.Contains(err.Error(), "no partition ready") {
+		t.Errorf("a worker that is not ready: %v", err)
+	}
+	srv.Close()
+	if err := runReady(t.Context(), []string{"-addr", addr}, &out, &errOut); err == nil {
+		t.Error("no worker listening: ready")
+	}
+}
+
 func TestDrainOnlyFromLoopback(t *testing.T) {
 	for remote, want := range map[string]bool{"127.0.0.1:5000": true, "[::1]:5000": true, "10.0.3.7:5000": false, "[fd00::1]:80": false, "garbage": false} {
 		if got := fromLoopback(remote); got != want {

@@ -105,6 +105,8 @@ func main() {
 		err = runMPS(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	} else if len(os.Args) > 1 && os.Args[1] == "drain" {
 		err = runDrain(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	} else if len(os.Args) > 1 && os.Args[1] == "ready" {
+		err = runReady(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	} else {
 		err = run(ctx, os.Args[1:], os.Stderr)
 	}
@@ -443,20 +445,51 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := callWorker(ctx, http.MethodPost, "http://"+*addr+"/drain", http.StatusAccepted, stdout); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	return nil
+}
+
+// runReady is `worker ready`: the worker's /readyz at -addr (the Helm
+// chart's `helm test` runs it against the worker's Service). It prints the
+// answer (the verdict, and what the partitions run) and fails unless the
+// worker is ready.
+func runReady(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("worker ready", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:9100", "the worker's -metrics-addr")
+	local := fs.Bool("local", false, "ask only what the worker's own partitions decide (/readyz?local=1)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	url := "http://" + *addr + "/readyz"
+	if *local {
+		url += "?local=1"
+	}
+	if err := callWorker(ctx, http.MethodGet, url, http.StatusOK, stdout); err != nil {
+		return fmt.Errorf("ready: %w", err)
+	}
+	return nil
+}
+
+// callWorker sends method to a worker's url, writes the answer's body to
+// stdout when its status is want, and is an error with the body otherwise.
+func callWorker(ctx context.Context, method, url string, want int, stdout io.Writer) error {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, "http://"+*addr+"/drain", nil)
+	req, err := http.NewRequestWithContext(rctx, method, url, nil)
 	if err != nil {
-		return fmt.Errorf("drain: %w", err)
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("drain: %w", err)
+		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("drain: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	_, err = stdout.Write(body)
 	return err

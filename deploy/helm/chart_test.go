@@ -170,6 +170,8 @@ func newObject(apiVersion, kind string) (any, error) {
 	switch apiVersion + " " + kind {
 	case "apps/v1 Deployment":
 		return &appsv1.Deployment{}, nil
+	case "v1 Pod":
+		return &corev1.Pod{}, nil
 	case "v1 ServiceAccount":
 		return &corev1.ServiceAccount{}, nil
 	case "v1 Service":
@@ -304,7 +306,7 @@ func TestChartRendersEveryPlan(t *testing.T) {
 					kinds[o.Kind]++
 				}
 				want := map[string]int{"Deployment": 1, "ServiceAccount": 1, "Service": 1, "ConfigMap": 1, "PodDisruptionBudget": 1,
-					"ScaledObject": 1, "TriggerAuthentication": 1, "ServiceMonitor": 1, "PrometheusRule": 1}
+					"ScaledObject": 1, "TriggerAuthentication": 1, "ServiceMonitor": 1, "PrometheusRule": 1, "Pod": 1}
 				if s != mps.KubeMPS {
 					want["ConfigMap"] = 2 // and the device plugin's configuration
 				}
@@ -378,6 +380,10 @@ func TestChartRefuses(t *testing.T) {
 		{"a worker limit too small for the regions", []string{"worker.resources.limits.memory=1Gi"}, "cannot hold the worker's shared memory regions (235 MiB: 8 partitions x 16 in flight"},
 		{"a worker limit in other units", []string{"worker.resources.limits.memory=4G"}, `worker.resources.limits.memory "4G": give it in Mi or Gi`},
 		{"the chart's own worker settings in env", []string{"worker.env.FLEETSCRIBE_TRITON_MAX_INFLIGHT=48"}, "worker.env.FLEETSCRIBE_TRITON_MAX_INFLIGHT: the chart sets it"},
+		{"a node of other GPUs", []string{"nodeType=g6e.12xlarge"}, "nodeType g6e.12xlarge has 4 GPUs; the plan is for 1"},
+		{"a node the chart does not know", []string{"nodeType=p5.48xlarge"}, `nodeType "p5.48xlarge": the chart knows the g6e sizes`},
+		{"a node too small for the partitions", []string{"nodeType=g6e.xlarge", "triton.perPartition.memory=4Gi"}, "nodeType g6e.xlarge cannot hold the pod: it asks 3000m CPU and 34816Mi memory"},
+		{"CPU in fractions of a core", []string{"triton.perPartition.cpu=0.5"}, `triton.perPartition.cpu "0.5": give CPU in m or whole cores`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := helmTemplate(t, "", c.sets...)
@@ -476,7 +482,7 @@ func TestDecodeIsStrict(t *testing.T) {
 // that do not need the parts turned off.
 func TestChartWithOptionsOff(t *testing.T) {
 	r := render(t, 1, mps.KubeMPS, "scaling.enabled=false", "replicas=3", "podDisruptionBudget.enabled=false",
-		"metrics.serviceMonitor.enabled=false", "metrics.prometheusRule.enabled=false", "metrics.dashboard.enabled=false",
+		"metrics.serviceMonitor.enabled=false", "metrics.prometheusRule.enabled=false", "metrics.dashboard.enabled=false", "helmTest.enabled=false",
 		"serviceAccount.create=false", "serviceAccount.name=transcriber", "model.s3Uri=", "model.volume.persistentVolumeClaim.claimName=models",
 		"imagePullSecrets[0].name=registry")
 	var kinds []string

@@ -182,6 +182,30 @@ var invariants = []invariant{
 		},
 	},
 	{
+		name:     "requests_are_the_plans",
+		check:    checkRequests,
+		mutation: "every Triton container back at a fixed 4 CPU and 16Gi, whatever partitions it runs",
+		mutate: func(r rendering) {
+			spec := &r.deployment().Spec.Template.Spec
+			for i := range spec.InitContainers {
+				if c := &spec.InitContainers[i]; strings.HasPrefix(c.Name, "triton") {
+					c.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("16Gi")}
+				}
+			}
+		},
+	},
+	{
+		name:     "spread_over_zones",
+		check:    checkZoneSpread,
+		mutation: "the pods spread over nodes instead of zones",
+		mutate: func(r rendering) {
+			c := r.deployment().Spec.Template.Spec.TopologySpreadConstraints
+			for i := range c {
+				c[i].TopologyKey = "kubernetes.io/hostname"
+			}
+		},
+	},
+	{
 		name:     "shared_memory_holds_the_plan",
 		check:    checkSharedMemory,
 		mutation: "the pod's /dev/shm back at a fixed 512Mi, and mounted in every partition",
@@ -717,6 +741,46 @@ func checkPlacement(r rendering) error {
 		}
 	}
 	return nil
+}
+
+// perPartition is values.yaml's triton.perPartition.
+var perPartition = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("3Gi")}
+
+// checkRequests: the Triton containers together ask for a partition's CPU
+// and memory once for each partition of the plan, so the pod's requests
+// grow with the plan and the scheduler places it where the plan fits.
+func checkRequests(r rendering) error {
+	got := corev1.ResourceList{}
+	for _, c := range tritons(&r.deployment().Spec.Template.Spec) {
+		for k, q := range c.Resources.Requests {
+			sum := got[k]
+			sum.Add(q)
+			got[k] = sum
+		}
+	}
+	n := int64(len(r.Plan.Partitions))
+	for k, per := range perPartition {
+		want := per.DeepCopy()
+		want.SetMilli(per.MilliValue() * n)
+		if g := got[k]; g.Cmp(want) != 0 {
+			return fmt.Errorf("the Triton containers ask for %s %s, want %s (%d partitions x %s)", g.String(), k, want.String(), n, per.String())
+		}
+	}
+	return nil
+}
+
+// checkZoneSpread: the pods spread over availability zones where they can
+// (a zone's outage, or its lack of g6e capacity, takes fewer of them), and
+// still schedule where they cannot.
+func checkZoneSpread(r rendering) error {
+	d := r.deployment()
+	for _, c := range d.Spec.Template.Spec.TopologySpreadConstraints {
+		if c.TopologyKey == "topology.kubernetes.io/zone" && c.WhenUnsatisfiable == corev1.ScheduleAnyway && c.MaxSkew == 1 &&
+			c.LabelSelector != nil && selects(c.LabelSelector.MatchLabels, d.Spec.Template.Labels) {
+			return nil
+		}
+	}
+	return errors.New("no zone spread of the release's pods (topology.kubernetes.io/zone, maxSkew 1, ScheduleAnyway)")
 }
 
 // checkPodSecurity: the pod passes Pod Security admission at restricted,
