@@ -260,7 +260,9 @@ func TestIMDSv2AndEncryptedRootVolume(t *testing.T) {
 // Actions for which AWS offers no resource-level permissions, so "*" is
 // the only valid resource. Each must be explained next to its statement.
 var starResourceAllowed = map[string]bool{
-	"cloudwatch:PutMetricData":         true,
+	// Describe calls have no resource-level permissions.
+	"autoscaling:DescribeAutoScalingInstances": true,
+	"cloudwatch:PutMetricData":                 true,
 	"ecr:GetAuthorizationToken":        true,
 	"ssmmessages:CreateControlChannel": true,
 	"ssmmessages:CreateDataChannel":    true,
@@ -356,7 +358,7 @@ func TestWorkerRoleGrantsExactlyWhatTheWorkerDoes(t *testing.T) {
 	sort.Strings(got)
 	got = slices.Compact(got)
 	want := []string{
-		"autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat", "autoscaling:SetInstanceHealth", "autoscaling:SetInstanceProtection",
+		"autoscaling:CompleteLifecycleAction", "autoscaling:DescribeAutoScalingInstances", "autoscaling:RecordLifecycleActionHeartbeat", "autoscaling:SetInstanceHealth", "autoscaling:SetInstanceProtection",
 		"cloudwatch:PutMetricData",
 		"ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:BatchImportUpstreamImage", "ecr:CreateRepository", "ecr:GetAuthorizationToken", "ecr:GetDownloadUrlForLayer",
 		"kms:Decrypt", "kms:GenerateDataKey",
@@ -370,8 +372,8 @@ func TestWorkerRoleGrantsExactlyWhatTheWorkerDoes(t *testing.T) {
 	for _, st := range nested(doc, "statement") {
 		a, _ := strs(t, attr(st, "actions"))
 		if (slices.Contains(a, "autoscaling:CompleteLifecycleAction") || slices.Contains(a, "autoscaling:SetInstanceProtection")) &&
-			!refersTo(attr(st, "resources"), "local.asg_arn") {
-			t.Error("lifecycle and protection actions are not scoped to the worker's own group")
+			!refersTo(attr(st, "resources"), "local.asg_arns") {
+			t.Error("lifecycle and protection actions are not scoped to the worker's own group and its canary")
 		}
 		if slices.Contains(a, "s3:ListBucket") && len(nested(st, "condition")) == 0 {
 			t.Error("ListBucket is not limited to the worker's prefixes")
@@ -928,7 +930,8 @@ func sharedPolicyProblems(t *testing.T, dirs ...string) []string {
 // $Latest or $Default (a version no apply reviewed, or one the console
 // set), with or without spot.
 func TestGroupLaunchesTheVersionItMade(t *testing.T) {
-	asg := load(t, "modules/fleet").one(t, "resource", "aws_autoscaling_group", "this")
+	m := load(t, "modules/fleet")
+	asg := m.one(t, "resource", "aws_autoscaling_group", "this")
 	var versions []hclsyntax.Expression
 	for _, lt := range nested(asg, "launch_template") {
 		versions = append(versions, attr(lt, "version"))
@@ -943,9 +946,18 @@ func TestGroupLaunchesTheVersionItMade(t *testing.T) {
 	if len(versions) != 2 {
 		t.Fatalf("%d launch template versions in the group, want 2 (on-demand and spot)", len(versions))
 	}
+	// The fleet's version: the release pinned in launch_template_version,
+	// else the newest, the one this apply made (never $Latest, which would
+	// reach the fleet at its next launch, refresh or not).
 	for _, v := range versions {
-		if !refersTo(v, "aws_launch_template.this.latest_version") {
-			t.Error("the group launches a version other than aws_launch_template.this.latest_version, the one this apply made")
+		if !refersTo(v, "local.fleet_version") {
+			t.Error("the group launches a version other than local.fleet_version")
 		}
+	}
+	fv := m.local(t, "fleet_version")
+	call, ok := fv.(*hclsyntax.FunctionCallExpr)
+	if !ok || call.Name != "coalesce" || len(call.Args) != 2 || !refersTo(call.Args[0], "var.launch_template_version") ||
+		!refersTo(call.Args[1], "aws_launch_template.this.latest_version") {
+		t.Error("local.fleet_version is not coalesce(var.launch_template_version, aws_launch_template.this.latest_version)")
 	}
 }

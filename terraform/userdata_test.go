@@ -87,7 +87,7 @@ var testEnv = map[string]string{
 	"WORKER_IMAGE": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/fleetscribe/worker:1",
 	"TRITON_IMAGE": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/tritonserver:24.10-py3",
 	"CUDA_IMAGE":   "210987654321.dkr.ecr.us-east-2.amazonaws.com/cuda:12.4.1-base-ubuntu22.04",
-	"MODEL_S3_URI": "s3://models/asr/", "LOG_GROUP": "/fleetscribe/fleet",
+	"MODEL_S3_URI": "s3://models/asr/", "LOG_GROUP": "/fleetscribe/fleet", "FLEETSCRIBE_ASG_NAME": "fleet",
 }
 
 // TestUserDataRendersToValidShell renders the user data template as
@@ -108,7 +108,7 @@ func TestUserDataRendersToValidShell(t *testing.T) {
 	}
 	dir := t.TempDir()
 	files := map[string]string{"user_data.sh": script}
-	for path, tag := range map[string]string{"fleetscribe-stack": "STACK", "fleetscribe-start": "START", "fleetscribe-health": "HEALTH", "fleetscribe-drain": "DRAIN", "fleetscribe-imds": "IMDS"} {
+	for path, tag := range map[string]string{"fleetscribe-stack": "STACK", "fleetscribe-start": "START", "fleetscribe-health": "HEALTH", "fleetscribe-drain": "DRAIN", "fleetscribe-imds": "IMDS", "fleetscribe-group": "GROUP"} {
 		files[path] = heredoc(t, script, "/usr/local/bin/"+path, tag)
 	}
 	for name, body := range files {
@@ -146,7 +146,7 @@ func newInstance(t *testing.T, script string) *instance {
 	// The script's own paths, pointed into the test's folder.
 	paths := strings.NewReplacer("/opt/fleetscribe", in.opt, "/usr/local/bin/fleetscribe-worker", filepath.Join(in.bin, "fleetscribe-worker"),
 		"/run/fleetscribe-health.failures", filepath.Join(dir, "health.failures"), "install -d -m 0755", "mkdir -p")
-	for path, tag := range map[string]string{"fleetscribe-stack": "STACK", "fleetscribe-start": "START", "fleetscribe-health": "HEALTH"} {
+	for path, tag := range map[string]string{"fleetscribe-stack": "STACK", "fleetscribe-start": "START", "fleetscribe-health": "HEALTH", "fleetscribe-group": "GROUP"} {
 		in.write(path, paths.Replace(heredoc(t, script, "/usr/local/bin/"+path, tag)))
 	}
 	fails := func(what string) string { return `if [ "$FAIL" = "` + what + `" ]; then exit 1; fi` }
@@ -156,7 +156,10 @@ func newInstance(t *testing.T, script string) *instance {
 esac`)
 	in.standIn("nvidia-smi", fails("nvidia-smi"))
 	// The first $COMPLETE_FAILS lifecycle completions fail.
+	// Auto Scaling names the instance's group: $GROUP (the fleet's, fleet,
+	// unless a test says otherwise; unreadable: the call fails).
 	in.standIn("aws", `case "$1 $2" in
+  "autoscaling describe-auto-scaling-instances") [ "$GROUP" != unreadable ] || exit 255; echo "${GROUP:-fleet}";;
   "ecr get-login-password") `+fails("aws-ecr")+`; echo token;;
   "s3 sync") `+fails("aws-s3")+`;;
   "autoscaling complete-lifecycle-action") n=$(($(cat "$STATE.complete" 2>/dev/null || echo 0) + 1)); echo $n >"$STATE.complete"
@@ -298,6 +301,23 @@ func TestBootAbandonsOnEveryFailure(t *testing.T) {
 			}
 			if in.count("docker compose stop") != 0 {
 				t.Error("a boot whose CONTINUE went through on a retry was stopped")
+			}
+		}},
+		// A canary's instance (the same template on the canary's group)
+		// reports to its own group: hooks, boot failures, the worker's
+		// group name; where Auto Scaling cannot say, the fleet's.
+		{name: "canary", env: []string{"GROUP=fleet-canary"}, want: "CONTINUE", check: func(t *testing.T, in *instance) {
+			if in.count("aws autoscaling complete-lifecycle-action --region eu-west-1 --auto-scaling-group-name fleet-canary --lifecycle-hook-name fleet-launch") != 1 {
+				t.Errorf("the canary's launch not completed on its own group:\n%s", strings.Join(in.called(), "\n"))
+			}
+			env, _ := os.ReadFile(filepath.Join(in.opt, ".env"))
+			if !strings.Contains(string(env), "\nFLEETSCRIBE_ASG_NAME=fleet-canary\n") {
+				t.Errorf("the worker's group is not the canary's:\n%s", env)
+			}
+		}},
+		{name: "group unreadable", env: []string{"GROUP=unreadable"}, want: "CONTINUE", check: func(t *testing.T, in *instance) {
+			if in.count("aws autoscaling complete-lifecycle-action --region eu-west-1 --auto-scaling-group-name fleet --lifecycle-hook-name fleet-launch") != 1 {
+				t.Error("without Auto Scaling's answer the launch is not completed on the fleet's group")
 			}
 		}},
 		// Where the launch is headed cannot be read: asked again, then

@@ -104,6 +104,10 @@ module "fleet" {
   log_kms_key_arn        = local.kms_key_arn
   ebs_kms_key_arn        = var.encrypt_volumes_with_kms_key ? local.kms_key_arn : null
   alarm_actions          = local.alarm_topic_arns
+  # A rollout that can be undone (README, "What rolls the fleet"): the
+  # fleet on the pinned release, a canary on the new version beside it.
+  launch_template_version = var.launch_template_version
+  canary                  = var.canary
   # With the bulk window the bulk queue counts bulk_window.bulk_weight of
   # its messages: backfills fill idle GPUs and the window's floor.
   queue_weights = var.bulk_window.enabled ? { (module.queues.queue_names["bulk"]) = var.bulk_window.bulk_weight } : {}

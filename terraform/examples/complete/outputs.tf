@@ -37,3 +37,13 @@ output "alarm_topic_arns" {
   description = "SNS topics the alarms notify."
   value       = local.alarm_topic_arns
 }
+
+output "canary" {
+  description = "The canary's group and its alarms (null without one)."
+  value       = module.fleet.canary
+}
+
+output "fleet_launch_template_version" {
+  description = "The launch template version the fleet runs."
+  value       = module.fleet.fleet_launch_template_version
+}

@@ -213,3 +213,18 @@ variable "model_repository_s3_uri" {
   type        = string
   description = "s3://bucket/prefix/ holding the Triton model repository (asr/config.pbtxt, asr/1/...). Instances copy it at every boot; without it Triton would start with no model."
 }
+
+variable "launch_template_version" {
+  type        = number
+  description = "The launch template version the fleet runs (the fleet module's launch_template_version): null, the newest; pinned, a change reaches the fleet only when this is set to its version, after a canary."
+  default     = null
+}
+
+variable "canary" {
+  type = object({
+    version   = number
+    instances = optional(number, 1)
+  })
+  description = "A canary group on this launch template version beside the pinned fleet (the fleet module's canary); null: none."
+  default     = null
+}

@@ -7,12 +7,16 @@
 # single one fires it: a broken image or model is met again by every boot,
 # and the group would otherwise relaunch into the same failure (an ABANDON
 # loop) without anyone hearing of it.
+#
+# This alarm and never-in-service are the fleet's, and the canary's too
+# while there is one (its group's, and "do not promote its version").
 resource "aws_cloudwatch_metric_alarm" "boot_failures" {
-  alarm_name          = "${var.name}-boot-failures"
-  alarm_description   = "An instance of ${var.name} failed to start its stack and was abandoned (its boot log is in the ${local.log_group} log group and the instance's console output)."
+  for_each            = local.alarm_groups
+  alarm_name          = "${each.value.name}-boot-failures"
+  alarm_description   = "An instance of ${each.value.what} failed to start its stack and was abandoned (its boot log is in the ${local.log_group} log group and the instance's console output)."
   namespace           = local.metric_ns
   metric_name         = "BootFailures"
-  dimensions          = { AutoScalingGroupName = var.name }
+  dimensions          = { AutoScalingGroupName = each.value.name }
   statistic           = "Sum"
   period              = 300
   evaluation_periods  = 1
@@ -72,8 +76,9 @@ resource "aws_cloudwatch_metric_alarm" "launch_shortfall" {
 # instance metadata down) publishes no boot failure. Only the group's own
 # counts show those.
 resource "aws_cloudwatch_metric_alarm" "never_in_service" {
-  alarm_name          = "${var.name}-never-in-service"
-  alarm_description   = "${var.name} has had less capacity in service than desired for ${local.never_in_service_minutes} minutes, longer than a boot may take: launches are abandoned in a loop, or die before they start their stack (see the instances' console output)."
+  for_each            = local.alarm_groups
+  alarm_name          = "${each.value.name}-never-in-service"
+  alarm_description   = "${each.value.what} has had less capacity in service than desired for ${local.never_in_service_minutes} minutes, longer than a boot may take: launches are abandoned in a loop, or die before they start their stack (see the instances' console output)."
   comparison_operator = "GreaterThanOrEqualToThreshold"
   threshold           = 1
   evaluation_periods  = local.never_in_service_minutes
@@ -92,7 +97,7 @@ resource "aws_cloudwatch_metric_alarm" "never_in_service" {
         metric_name = metric_query.value
         period      = 60
         stat        = "Average"
-        dimensions  = { AutoScalingGroupName = var.name }
+        dimensions  = { AutoScalingGroupName = each.value.name }
       }
     }
   }
@@ -110,4 +115,15 @@ resource "aws_cloudwatch_metric_alarm" "never_in_service" {
       error_message = "boot_timeout_seconds plus launch_shortfall_minutes must be at most a day: the never-in-service alarm evaluates one-minute periods, and CloudWatch looks back one day at most."
     }
   }
+}
+
+
+moved {
+  from = aws_cloudwatch_metric_alarm.boot_failures
+  to   = aws_cloudwatch_metric_alarm.boot_failures["fleet"]
+}
+
+moved {
+  from = aws_cloudwatch_metric_alarm.never_in_service
+  to   = aws_cloudwatch_metric_alarm.never_in_service["fleet"]
 }

@@ -32,6 +32,14 @@ locals {
   # are launched by Auto Scaling, so the launch template carries them.
   tags = merge(data.aws_default_tags.current.tags, var.tags, { Name = var.name })
 
+  # The version the fleet runs: the pinned release, or the newest.
+  fleet_version = coalesce(var.launch_template_version, aws_launch_template.this.latest_version)
+  canary_name   = "${var.name}-canary"
+  # The groups with boot-failure and never-in-service alarms of their own.
+  alarm_groups = merge({ fleet = { name = var.name, what = var.name } }, var.canary == null ? {} : {
+    canary = { name = local.canary_name, what = "the canary of ${var.name} (launch template version ${var.canary.version}: do not promote it)" }
+  })
+
   lifecycle_hook = "${var.name}-drain"
   launch_hook    = "${var.name}-launch"
   log_group      = coalesce(var.log_group_name, "/fleetscribe/${var.name}")
@@ -203,7 +211,7 @@ resource "aws_autoscaling_group" "this" {
     for_each = var.spot.enabled ? [] : [1]
     content {
       id      = aws_launch_template.this.id
-      version = aws_launch_template.this.latest_version
+      version = local.fleet_version
     }
   }
 
@@ -218,7 +226,7 @@ resource "aws_autoscaling_group" "this" {
       launch_template {
         launch_template_specification {
           launch_template_id = aws_launch_template.this.id
-          version            = aws_launch_template.this.latest_version
+          version            = local.fleet_version
         }
         dynamic "override" {
           for_each = var.instance_types
@@ -257,7 +265,7 @@ resource "aws_autoscaling_group" "this" {
       scale_in_protected_instances = "Refresh"
       auto_rollback                = true
       alarm_specification {
-        alarms = concat([aws_cloudwatch_metric_alarm.boot_failures.alarm_name, aws_cloudwatch_metric_alarm.launch_shortfall.alarm_name, aws_cloudwatch_metric_alarm.never_in_service.alarm_name], var.refresh_stop_alarm_names)
+        alarms = concat([aws_cloudwatch_metric_alarm.boot_failures["fleet"].alarm_name, aws_cloudwatch_metric_alarm.launch_shortfall.alarm_name, aws_cloudwatch_metric_alarm.never_in_service["fleet"].alarm_name], var.refresh_stop_alarm_names)
       }
     }
   }
@@ -288,6 +296,70 @@ resource "aws_autoscaling_group" "this" {
     precondition {
       condition     = !var.warm_pool.enabled || coalesce(var.warm_pool.max_group_prepared_capacity, var.warm_pool.min_size) <= var.max_gpus
       error_message = "warm_pool.max_group_prepared_capacity (or min_size) must not exceed max_gpus."
+    }
+    precondition {
+      condition     = var.launch_template_version == null ? true : var.launch_template_version <= aws_launch_template.this.latest_version
+      error_message = "launch_template_version is past the template's newest version (output launch_template_latest_version)."
+    }
+  }
+}
+
+# The canary: the version under trial on a small group of its own, beside
+# the fleet, which stays on launch_template_version. Its instances boot
+# with the same template (they find their own group's name, hooks and
+# metrics: user data's fleetscribe-group), take real jobs from the same
+# queues and drain on termination; nothing scales it. A failed boot
+# abandons its instance and fires the canary's own alarms; the fleet is
+# untouched until launch_template_version is set to the canary's version.
+resource "aws_autoscaling_group" "canary" {
+  count               = var.canary == null ? 0 : 1
+  name                = local.canary_name
+  min_size            = var.canary.instances
+  max_size            = var.canary.instances
+  desired_capacity    = var.canary.instances
+  vpc_zone_identifier = var.subnet_ids
+  health_check_type   = "EC2"
+  # The instance's own health check (fleetscribe-health.timer) counts from
+  # when it enters service, after the launch hook.
+  health_check_grace_period = var.instance_warmup_seconds
+  metrics_granularity       = "1Minute"
+  enabled_metrics           = ["GroupInServiceCapacity", "GroupDesiredCapacity", "GroupPendingCapacity"]
+
+  initial_lifecycle_hook {
+    name                 = local.launch_hook
+    lifecycle_transition = "autoscaling:EC2_INSTANCE_LAUNCHING"
+    heartbeat_timeout    = var.launch_heartbeat_timeout_seconds
+    default_result       = "ABANDON"
+  }
+  initial_lifecycle_hook {
+    name                 = local.lifecycle_hook
+    lifecycle_transition = "autoscaling:EC2_INSTANCE_TERMINATING"
+    heartbeat_timeout    = local.drain_hook_timeout
+    default_result       = "CONTINUE"
+  }
+
+  launch_template {
+    id      = aws_launch_template.this.id
+    version = var.canary.version
+  }
+
+  dynamic "tag" {
+    for_each = merge(local.tags, { Name = local.canary_name })
+    content {
+      key                 = tag.key
+      value               = tag.value
+      propagate_at_launch = false
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.canary.version <= aws_launch_template.this.latest_version
+      error_message = "canary.version is past the template's newest version (output launch_template_latest_version)."
+    }
+    precondition {
+      condition     = var.canary.version != local.fleet_version
+      error_message = "canary.version is the version the fleet already runs: a canary tries a new one (pin launch_template_version to the release, and give the canary launch_template_latest_version)."
     }
   }
 }

@@ -92,7 +92,7 @@ output "metric_namespace" {
 
 output "alarm_names" {
   description = "The fleet's own alarms (boot failures, launch shortfall), which also stop an instance refresh."
-  value       = [aws_cloudwatch_metric_alarm.boot_failures.alarm_name, aws_cloudwatch_metric_alarm.launch_shortfall.alarm_name]
+  value       = [aws_cloudwatch_metric_alarm.boot_failures["fleet"].alarm_name, aws_cloudwatch_metric_alarm.launch_shortfall.alarm_name]
 }
 
 output "instance_tags" {
@@ -103,4 +103,18 @@ output "instance_tags" {
 output "launch_template_latest_version" {
   description = "The launch template's newest version: what an apply made, and what the group launches (see the README on a stopped refresh)."
   value       = aws_launch_template.this.latest_version
+}
+
+output "fleet_launch_template_version" {
+  description = "The launch template version the fleet runs (launch_template_version, or the newest)."
+  value       = local.fleet_version
+}
+
+output "canary" {
+  description = "The canary's group and alarms (null without one): promote its version by setting launch_template_version to it once neither alarm has fired and it has served."
+  value = var.canary == null ? null : {
+    autoscaling_group_name = aws_autoscaling_group.canary[0].name
+    version                = var.canary.version
+    alarm_names            = [aws_cloudwatch_metric_alarm.boot_failures["canary"].alarm_name, aws_cloudwatch_metric_alarm.never_in_service["canary"].alarm_name]
+  }
 }

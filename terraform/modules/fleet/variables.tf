@@ -354,3 +354,28 @@ variable "launch_shortfall_minutes" {
     error_message = "launch_shortfall_minutes must be 2 to 60."
   }
 }
+
+variable "launch_template_version" {
+  type        = number
+  description = "The launch template version the fleet runs: the release proven good. null: the newest, so an apply that changes the template starts a refresh to it at once (which, if it fails, rolls back to that same new version: the provider saves it on the group first). Pinned, a template change stays off the fleet until it is set to the new version (launch_template_latest_version), after a canary."
+  default     = null
+
+  validation {
+    condition     = var.launch_template_version == null ? true : var.launch_template_version >= 1
+    error_message = "launch_template_version is a launch template version number (1 or more), or null for the newest."
+  }
+}
+
+variable "canary" {
+  type = object({
+    version   = number
+    instances = optional(number, 1)
+  })
+  description = "A canary: this launch template version (usually launch_template_latest_version) on a group of its own beside the fleet (NAME-canary, instances instances, taking real jobs), while the fleet stays on launch_template_version. Its boot-failure and never-in-service alarms notify alarm_actions. Promote by setting launch_template_version to its version; abort by removing it: the fleet never ran it. null: no canary."
+  default     = null
+
+  validation {
+    condition     = var.canary == null ? true : var.canary.version >= 1 && var.canary.instances >= 1 && var.canary.instances <= 10
+    error_message = "canary: version is a launch template version (1 or more), instances 1 to 10."
+  }
+}

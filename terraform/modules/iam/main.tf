@@ -4,7 +4,10 @@ data "aws_caller_identity" "current" {}
 
 locals {
   ecr_repository = "arn:${data.aws_partition.current.partition}:ecr:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:repository"
-  asg_arn        = "arn:${data.aws_partition.current.partition}:autoscaling:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.autoscaling_group_name}"
+  # The fleet's group and its canary's (the fleet module's NAME-canary):
+  # both launch the same template, so their instances have this role.
+  asg_arns = [for g in [var.autoscaling_group_name, "${var.autoscaling_group_name}-canary"] :
+  "arn:${data.aws_partition.current.partition}:autoscaling:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${g}"]
 }
 
 data "aws_iam_policy_document" "assume" {
@@ -43,7 +46,16 @@ data "aws_iam_policy_document" "worker" {
       "autoscaling:CompleteLifecycleAction",
       "autoscaling:RecordLifecycleActionHeartbeat",
     ]
-    resources = [local.asg_arn]
+    resources = local.asg_arns
+  }
+
+  # Which group this instance is in (the fleet's or its canary's): the
+  # boot asks once. A read with no resource-level permissions.
+  statement {
+    sid       = "FindOwnGroup"
+    effect    = "Allow"
+    actions   = ["autoscaling:DescribeAutoScalingInstances"]
+    resources = ["*"]
   }
 
   # A worker run with -scale-in-protection protects its own instance while
@@ -54,7 +66,7 @@ data "aws_iam_policy_document" "worker" {
     sid       = "ScaleInProtectionAndHealth"
     effect    = "Allow"
     actions   = ["autoscaling:SetInstanceProtection", "autoscaling:SetInstanceHealth"]
-    resources = [local.asg_arn]
+    resources = local.asg_arns
   }
 
   # A failed boot publishes one BootFailures data point (the fleet's

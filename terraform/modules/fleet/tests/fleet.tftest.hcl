@@ -291,7 +291,7 @@ run "operations" {
     error_message = "container logs block the containers when CloudWatch Logs stalls"
   }
   assert {
-    condition     = aws_cloudwatch_metric_alarm.boot_failures.metric_name == "BootFailures" && aws_cloudwatch_metric_alarm.boot_failures.namespace == "fleetscribe" && strcontains(output.user_data, "--namespace 'fleetscribe' --metric-name BootFailures")
+    condition     = aws_cloudwatch_metric_alarm.boot_failures["fleet"].metric_name == "BootFailures" && aws_cloudwatch_metric_alarm.boot_failures["fleet"].namespace == "fleetscribe" && strcontains(output.user_data, "--namespace 'fleetscribe' --metric-name BootFailures")
     error_message = "the boot-failure alarm does not watch what the boot publishes"
   }
   assert {
@@ -302,12 +302,12 @@ run "operations" {
   # before the start script: desired above in service, pending or not,
   # for longer than a boot may take (2,700 s) and the shortfall's 15 min.
   assert {
-    condition     = one([for q in aws_cloudwatch_metric_alarm.never_in_service.metric_query : q.expression if q.return_data]) == "IF(desired > in_service, 1, 0)" && aws_cloudwatch_metric_alarm.never_in_service.evaluation_periods == 60 && aws_cloudwatch_metric_alarm.never_in_service.datapoints_to_alarm == 60 && aws_cloudwatch_metric_alarm.never_in_service.treat_missing_data == "notBreaching" && contains(aws_autoscaling_group.this.instance_refresh[0].preferences[0].alarm_specification[0].alarms, "fs-fleet-never-in-service")
+    condition     = one([for q in aws_cloudwatch_metric_alarm.never_in_service["fleet"].metric_query : q.expression if q.return_data]) == "IF(desired > in_service, 1, 0)" && aws_cloudwatch_metric_alarm.never_in_service["fleet"].evaluation_periods == 60 && aws_cloudwatch_metric_alarm.never_in_service["fleet"].datapoints_to_alarm == 60 && aws_cloudwatch_metric_alarm.never_in_service["fleet"].treat_missing_data == "notBreaching" && contains(aws_autoscaling_group.this.instance_refresh[0].preferences[0].alarm_specification[0].alarms, "fs-fleet-never-in-service")
     error_message = "no alarm on launches that never reach service, or it does not stop a refresh"
   }
   # A period without boots is not a failure.
   assert {
-    condition     = aws_cloudwatch_metric_alarm.boot_failures.treat_missing_data == "notBreaching"
+    condition     = aws_cloudwatch_metric_alarm.boot_failures["fleet"].treat_missing_data == "notBreaching"
     error_message = "the boot-failure alarm fires on periods without boots"
   }
   assert {
@@ -423,4 +423,81 @@ run "launches_the_version_and_hooks_it_made" {
     condition     = strcontains(output.user_data, "if [ \"$n\" -ge 10 ]; then")
     error_message = "the health check marks an instance unhealthy after the wrong number of failed checks"
   }
+}
+
+# Item 1: a rollout that can be undone. The fleet runs the pinned release
+# (launch_template_version) while a canary group runs the new version
+# beside it, with alarms of its own; promoting moves the fleet to it (and
+# removes the canary), aborting removes the canary and leaves the fleet
+# where it was. Nothing the canary does touches the fleet's group.
+run "canary_beside_the_release" {
+  command = plan
+  variables {
+    launch_template_version = 3
+    canary                  = { version = 4 }
+  }
+  assert {
+    condition     = aws_autoscaling_group.this.launch_template[0].version == "3" && output.fleet_launch_template_version == 3
+    error_message = "the fleet does not stay on the pinned release while a canary runs"
+  }
+  assert {
+    condition = (aws_autoscaling_group.canary[0].name == "fs-fleet-canary" && aws_autoscaling_group.canary[0].launch_template[0].version == "4"
+    && aws_autoscaling_group.canary[0].min_size == 1 && aws_autoscaling_group.canary[0].max_size == 1 && aws_autoscaling_group.canary[0].desired_capacity == 1)
+    error_message = "the canary is not one instance of the new version on a group of its own"
+  }
+  # The same hooks as the fleet's: its instances boot, drain and report as
+  # the fleet's do, to their own group (user data's fleetscribe-group).
+  assert {
+    condition = (toset([for h in aws_autoscaling_group.canary[0].initial_lifecycle_hook : "${h.name}/${h.default_result}"]) ==
+    toset(["fs-fleet-launch/ABANDON", "fs-fleet-drain/CONTINUE"]))
+    error_message = "the canary's instances lack the launch or drain hook"
+  }
+  assert {
+    condition = (aws_cloudwatch_metric_alarm.boot_failures["canary"].dimensions.AutoScalingGroupName == "fs-fleet-canary"
+      && toset(flatten([for q in aws_cloudwatch_metric_alarm.never_in_service["canary"].metric_query : [for m in q.metric : m.dimensions.AutoScalingGroupName]])) == toset(["fs-fleet-canary"])
+      && aws_cloudwatch_metric_alarm.boot_failures["fleet"].dimensions.AutoScalingGroupName == "fs-fleet"
+    && output.canary.alarm_names == ["fs-fleet-canary-boot-failures", "fs-fleet-canary-never-in-service"])
+    error_message = "the canary's boot failures or shortfall are not alarmed on its own group"
+  }
+  # The canary's alarms say "do not promote"; they never stop the fleet's
+  # refreshes (the fleet is not changing).
+  assert {
+    condition     = !contains(aws_autoscaling_group.this.instance_refresh[0].preferences[0].alarm_specification[0].alarms, "fs-fleet-canary-boot-failures")
+    error_message = "the canary's alarms stop the fleet's refresh"
+  }
+}
+
+run "promoted" {
+  command = plan
+  variables {
+    launch_template_version = 4
+  }
+  assert {
+    condition     = aws_autoscaling_group.this.launch_template[0].version == "4" && length(aws_autoscaling_group.canary) == 0 && output.canary == null
+    error_message = "promoting does not move the fleet to the canary's version and end the canary"
+  }
+  assert {
+    condition     = keys(aws_cloudwatch_metric_alarm.boot_failures) == ["fleet"] && keys(aws_cloudwatch_metric_alarm.never_in_service) == ["fleet"]
+    error_message = "the canary's alarms outlive it"
+  }
+}
+
+run "aborted" {
+  command = plan
+  variables {
+    launch_template_version = 3
+  }
+  assert {
+    condition     = aws_autoscaling_group.this.launch_template[0].version == "3" && length(aws_autoscaling_group.canary) == 0
+    error_message = "aborting the canary moves the fleet"
+  }
+}
+
+run "canary_of_the_release_refused" {
+  command = plan
+  variables {
+    launch_template_version = 3
+    canary                  = { version = 3 }
+  }
+  expect_failures = [aws_autoscaling_group.canary]
 }

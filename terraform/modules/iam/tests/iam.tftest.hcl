@@ -48,9 +48,15 @@ run "policy" {
   # group only; so do protection and lifecycle calls.
   assert {
     condition = alltrue([for s in jsondecode(aws_iam_role_policy.worker.policy).Statement :
-      flatten([s.Resource]) == ["arn:aws:autoscaling:us-east-1:000000000000:autoScalingGroup:*:autoScalingGroupName/fs-workers"]
-    if anytrue([for a in flatten([s.Action]) : startswith(a, "autoscaling:")])])
-    error_message = "Auto Scaling calls are not limited to the worker's group"
+      toset(flatten([s.Resource])) == toset(["arn:aws:autoscaling:us-east-1:000000000000:autoScalingGroup:*:autoScalingGroupName/fs-workers", "arn:aws:autoscaling:us-east-1:000000000000:autoScalingGroup:*:autoScalingGroupName/fs-workers-canary"])
+    if anytrue([for a in flatten([s.Action]) : startswith(a, "autoscaling:") && a != "autoscaling:DescribeAutoScalingInstances"])])
+    error_message = "Auto Scaling calls are not limited to the worker's group and its canary"
+  }
+  # The one read: which group the instance is in (the boot asks once).
+  assert {
+    condition = one([for s in jsondecode(aws_iam_role_policy.worker.policy).Statement : flatten([s.Action])
+    if contains(flatten([s.Action]), "autoscaling:DescribeAutoScalingInstances")]) == ["autoscaling:DescribeAutoScalingInstances"]
+    error_message = "DescribeAutoScalingInstances is granted with other Auto Scaling actions on every group"
   }
   assert {
     condition     = contains(flatten([for s in jsondecode(aws_iam_role_policy.worker.policy).Statement : flatten([s.Action])]), "autoscaling:SetInstanceHealth")

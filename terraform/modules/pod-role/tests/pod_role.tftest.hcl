@@ -52,7 +52,7 @@ run "instance_role" {
 run "irsa_grants_the_instance_roles_data_access" {
   command = plan
   assert {
-    condition     = jsondecode(aws_iam_role_policy.this.policy).Statement == [for s in jsondecode(run.instance_role.worker_policy_json).Statement : s if !contains(["DrainOnScaleIn", "ScaleInProtectionAndHealth", "PublishBootFailures", "ShipContainerLogs", "PullImages", "EcrLogin"], s.Sid)]
+    condition     = jsondecode(aws_iam_role_policy.this.policy).Statement == [for s in jsondecode(run.instance_role.worker_policy_json).Statement : s if !contains(["DrainOnScaleIn", "FindOwnGroup", "ScaleInProtectionAndHealth", "PublishBootFailures", "ShipContainerLogs", "PullImages", "EcrLogin"], s.Sid)]
     error_message = "the pods' policy is not the instance role's data access (or the instance role grants data access of its own)"
   }
   assert {
