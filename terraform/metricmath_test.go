@@ -281,6 +281,16 @@ func TestBacklogMetricMath(t *testing.T) {
 		// while the three boot), not 400.
 		{"launching instances count", fleetVars{queues: []string{"live"}},
 			map[string]series{"visible0": one(400), "inflight0": one(0), "desired": one(4), "in_service": one(1)}, 100},
+		// A floor-capped bulk queue: outside the window (the group's minimum
+		// at min_gpus, 1) a 100,000-message backfill counts at most the
+		// floor's worth (1 GPU x 100), so 2 GPUs see 50 each and nothing
+		// is added; inside it (minimum raised to 8) it counts in full.
+		{"daytime backfill capped by the floor", fleetVars{queues: []string{"live", "bulk"}, capped: []string{"bulk"}, minGPUs: 1},
+			map[string]series{"visible0": one(0), "inflight0": one(0), "visible1": one(100000), "inflight1": one(0), "desired": one(2), "minsize": one(1)}, 50},
+		{"overnight backfill in full", fleetVars{queues: []string{"live", "bulk"}, capped: []string{"bulk"}, minGPUs: 1, weights: map[string]float64{"bulk": 0.1}},
+			map[string]series{"visible0": one(0), "inflight0": one(0), "visible1": one(100000), "inflight1": one(0), "desired": one(8), "minsize": one(8)}, 1250},
+		{"live traffic is never capped", fleetVars{queues: []string{"live", "bulk"}, capped: []string{"bulk"}},
+			map[string]series{"visible0": one(900), "inflight0": one(0), "visible1": one(5000), "inflight1": one(0), "desired": one(3), "minsize": one(0)}, 300},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			expr := fleetLocals(t, m, c.vars).Variables["local"].GetAttr("per_gpu_expr").AsString()
@@ -338,6 +348,27 @@ func TestScaleFromZeroAlarmMath(t *testing.T) {
 				t.Errorf("%s with desired %v: %v, alarm %v, want %v", expr, c.desired, v, fires, c.fires)
 			}
 		})
+	}
+	// A floor-capped bulk queue does not start the fleet from zero: its
+	// backfill waits for the window, whose floor starts it.
+	capped := fleetLocals(t, m, fleetVars{queues: []string{"live", "bulk"}, capped: []string{"bulk"}})
+	var cexpr string
+	for _, q := range nested(alarm, "metric_query") {
+		if e := attr(q, "expression"); e != nil {
+			v, diags := e.Value(capped)
+			if diags.HasErrors() {
+				t.Fatal(diags.Error())
+			}
+			cexpr = v.AsString()
+		}
+	}
+	v := evalMath(t, cexpr, map[string]series{"visible0": {0, 0, 0}, "visible1": {5000, 5000, 5000}, "desired": {0, 0, 0}})
+	if v[2] != 0 {
+		t.Errorf("%s: a capped bulk backlog with nothing desired starts the fleet (%v)", cexpr, v)
+	}
+	v = evalMath(t, cexpr, map[string]series{"visible0": {5, 5, 5}, "visible1": {0, 0, 0}, "desired": {0, 0, 0}})
+	if v[2] != 1 {
+		t.Errorf("%s: live messages with nothing desired do not start the fleet (%v)", cexpr, v)
 	}
 }
 

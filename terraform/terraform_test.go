@@ -481,6 +481,9 @@ type fleetVars struct {
 	spot       bool
 	types      []string // default g6e.xlarge
 	jobsPerGPU int64    // default 16
+	capped     []string // floor_capped_queues
+	minGPUs    int64    // min_gpus
+	target     int64    // backlog_per_gpu_target, default 100
 }
 
 // fleetLocals evaluates the fleet module's scaling locals for the given
@@ -509,19 +512,34 @@ func fleetLocals(t *testing.T, m *module, fv fleetVars) *hcl.EvalContext {
 	if len(weights) > 0 {
 		wv = cty.MapVal(weights)
 	}
+	if fv.target == 0 {
+		fv.target = 100
+	}
+	capped := cty.ListValEmpty(cty.String)
+	if len(fv.capped) > 0 {
+		cv := make([]cty.Value, len(fv.capped))
+		for i, q := range fv.capped {
+			cv[i] = cty.StringVal(q)
+		}
+		capped = cty.ListVal(cv)
+	}
 	ctx := &hcl.EvalContext{
 		Variables: map[string]cty.Value{"var": cty.ObjectVal(map[string]cty.Value{
-			"queue_names":    cty.TupleVal(names),
-			"queue_weights":  wv,
-			"jobs_per_gpu":   cty.NumberIntVal(fv.jobsPerGPU),
-			"instance_types": cty.TupleVal(tv),
-			"spot":           cty.ObjectVal(map[string]cty.Value{"enabled": cty.BoolVal(fv.spot)}),
+			"queue_names":            cty.TupleVal(names),
+			"queue_weights":          wv,
+			"jobs_per_gpu":           cty.NumberIntVal(fv.jobsPerGPU),
+			"instance_types":         cty.TupleVal(tv),
+			"spot":                   cty.ObjectVal(map[string]cty.Value{"enabled": cty.BoolVal(fv.spot)}),
+			"floor_capped_queues":    capped,
+			"min_gpus":               cty.NumberIntVal(fv.minGPUs),
+			"backlog_per_gpu_target": cty.NumberIntVal(fv.target),
 		})},
-		Functions: map[string]function.Function{"join": stdlib.JoinFunc, "flatten": stdlib.FlattenFunc, "lookup": stdlib.LookupFunc},
+		Functions: map[string]function.Function{"join": stdlib.JoinFunc, "flatten": stdlib.FlattenFunc, "lookup": stdlib.LookupFunc, "contains": stdlib.ContainsFunc},
 	}
 	locals := map[string]cty.Value{}
 	// In dependency order; the locals are spread over several files.
-	for _, name := range []string{"gpus_per_instance", "capacity_unit", "weights", "queue_ids", "term", "visible_expr", "inflight_expr", "gpus_expr", "cap_expr", "per_gpu_expr"} {
+	for _, name := range []string{"gpus_per_instance", "capacity_unit", "weights", "queue_ids", "term", "floor_cap", "visible_terms", "visible_expr",
+		"from_zero_expr", "inflight_expr", "gpus_expr", "cap_expr", "per_gpu_expr"} {
 		found := false
 		for _, lb := range m.blocks("locals") {
 			if a, ok := lb.Body.Attributes[name]; ok {

@@ -111,6 +111,9 @@ module "fleet" {
   # With the bulk window the bulk queue counts bulk_window.bulk_weight of
   # its messages: backfills fill idle GPUs and the window's floor.
   queue_weights = var.bulk_window.enabled ? { (module.queues.queue_names["bulk"]) = var.bulk_window.bulk_weight } : {}
+  # Outside the window the bulk queue counts at most the daytime floor's
+  # worth: a daytime backfill never scales the fleet out or starts it.
+  floor_capped_queues = var.bulk_window.enabled ? [module.queues.queue_names["bulk"]] : []
 
   worker_environment = {
     FLEETSCRIBE_QUEUE_URL          = module.queues.queue_urls["live"]
@@ -151,6 +154,9 @@ module "alarms" {
   dlq_names              = module.queues.dlq_names
   autoscaling_group_name = module.fleet.autoscaling_group_name
   alarm_actions          = local.alarm_topic_arns
+  # A daytime backfill waits for the bulk window (its oldest-message alarm
+  # still watches it).
+  wait_for_window = var.bulk_window.enabled ? ["bulk"] : []
   oldest_message_sla_seconds = {
     live = 900
     bulk = 28800

@@ -37,7 +37,8 @@ resource "aws_cloudwatch_metric_alarm" "oldest_message" {
 }
 
 locals {
-  queue_ids = { for i, k in sort(keys(var.queue_names)) : var.queue_names[k] => i }
+  # The queues whose waiting messages need an instance now.
+  queue_ids = { for i, k in sort(setsubtract(keys(var.queue_names), var.wait_for_window)) : var.queue_names[k] => i }
 }
 
 resource "aws_cloudwatch_metric_alarm" "no_capacity" {
@@ -74,6 +75,13 @@ resource "aws_cloudwatch_metric_alarm" "no_capacity" {
       period      = 60
       stat        = "Average"
       dimensions  = { AutoScalingGroupName = var.autoscaling_group_name }
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = alltrue([for k in var.wait_for_window : contains(keys(var.queue_names), k)])
+      error_message = "wait_for_window names a queue key that is not in queue_names."
     }
   }
 

@@ -6,3 +6,8 @@ output "alarm_arns" {
     [aws_cloudwatch_metric_alarm.no_capacity.arn],
   )
 }
+
+output "no_capacity_queues" {
+  description = "The queues whose waiting messages, with no instance in service, fire the backlog-without-instances alarm (all but wait_for_window)."
+  value       = sort(keys(local.queue_ids))
+}

@@ -36,6 +36,12 @@ variable "no_capacity_minutes" {
   default     = 15
 }
 
+variable "wait_for_window" {
+  type        = list(string)
+  description = "Queue keys whose messages may wait with no instance in service (the fleet's floor_capped_queues: a daytime backfill waits for the scheduled window): the backlog-without-instances alarm leaves them out; their oldest-message alarm still watches them."
+  default     = []
+}
+
 variable "alarm_actions" {
   type        = list(string)
   description = "SNS topic ARNs notified on alarm and recovery."

@@ -188,7 +188,7 @@ resource "aws_autoscaling_group" "this" {
   capacity_rebalance        = var.spot.enabled
   # Target tracking owns desired capacity.
   metrics_granularity = "1Minute"
-  enabled_metrics     = ["GroupInServiceInstances", "GroupInServiceCapacity", "GroupDesiredCapacity", "GroupPendingInstances", "GroupPendingCapacity", "GroupTerminatingInstances"]
+  enabled_metrics     = ["GroupInServiceInstances", "GroupInServiceCapacity", "GroupDesiredCapacity", "GroupPendingInstances", "GroupPendingCapacity", "GroupTerminatingInstances", "GroupMinSize"]
 
   # The hooks exist before the first instance launches (into service or the
   # warm pool). These blocks only act at creation (and would replace the

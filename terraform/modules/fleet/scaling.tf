@@ -10,8 +10,9 @@
 # GPU. Desired, not in service: capacity that is launching counts, so a
 # backlog that a boot will serve does not add instances again every minute
 # of the boot, and the metric has a value while the first instances boot. A queue's weight (queue_weights, default 1) scales its
-# messages: the bulk queue can count a tenth, so a backfill fills idle GPUs
-# and the bulk window's floor rather than scaling the fleet out in full.
+# messages; a floor-capped queue (floor_capped_queues: the bulk queue)
+# counts at most the daytime floor's worth outside the scheduled window, so
+# a daytime backfill fills idle GPUs and the floor and never scales out.
 # Target tracking holds it at backlog_per_gpu_target. It cannot act on an
 # empty group (the division has no value at zero instances), so a step
 # policy starts the first instances when weighted messages wait and the
@@ -20,13 +21,22 @@
 locals {
   weights = { for q in var.queue_names : q => lookup(var.queue_weights, q, 1) }
   # Queues of weight 0 take no part in scaling (and no metric slots).
-  queue_ids     = { for i, q in [for q in var.queue_names : q if local.weights[q] > 0] : q => i }
-  term          = { for q, i in local.queue_ids : q => local.weights[q] == 1 ? "" : "${local.weights[q]} * " }
-  visible_expr  = join(" + ", [for q, i in local.queue_ids : "${local.term[q]}visible${i}"])
-  inflight_expr = join(" + ", [for q, i in local.queue_ids : "${local.term[q]}inflight${i}"])
-  gpus_expr     = "desired * ${local.capacity_unit}"
-  cap_expr      = "${local.gpus_expr} * ${var.jobs_per_gpu}"
-  per_gpu_expr  = "(${local.visible_expr} + IF(${local.inflight_expr} < ${local.cap_expr}, ${local.inflight_expr}, ${local.cap_expr})) / (${local.gpus_expr})"
+  queue_ids = { for i, q in [for q in var.queue_names : q if local.weights[q] > 0] : q => i }
+  term      = { for q, i in local.queue_ids : q => local.weights[q] == 1 ? "" : "${local.weights[q]} * " }
+  # A floor-capped queue's visible messages: as weighted while the group's
+  # minimum (GroupMinSize, in GPUs) is above min_gpus (the scheduled window
+  # raised it), else at most what min_gpus GPUs hold at the target.
+  floor_cap = var.min_gpus * var.backlog_per_gpu_target
+  visible_terms = { for q, i in local.queue_ids : q => !contains(var.floor_capped_queues, q) ? "${local.term[q]}visible${i}" :
+  "IF(minsize * ${local.capacity_unit} > ${var.min_gpus}, ${local.term[q]}visible${i}, IF(${local.term[q]}visible${i} < ${local.floor_cap}, ${local.term[q]}visible${i}, ${local.floor_cap}))" }
+  visible_expr = join(" + ", [for q, i in local.queue_ids : local.visible_terms[q]])
+  # What starts the fleet from zero: the queues that are not floor-capped
+  # (a capped one waits for the window, whose floor starts the fleet).
+  from_zero_expr = join(" + ", [for q, i in local.queue_ids : "${local.term[q]}visible${i}" if !contains(var.floor_capped_queues, q)])
+  inflight_expr  = join(" + ", [for q, i in local.queue_ids : "${local.term[q]}inflight${i}"])
+  gpus_expr      = "desired * ${local.capacity_unit}"
+  cap_expr       = "${local.gpus_expr} * ${var.jobs_per_gpu}"
+  per_gpu_expr   = "(${local.visible_expr} + IF(${local.inflight_expr} < ${local.cap_expr}, ${local.inflight_expr}, ${local.cap_expr})) / (${local.gpus_expr})"
 }
 
 resource "aws_autoscaling_policy" "backlog_per_gpu" {
@@ -38,6 +48,18 @@ resource "aws_autoscaling_policy" "backlog_per_gpu" {
     precondition {
       condition     = length(local.queue_ids) > 0
       error_message = "queue_weights leaves no queue with a weight above 0: nothing would scale the fleet."
+    }
+    precondition {
+      condition     = local.from_zero_expr != ""
+      error_message = "floor_capped_queues caps every queue that scales the fleet: nothing would start it from zero outside the scheduled window."
+    }
+    precondition {
+      condition     = length(var.floor_capped_queues) == 0 || 2 * length(local.queue_ids) + 3 <= 10
+      error_message = "With floor_capped_queues the fleet takes at most 3 scaling queues: target tracking allows 10 metrics (two per queue, desired capacity, the group's minimum and the expression)."
+    }
+    precondition {
+      condition     = alltrue([for q in var.floor_capped_queues : contains(var.queue_names, q)])
+      error_message = "floor_capped_queues names a queue that is not in queue_names."
     }
   }
 
@@ -99,6 +121,25 @@ resource "aws_autoscaling_policy" "backlog_per_gpu" {
         }
       }
 
+      dynamic "metrics" {
+        for_each = length(var.floor_capped_queues) > 0 ? [1] : []
+        content {
+          id          = "minsize"
+          return_data = false
+          metric_stat {
+            stat = "Average"
+            metric {
+              namespace   = "AWS/AutoScaling"
+              metric_name = "GroupMinSize"
+              dimensions {
+                name  = "AutoScalingGroupName"
+                value = aws_autoscaling_group.this.name
+              }
+            }
+          }
+        }
+      }
+
       metrics {
         id          = "backlog_per_gpu"
         label       = "Queue messages per desired GPU"
@@ -139,7 +180,7 @@ resource "aws_cloudwatch_metric_alarm" "scale_from_zero" {
   alarm_actions       = [aws_autoscaling_policy.scale_from_zero.arn]
 
   dynamic "metric_query" {
-    for_each = local.queue_ids
+    for_each = { for q, i in local.queue_ids : q => i if !contains(var.floor_capped_queues, q) }
     content {
       id = "visible${metric_query.value}"
       metric {
@@ -169,7 +210,7 @@ resource "aws_cloudwatch_metric_alarm" "scale_from_zero" {
 
   metric_query {
     id          = "waiting_with_nothing_desired"
-    expression  = "IF((${local.visible_expr}) >= 1 AND FILL(FILL(desired, REPEAT), 0) == 0, 1, 0)"
+    expression  = "IF((${local.from_zero_expr}) >= 1 AND FILL(FILL(desired, REPEAT), 0) == 0, 1, 0)"
     label       = "Messages waiting and desired capacity zero"
     return_data = true
   }

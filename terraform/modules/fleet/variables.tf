@@ -230,6 +230,17 @@ variable "queue_weights" {
   }
 }
 
+variable "floor_capped_queues" {
+  type        = list(string)
+  description = "Queues (names) that scale the fleet only while scheduled_scaling has raised its floor: outside that window (the group's minimum at min_gpus) their visible messages count at most min_gpus x backlog_per_gpu_target, so a daytime backfill fills idle GPUs and the floor, and never scales the fleet out nor starts it from zero; inside it they count as queue_weights says. The example gives its bulk queue when bulk_window is on."
+  default     = []
+
+  validation {
+    condition     = length(var.floor_capped_queues) <= 3
+    error_message = "floor_capped_queues takes at most 3 queues: the group's minimum is one more of target tracking's 10 metrics."
+  }
+}
+
 variable "worker_environment" {
   type        = map(string)
   description = "Worker settings written to the instance's .env, by the worker's environment names: at least FLEETSCRIBE_QUEUE_URL, FLEETSCRIBE_OUTPUT_BUCKET and FLEETSCRIBE_INPUT_BUCKETS (the buckets jobs may read; * for any, on purpose)."

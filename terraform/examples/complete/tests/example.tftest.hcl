@@ -250,6 +250,17 @@ run "bulk_window" {
     condition     = length(module.fleet.schedule_names) == 2
     error_message = "the bulk window needs a start and an end action"
   }
+  # Item 5: outside the window the bulk queue counts at most the daytime
+  # floor's worth (GroupMinSize above min_gpus opens it), and its waiting
+  # backfill neither starts the fleet nor fires backlog-without-instances.
+  assert {
+    condition     = strcontains(module.fleet.backlog_expression, "IF(minsize * 1 > 0, 0.1 * visible0, IF(0.1 * visible0 < 0, 0.1 * visible0, 0)) + visible1")
+    error_message = "a daytime backfill is not capped by the floor"
+  }
+  assert {
+    condition     = length(module.alarms.no_capacity_queues) == 1 && endswith(module.alarms.no_capacity_queues[0], "-live")
+    error_message = "a bulk backfill waiting for the window fires backlog-without-instances"
+  }
 }
 
 run "several_queues" {
