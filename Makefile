@@ -92,11 +92,11 @@ tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)
 docs: ## rewrite the generated references: docs/configuration.md from the worker's flags, terraform/README.md's tables from the modules, the Helm chart's plans, values.schema.json and README
 	$(GO) test ./cmd/worker -run TestConfigurationReferenceIsCurrent -count=1 -update-docs
 	$(GO) test ./deploy/helm -run 'TestPlansAreCurrent|TestValuesSchemaIsCurrent|TestChartReadmeIsCurrent' -count=1 -update
-	$(GO) test ./terraform -run TestReadmeReferenceIsCurrent -count=1 -update
+	$(GO) test ./terraform -run 'TestReadmeReferenceIsCurrent|TestModuleReadmesAreCurrent' -count=1 -update
 
 .PHONY: tf-docs
-tf-docs: ## rewrite the reference tables of terraform/README.md from the modules' variables and outputs
-	$(GO) test ./terraform -run TestReadmeReferenceIsCurrent -count=1 -update
+tf-docs: ## rewrite the reference tables of terraform/README.md and every module's README from the modules' variables and outputs
+	$(GO) test ./terraform -run 'TestReadmeReferenceIsCurrent|TestModuleReadmesAreCurrent' -count=1 -update
 
 .PHONY: lint
 lint: deps tf-lint ## golangci-lint (see .golangci.yml), gofmt and tflint

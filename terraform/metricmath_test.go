@@ -272,7 +272,11 @@ func TestBacklogMetricMath(t *testing.T) {
 			map[string]series{"visible0": one(0), "inflight0": one(5000), "desired": one(2)}, 16},
 		{"bulk backfill at a tenth", fleetVars{queues: []string{"live", "bulk"}, weights: map[string]float64{"bulk": 0.1}},
 			map[string]series{"visible0": one(0), "inflight0": one(0), "visible1": one(6000), "inflight1": one(0), "desired": one(2)}, 300},
-		{"one 8-GPU instance", fleetVars{queues: []string{"live"}, types: []string{"g6e.48xlarge"}},
+		{"one 8-GPU instance, weighted", fleetVars{queues: []string{"live"}, types: []string{"g6e.48xlarge"}},
+			map[string]series{"visible0": one(800), "inflight0": one(64), "desired": one(8)}, 108},
+		// With a warm pool (no mixed instances policy) the group counts
+		// instances, converted to GPUs.
+		{"one 8-GPU instance with a warm pool", fleetVars{queues: []string{"live"}, types: []string{"g6e.48xlarge"}, warmPool: true},
 			map[string]series{"visible0": one(800), "inflight0": one(64), "desired": one(1)}, 108},
 		{"weighted spot group counts GPUs", fleetVars{queues: []string{"live"}, spot: true, types: []string{"g6e.48xlarge", "g6e.xlarge"}},
 			map[string]series{"visible0": one(900), "inflight0": one(0), "desired": one(9)}, 100},

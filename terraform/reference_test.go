@@ -60,21 +60,58 @@ func reference(t *testing.T) string {
 	b.WriteString(referenceHeading)
 	b.WriteString("\nGenerated from the `.tf` files by `make tf-docs`; `make test` fails when it\nis out of date.\n")
 	for _, dir := range referenceDirs {
-		m := load(t, dir)
-		fmt.Fprintf(&b, "\n### `%s`\n\n| variable | type | default | description |\n|---|---|---|---|\n", dir)
-		for _, v := range m.blocks("variable") {
-			def := "required"
-			if e := attr(v, "default"); e != nil {
-				def = "`" + source(m, e) + "`"
-			}
-			fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s |\n", v.Labels[0], cell(typeName(source(m, attr(v, "type")))), cell(def), cell(str(t, attr(v, "description"))))
-		}
-		fmt.Fprintf(&b, "\n| output | description |\n|---|---|\n")
-		for _, o := range m.blocks("output") {
-			fmt.Fprintf(&b, "| `%s` | %s |\n", o.Labels[0], cell(str(t, attr(o, "description"))))
-		}
+		fmt.Fprintf(&b, "\n### `%s`\n\n%s", dir, tables(t, load(t, dir)))
 	}
 	return b.String()
+}
+
+// tables are a module's variables and outputs as Markdown tables.
+func tables(t *testing.T, m *module) string {
+	var b strings.Builder
+	b.WriteString("| variable | type | default | description |\n|---|---|---|---|\n")
+	for _, v := range m.blocks("variable") {
+		def := "required"
+		if e := attr(v, "default"); e != nil {
+			def = "`" + source(m, e) + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s |\n", v.Labels[0], cell(typeName(source(m, attr(v, "type")))), cell(def), cell(str(t, attr(v, "description"))))
+	}
+	b.WriteString("\n| output | description |\n|---|---|\n")
+	for _, o := range m.blocks("output") {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", o.Labels[0], cell(str(t, attr(o, "description"))))
+	}
+	return b.String()
+}
+
+// purpose is the comment that opens a module's main.tf, as one paragraph.
+func purpose(t *testing.T, dir string) string {
+	src, err := os.ReadFile(dir + "/main.tf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var words []string
+	for _, line := range strings.Split(string(src), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			break
+		}
+		words = append(words, strings.TrimSpace(strings.TrimPrefix(line, "#")))
+	}
+	if len(words) == 0 {
+		t.Fatalf("%s/main.tf opens with no comment saying what the module is for", dir)
+	}
+	return strings.Join(words, " ")
+}
+
+// Each module's README: what it is for (the comment that opens its
+// main.tf), where the whole is explained, and its variables and outputs,
+// generated like the reference section (make tf-docs).
+func TestModuleReadmesAreCurrent(t *testing.T) {
+	for _, dir := range referenceDirs {
+		up := strings.Repeat("../", strings.Count(dir, "/")+1)
+		body := fmt.Sprintf("# `%s`\n\n%s\n\nPart of fleetscribe's Terraform: [%sREADME.md](%sREADME.md) says how the modules fit together and what their settings do.\nGenerated from the `.tf` files by `make tf-docs`; `make test` fails when it is out of date.\n\n%s",
+			dir, purpose(t, dir), up, up, tables(t, load(t, dir)))
+		golden.Check(t, dir+"/README.md", []byte(body), *update, "make tf-docs")
+	}
 }
 
 // The README's variables and outputs are the modules' own: a variable

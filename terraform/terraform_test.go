@@ -484,6 +484,7 @@ type fleetVars struct {
 	capped     []string // floor_capped_queues
 	minGPUs    int64    // min_gpus
 	target     int64    // backlog_per_gpu_target, default 100
+	warmPool   bool     // a warm pool: the group counts instances
 }
 
 // fleetLocals evaluates the fleet module's scaling locals for the given
@@ -530,6 +531,7 @@ func fleetLocals(t *testing.T, m *module, fv fleetVars) *hcl.EvalContext {
 			"jobs_per_gpu":           cty.NumberIntVal(fv.jobsPerGPU),
 			"instance_types":         cty.TupleVal(tv),
 			"spot":                   cty.ObjectVal(map[string]cty.Value{"enabled": cty.BoolVal(fv.spot)}),
+			"warm_pool":              cty.ObjectVal(map[string]cty.Value{"enabled": cty.BoolVal(fv.warmPool)}),
 			"floor_capped_queues":    capped,
 			"min_gpus":               cty.NumberIntVal(fv.minGPUs),
 			"backlog_per_gpu_target": cty.NumberIntVal(fv.target),
@@ -538,7 +540,7 @@ func fleetLocals(t *testing.T, m *module, fv fleetVars) *hcl.EvalContext {
 	}
 	locals := map[string]cty.Value{}
 	// In dependency order; the locals are spread over several files.
-	for _, name := range []string{"gpus_per_instance", "capacity_unit", "weights", "queue_ids", "term", "floor_cap", "visible_terms", "visible_expr",
+	for _, name := range []string{"gpus_per_instance", "weighted", "capacity_unit", "weights", "queue_ids", "term", "floor_cap", "visible_terms", "visible_expr",
 		"from_zero_expr", "inflight_expr", "gpus_expr", "cap_expr", "per_gpu_expr"} {
 		found := false
 		for _, lb := range m.blocks("locals") {

@@ -87,7 +87,7 @@ var testEnv = map[string]string{
 	"WORKER_IMAGE": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/fleetscribe/worker:1",
 	"TRITON_IMAGE": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/tritonserver:24.10-py3",
 	"CUDA_IMAGE":   "210987654321.dkr.ecr.us-east-2.amazonaws.com/cuda:12.4.1-base-ubuntu22.04",
-	"MODEL_S3_URI": "s3://models/asr/", "LOG_GROUP": "/fleetscribe/fleet", "FLEETSCRIBE_ASG_NAME": "fleet",
+	"MODEL_S3_URI": "s3://models/asr/", "MODEL_REPOSITORY": "/opt/fleetscribe/models", "LOG_GROUP": "/fleetscribe/fleet", "FLEETSCRIBE_ASG_NAME": "fleet",
 }
 
 // TestUserDataRendersToValidShell renders the user data template as

@@ -1,3 +1,7 @@
+# The whole deployment in one apply: queues, buckets, upload
+# notifications, a key, IAM, the GPU fleet and its alarms, with an alarms
+# topic, a bulk window and the rollout's canary as options.
+
 data "aws_partition" "current" {}
 
 locals {
@@ -133,14 +137,14 @@ module "fleet" {
   scheduled_scaling = var.bulk_window.enabled ? {
     "${var.name}-bulk-window-start" = {
       recurrence = var.bulk_window.start_cron
-      min_size   = var.bulk_window.min_gpus
-      max_size   = var.max_gpus
+      min_gpus   = var.bulk_window.min_gpus
+      max_gpus   = var.max_gpus
       time_zone  = var.bulk_window.time_zone
     }
     "${var.name}-bulk-window-end" = {
       recurrence = var.bulk_window.end_cron
-      min_size   = 0 # the fleet's own floor
-      max_size   = var.max_gpus
+      min_gpus   = 0 # the fleet's own floor
+      max_gpus   = var.max_gpus
       time_zone  = var.bulk_window.time_zone
     }
   } : {}

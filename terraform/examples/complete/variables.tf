@@ -191,12 +191,12 @@ variable "spot" {
 
 variable "warm_pool" {
   type = object({
-    enabled                     = bool
-    min_size                    = optional(number, 1)
-    max_group_prepared_capacity = optional(number)
-    pool_state                  = optional(string, "Stopped")
+    enabled           = bool
+    min_gpus          = optional(number, 1)
+    max_prepared_gpus = optional(number)
+    pool_state        = optional(string, "Stopped")
   })
-  description = "Warm pool of prepared, stopped instances, in GPUs (see the fleet module)."
+  description = "Warm pool of prepared, stopped instances, in GPUs (min_gpus, max_prepared_gpus; see the fleet module)."
   default     = { enabled = false }
 
   validation {

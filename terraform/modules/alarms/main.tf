@@ -1,3 +1,8 @@
+# The deployment's alarms on its queues and fleet: a message in a
+# dead-letter queue, a queue's oldest message past its SLA, and messages
+# waiting with no instance in service (scale-from-zero failed). Each
+# notifies alarm_actions.
+
 resource "aws_cloudwatch_metric_alarm" "dlq_not_empty" {
   for_each = var.dlq_names
 

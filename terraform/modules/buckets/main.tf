@@ -1,3 +1,7 @@
+# The input and output buckets (one bucket may be both): encrypted with a
+# key of their own or the one given, public access blocked, TLS only,
+# versioned, with lifecycle rules.
+
 locals {
   # One bucket may serve as both input and output.
   buckets = toset(distinct([var.input_bucket_name, var.output_bucket_name]))

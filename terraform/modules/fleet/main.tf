@@ -1,3 +1,10 @@
+# The GPU fleet: an Auto Scaling group of g6e instances (weighted by GPUs),
+# each booting the worker, the MPS daemon and its Triton partitions from one
+# launch template; launch and drain lifecycle hooks; target tracking on the
+# queues' backlog per GPU, scale from zero, scheduled floors; a rollout that
+# can be undone (a pinned release and a canary); the fleet's own alarms and
+# log group.
+
 data "aws_default_tags" "current" {}
 
 data "aws_ssm_parameter" "ami" {
@@ -13,7 +20,12 @@ locals {
     "g6e.xlarge"   = 1, "g6e.2xlarge" = 1, "g6e.4xlarge" = 1, "g6e.8xlarge" = 1, "g6e.16xlarge" = 1,
     "g6e.12xlarge" = 4, "g6e.24xlarge" = 4, "g6e.48xlarge" = 8,
   }
-  capacity_unit = var.spot.enabled ? 1 : local.gpus_per_instance[var.instance_types[0]]
+  # The group is weighted by GPUs (a mixed instances policy: spot or
+  # on-demand) unless it has a warm pool, which takes no mixed instances
+  # policy: then it runs the first size and counts instances. So turning
+  # spot on or off never changes what desired capacity means.
+  weighted      = !var.warm_pool.enabled
+  capacity_unit = local.weighted ? 1 : local.gpus_per_instance[var.instance_types[0]]
 
   # The drain hook's heartbeat timeout: the drain, stopping the stack
   # included, where AWS allows it (30-7,200 s); the drain's heartbeats
@@ -45,7 +57,11 @@ locals {
   log_group      = coalesce(var.log_group_name, "/fleetscribe/${var.name}")
   metric_ns      = "fleetscribe"
   compose_yaml   = var.compose_yaml != null ? var.compose_yaml : file("${path.module}/../../../docker-compose.yml")
-  env = merge(var.worker_environment, {
+  # Where the model repository is on the instance: the boot syncs
+  # MODEL_S3_URI into it, and the Triton services mount it (compose's own
+  # default, ./deploy/triton/models, is nothing on an instance).
+  model_repository = lookup(var.worker_environment, "MODEL_REPOSITORY", "/opt/fleetscribe/models")
+  env = merge(var.worker_environment, { MODEL_REPOSITORY = local.model_repository }, {
     FLEETSCRIBE_JOB_TIMEOUT   = "${var.job_timeout_seconds}s"
     FLEETSCRIBE_DRAIN_TIMEOUT = "${var.drain_timeout_seconds}s"
     # No scale-in protection: the instance a scale-in picks drains (stops
@@ -159,6 +175,10 @@ resource "aws_launch_template" "this" {
       error_message = "worker_environment must not set FLEETSCRIBE_JOB_TIMEOUT, FLEETSCRIBE_DRAIN_TIMEOUT, FLEETSCRIBE_CONCURRENCY, FLEETSCRIBE_DRAIN_ON_REBALANCE or LOG_GROUP: the module sets them (job_timeout_seconds, drain_timeout_seconds, jobs_per_gpu) and checks them against each other and the scaling policy."
     }
     precondition {
+      condition     = lookup(var.worker_environment, "MODEL_S3_URI", "") != "" || contains(keys(var.worker_environment), "MODEL_REPOSITORY")
+      error_message = "worker_environment needs MODEL_S3_URI (the model repository in S3, synced into MODEL_REPOSITORY at every boot) or MODEL_REPOSITORY (a model repository the AMI already holds): without either, Triton has no model and no boot reaches service."
+    }
+    precondition {
       condition     = var.root_volume_throughput <= var.root_volume_iops / 4
       error_message = "root_volume_throughput (MiB/s) can be at most a quarter of root_volume_iops on gp3."
     }
@@ -208,19 +228,22 @@ resource "aws_autoscaling_group" "this" {
   }
 
   dynamic "launch_template" {
-    for_each = var.spot.enabled ? [] : [1]
+    for_each = local.weighted ? [] : [1]
     content {
       id      = aws_launch_template.this.id
       version = local.fleet_version
     }
   }
 
+  # Weighted by GPUs, spot or not: on-demand takes instance_types in their
+  # order (the first while it has capacity, the next when it has none).
   dynamic "mixed_instances_policy" {
-    for_each = var.spot.enabled ? [1] : []
+    for_each = local.weighted ? [1] : []
     content {
       instances_distribution {
-        on_demand_base_capacity                  = var.spot.on_demand_base_capacity
-        on_demand_percentage_above_base_capacity = var.spot.on_demand_percentage_above_base_capacity
+        on_demand_allocation_strategy            = "prioritized"
+        on_demand_base_capacity                  = var.spot.enabled ? var.spot.on_demand_base_capacity : 0
+        on_demand_percentage_above_base_capacity = var.spot.enabled ? var.spot.on_demand_percentage_above_base_capacity : 100
         spot_allocation_strategy                 = var.spot.spot_allocation_strategy
       }
       launch_template {
@@ -246,8 +269,8 @@ resource "aws_autoscaling_group" "this" {
     for_each = var.warm_pool.enabled ? [1] : []
     content {
       pool_state                  = var.warm_pool.pool_state
-      min_size                    = ceil(var.warm_pool.min_size / local.capacity_unit)
-      max_group_prepared_capacity = ceil(coalesce(var.warm_pool.max_group_prepared_capacity, var.warm_pool.min_size) / local.capacity_unit)
+      min_size                    = ceil(var.warm_pool.min_gpus / local.capacity_unit)
+      max_group_prepared_capacity = ceil(coalesce(var.warm_pool.max_prepared_gpus, var.warm_pool.min_gpus) / local.capacity_unit)
     }
   }
 
@@ -294,8 +317,8 @@ resource "aws_autoscaling_group" "this" {
       error_message = "max_gpus must be at least min_gpus and scale_from_zero_capacity (all in GPUs)."
     }
     precondition {
-      condition     = !var.warm_pool.enabled || coalesce(var.warm_pool.max_group_prepared_capacity, var.warm_pool.min_size) <= var.max_gpus
-      error_message = "warm_pool.max_group_prepared_capacity (or min_size) must not exceed max_gpus."
+      condition     = !var.warm_pool.enabled || coalesce(var.warm_pool.max_prepared_gpus, var.warm_pool.min_gpus) <= var.max_gpus
+      error_message = "warm_pool.max_prepared_gpus (or min_gpus) must not exceed max_gpus."
     }
     precondition {
       condition     = var.launch_template_version == null ? true : var.launch_template_version <= aws_launch_template.this.latest_version

@@ -42,7 +42,7 @@ output "user_data" {
 }
 
 output "uses_mixed_instances_policy" {
-  description = "Whether the group launches through a mixed instances policy (spot)."
+  description = "Whether the group launches through a mixed instances policy weighted by GPUs (every fleet without a warm pool, spot or not)."
   value       = length(aws_autoscaling_group.this.mixed_instances_policy) > 0
 }
 
@@ -57,7 +57,7 @@ output "schedule_names" {
 }
 
 output "instance_weights" {
-  description = "Capacity units (GPUs) of each instance type in the mixed instances group; empty without spot."
+  description = "Capacity units (GPUs) of each instance type in the mixed instances group; empty with a warm pool."
   value = { for o in flatten([
     for mip in aws_autoscaling_group.this.mixed_instances_policy : [
       for lt in mip.launch_template : lt.override
@@ -66,7 +66,7 @@ output "instance_weights" {
 }
 
 output "group_size" {
-  description = "The group's min and max size as AWS counts them: GPUs with spot (weighted), instances without."
+  description = "The group's min and max size as AWS counts them: GPUs (weighted), or instances with a warm pool."
   value       = { min = aws_autoscaling_group.this.min_size, max = aws_autoscaling_group.this.max_size }
 }
 

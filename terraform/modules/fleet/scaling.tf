@@ -223,7 +223,7 @@ resource "aws_autoscaling_schedule" "this" {
   autoscaling_group_name = aws_autoscaling_group.this.name
   recurrence             = each.value.recurrence
   time_zone              = each.value.time_zone
-  min_size               = ceil(each.value.min_size / local.capacity_unit)
-  max_size               = ceil(each.value.max_size / local.capacity_unit)
-  desired_capacity       = each.value.desired_capacity == null ? -1 : ceil(each.value.desired_capacity / local.capacity_unit)
+  min_size               = ceil(each.value.min_gpus / local.capacity_unit)
+  max_size               = ceil(each.value.max_gpus / local.capacity_unit)
+  desired_capacity       = each.value.desired_gpus == null ? -1 : ceil(each.value.desired_gpus / local.capacity_unit)
 }

@@ -22,7 +22,7 @@ variable "ami_ssm_parameter" {
 
 variable "instance_types" {
   type        = list(string)
-  description = "g6e sizes (L40S GPUs: 1 for xlarge to 16xlarge, 4 for 12xlarge and 24xlarge, 8 for 48xlarge); each instance runs partitions_per_gpu MPS partitions on every GPU it has. Without spot the group runs the first; with spot it mixes all of them, weighted by GPUs."
+  description = "g6e sizes (L40S GPUs: 1 for xlarge to 16xlarge, 4 for 12xlarge and 24xlarge, 8 for 48xlarge); each instance runs partitions_per_gpu MPS partitions on every GPU it has. The group is weighted by GPUs and takes them in order (on-demand: the first while it has capacity, the next when it has none; with spot, as spot.spot_allocation_strategy picks), so switching spot on or off never changes what capacity means; with a warm pool (no mixed instances policy) it runs the first."
   default     = ["g6e.xlarge", "g6e.2xlarge"]
 
   validation {
@@ -276,12 +276,15 @@ variable "spot" {
 
 variable "warm_pool" {
   type = object({
-    enabled                     = bool
-    min_size                    = optional(number, 1)
+    enabled           = bool
+    min_gpus          = optional(number, 1)
+    max_prepared_gpus = optional(number)
+    pool_state        = optional(string, "Stopped")
+    # The old names, refused with a message (they counted instances).
+    min_size                    = optional(number)
     max_group_prepared_capacity = optional(number)
-    pool_state                  = optional(string, "Stopped")
   })
-  description = "Stopped instances prepared in advance (images pulled, model copied, stack not started) for faster scale-out; on-demand only. Sizes in GPUs, rounded up to instances. max_group_prepared_capacity (in-service plus pool) defaults to min_size, so the pool holds min_size instances, not max_size."
+  description = "Stopped instances prepared in advance (images pulled, model copied, stack not started) for faster scale-out; on-demand only. Sizes in GPUs, rounded up to instances: min_gpus in the pool, max_prepared_gpus (in service plus pool; default min_gpus, so the pool holds min_gpus' worth, not max_gpus')."
   default     = { enabled = false }
 
   validation {
@@ -291,21 +294,34 @@ variable "warm_pool" {
     error_message = "warm_pool.pool_state must be Stopped: a Running pool instance would take jobs while in the pool, and g6e instances cannot hibernate."
   }
   validation {
-    condition     = var.warm_pool.min_size >= 0 && (var.warm_pool.max_group_prepared_capacity == null || coalesce(var.warm_pool.max_group_prepared_capacity, 0) >= var.warm_pool.min_size)
-    error_message = "warm_pool.min_size must be at least 0, and max_group_prepared_capacity at least min_size."
+    condition     = var.warm_pool.min_gpus >= 0 && (var.warm_pool.max_prepared_gpus == null || coalesce(var.warm_pool.max_prepared_gpus, 0) >= var.warm_pool.min_gpus)
+    error_message = "warm_pool.min_gpus must be at least 0, and max_prepared_gpus at least min_gpus."
+  }
+  validation {
+    condition     = var.warm_pool.min_size == null && var.warm_pool.max_group_prepared_capacity == null
+    error_message = "warm_pool.min_size and max_group_prepared_capacity are now min_gpus and max_prepared_gpus: the fleet counts GPUs (one g6e.48xlarge in the pool is min_gpus = 8)."
   }
 }
 
 variable "scheduled_scaling" {
   type = map(object({
-    recurrence       = string
-    min_size         = number
-    max_size         = number
+    recurrence   = string
+    min_gpus     = number
+    max_gpus     = number
+    desired_gpus = optional(number)
+    time_zone    = optional(string, "UTC")
+    # The old names, refused with a message (they counted instances).
+    min_size         = optional(number)
+    max_size         = optional(number)
     desired_capacity = optional(number)
-    time_zone        = optional(string, "UTC")
   }))
-  description = "Scheduled capacity changes in GPUs, e.g. a larger floor for the overnight bulk window and a return to zero in the morning; keyed by action name."
+  description = "Scheduled capacity changes in GPUs (min_gpus, max_gpus, desired_gpus), e.g. a larger floor for the overnight bulk window and a return to zero in the morning; keyed by action name."
   default     = {}
+
+  validation {
+    condition     = alltrue([for a in values(var.scheduled_scaling) : a.min_size == null && a.max_size == null && a.desired_capacity == null])
+    error_message = "scheduled_scaling's min_size, max_size and desired_capacity are now min_gpus, max_gpus and desired_gpus: the fleet counts GPUs (four g6e.48xlarge are max_gpus = 32)."
+  }
 }
 
 variable "tags" {

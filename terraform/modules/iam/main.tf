@@ -1,3 +1,8 @@
+# The instance role and profile of the fleet: the worker's data access
+# (the worker-policy module's document) plus what only an instance does:
+# its own group's lifecycle hooks and health, its boot-failure metric, its
+# containers' logs, image pulls, and Session Manager.
+
 data "aws_partition" "current" {}
 data "aws_region" "current" {}
 data "aws_caller_identity" "current" {}

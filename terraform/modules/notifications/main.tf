@@ -1,3 +1,7 @@
+# S3 upload events to the live queue: the input bucket's notifications for
+# the prefix and suffixes given, with the queue policy that lets S3
+# deliver them.
+
 data "aws_caller_identity" "current" {}
 
 data "aws_iam_policy_document" "queue" {

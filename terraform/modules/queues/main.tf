@@ -1,3 +1,8 @@
+# The work queues (live and bulk by default), each with its dead-letter
+# queue after max_receive_count receives: encrypted (SQS's own key or the
+# one given), with a visibility timeout derived from the worker's longest
+# job.
+
 locals {
   visibility_timeout = var.worker_max_job_seconds + var.visibility_margin_seconds
   kms                = var.kms_key_arn != null

@@ -190,12 +190,13 @@ run "eight_gpu_instances" {
     max_gpus       = 20
   }
 
+  # Weighted by GPUs, spot or not: the group's sizes are GPUs.
   assert {
-    condition     = module.fleet.group_size.max == 3 && module.fleet.capacity_metric == "GroupDesiredCapacity"
-    error_message = "20 GPUs of 8-GPU instances is 3 instances"
+    condition     = module.fleet.group_size.max == 20 && module.fleet.capacity_metric == "GroupDesiredCapacity" && module.fleet.instance_weights == { "g6e.48xlarge" = "8" }
+    error_message = "20 GPUs of 8-GPU instances are not counted as 20 GPUs"
   }
   assert {
-    condition     = endswith(module.fleet.backlog_expression, "/ (desired * 8)")
+    condition     = endswith(module.fleet.backlog_expression, "/ (desired * 1)")
     error_message = "backlog per GPU of 8-GPU instances"
   }
   assert {
@@ -208,7 +209,7 @@ run "warm_pool" {
   command = apply
 
   variables {
-    warm_pool = { enabled = true, min_size = 1 }
+    warm_pool = { enabled = true, min_gpus = 1 }
   }
 
   assert {

@@ -37,7 +37,34 @@ variables {
     WORKER_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:1"
     TRITON_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/tritonserver:24.10-py3"
     CUDA_IMAGE                = "000000000000.dkr.ecr.us-east-1.amazonaws.com/cuda:12.4.1-base-ubuntu22.04"
+    MODEL_S3_URI              = "s3://fs-models/asr/"
   }
+}
+
+# F21: the model is synced where the Triton services mount it, whether or
+# not the caller names the place (compose's own default is nothing on an
+# instance), and a fleet with no model at all is refused at plan.
+run "model_synced_where_triton_mounts_it" {
+  command = plan
+  assert {
+    condition     = strcontains(output.user_data, "\nMODEL_REPOSITORY=/opt/fleetscribe/models\n") && strcontains(output.user_data, "aws s3 sync --only-show-errors --delete \"$model_uri\" \"$repo\"")
+    error_message = "MODEL_S3_URI without MODEL_REPOSITORY is synced somewhere the Triton services do not mount"
+  }
+}
+
+run "no_model_refused" {
+  command = plan
+  variables {
+    worker_environment = {
+      FLEETSCRIBE_QUEUE_URL     = "https://sqs.us-east-1.amazonaws.com/000000000000/fs-live"
+      FLEETSCRIBE_OUTPUT_BUCKET = "fs-out"
+      FLEETSCRIBE_INPUT_BUCKETS = "fs-in"
+      WORKER_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:1"
+      TRITON_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/tritonserver:24.10-py3"
+      CUDA_IMAGE                = "000000000000.dkr.ecr.us-east-1.amazonaws.com/cuda:12.4.1-base-ubuntu22.04"
+    }
+  }
+  expect_failures = [aws_launch_template.this]
 }
 
 # Item 2: the worker protects its busy instance from scale-in, and its
@@ -111,6 +138,7 @@ run "public_images_refused" {
       FLEETSCRIBE_QUEUE_URL     = "https://sqs.us-east-1.amazonaws.com/000000000000/fs-live"
       FLEETSCRIBE_OUTPUT_BUCKET = "fs-out"
       FLEETSCRIBE_INPUT_BUCKETS = "fs-in"
+      MODEL_S3_URI              = "s3://fs-models/asr/"
       WORKER_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:1"
       TRITON_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/tritonserver:24.10-py3"
       # CUDA_IMAGE unset: the compose default, from Docker Hub
@@ -127,6 +155,7 @@ run "public_images_allowed_on_purpose" {
       FLEETSCRIBE_QUEUE_URL     = "https://sqs.us-east-1.amazonaws.com/000000000000/fs-live"
       FLEETSCRIBE_OUTPUT_BUCKET = "fs-out"
       FLEETSCRIBE_INPUT_BUCKETS = "fs-in"
+      MODEL_S3_URI              = "s3://fs-models/asr/"
     }
   }
 }
@@ -187,7 +216,7 @@ run "warm_pool_running_refused" {
 run "warm_pool_larger_than_fleet_refused" {
   command = plan
   variables {
-    warm_pool = { enabled = true, min_size = 2, max_group_prepared_capacity = 8 }
+    warm_pool = { enabled = true, min_gpus = 2, max_prepared_gpus = 8 }
   }
   expect_failures = [aws_autoscaling_group.this]
 }
@@ -331,6 +360,7 @@ run "settings_the_module_owns_refused" {
       FLEETSCRIBE_QUEUE_URL     = "https://sqs.us-east-1.amazonaws.com/000000000000/fs-live"
       FLEETSCRIBE_OUTPUT_BUCKET = "fs-out"
       FLEETSCRIBE_INPUT_BUCKETS = "fs-in"
+      MODEL_S3_URI              = "s3://fs-models/asr/"
       FLEETSCRIBE_CONCURRENCY   = "64"
       WORKER_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:1"
       TRITON_IMAGE              = "000000000000.dkr.ecr.us-east-1.amazonaws.com/tritonserver:24.10-py3"
@@ -346,6 +376,7 @@ run "no_input_allow_list_refused" {
     worker_environment = {
       FLEETSCRIBE_QUEUE_URL     = "https://sqs.us-east-1.amazonaws.com/000000000000/fs-live"
       FLEETSCRIBE_OUTPUT_BUCKET = "fs-out"
+      MODEL_S3_URI              = "s3://fs-models/asr/"
     }
   }
   expect_failures = [var.worker_environment]
@@ -401,7 +432,7 @@ run "warm_pool_in_gpus_on_eight_gpu_instances" {
   variables {
     instance_types = ["g6e.48xlarge"]
     max_gpus       = 32
-    warm_pool      = { enabled = true, min_size = 8, max_group_prepared_capacity = 16 }
+    warm_pool      = { enabled = true, min_gpus = 8, max_prepared_gpus = 16 }
   }
   assert {
     condition     = aws_autoscaling_group.this.warm_pool[0].min_size == 1 && aws_autoscaling_group.this.warm_pool[0].max_group_prepared_capacity == 2 && aws_autoscaling_group.this.max_size == 4
@@ -437,7 +468,7 @@ run "canary_beside_the_release" {
     canary                  = { version = 4 }
   }
   assert {
-    condition     = aws_autoscaling_group.this.launch_template[0].version == "3" && output.fleet_launch_template_version == 3
+    condition     = aws_autoscaling_group.this.mixed_instances_policy[0].launch_template[0].launch_template_specification[0].version == "3" && output.fleet_launch_template_version == 3
     error_message = "the fleet does not stay on the pinned release while a canary runs"
   }
   assert {
@@ -473,7 +504,7 @@ run "promoted" {
     launch_template_version = 4
   }
   assert {
-    condition     = aws_autoscaling_group.this.launch_template[0].version == "4" && length(aws_autoscaling_group.canary) == 0 && output.canary == null
+    condition     = aws_autoscaling_group.this.mixed_instances_policy[0].launch_template[0].launch_template_specification[0].version == "4" && length(aws_autoscaling_group.canary) == 0 && output.canary == null
     error_message = "promoting does not move the fleet to the canary's version and end the canary"
   }
   assert {
@@ -488,7 +519,7 @@ run "aborted" {
     launch_template_version = 3
   }
   assert {
-    condition     = aws_autoscaling_group.this.launch_template[0].version == "3" && length(aws_autoscaling_group.canary) == 0
+    condition     = aws_autoscaling_group.this.mixed_instances_policy[0].launch_template[0].launch_template_specification[0].version == "3" && length(aws_autoscaling_group.canary) == 0
     error_message = "aborting the canary moves the fleet"
   }
 }
@@ -500,4 +531,82 @@ run "canary_of_the_release_refused" {
     canary                  = { version = 3 }
   }
   expect_failures = [aws_autoscaling_group.canary]
+}
+
+# F19: spot on or off, the group counts GPUs: its sizes mean the same, so
+# the desired and minimum sizes Terraform leaves alone keep their meaning.
+run "on_demand_counts_gpus" {
+  command = plan
+  variables {
+    instance_types = ["g6e.12xlarge", "g6e.48xlarge"]
+    max_gpus       = 16
+  }
+  assert {
+    condition = (aws_autoscaling_group.this.max_size == 16 && length(aws_autoscaling_group.this.mixed_instances_policy) == 1
+      && aws_autoscaling_group.this.mixed_instances_policy[0].instances_distribution[0].on_demand_percentage_above_base_capacity == 100
+    && aws_autoscaling_group.this.mixed_instances_policy[0].instances_distribution[0].on_demand_allocation_strategy == "prioritized")
+    error_message = "an on-demand fleet does not count GPUs (or is not all on-demand, in order)"
+  }
+}
+
+run "spot_counts_gpus_too" {
+  command = plan
+  variables {
+    instance_types = ["g6e.12xlarge", "g6e.48xlarge"]
+    max_gpus       = 16
+    spot           = { enabled = true }
+  }
+  assert {
+    condition     = aws_autoscaling_group.this.max_size == 16 && aws_autoscaling_group.this.mixed_instances_policy[0].instances_distribution[0].on_demand_percentage_above_base_capacity == 0
+    error_message = "turning spot on changes what the group's sizes mean"
+  }
+}
+
+run "warm_pool_counts_instances" {
+  command = plan
+  variables {
+    instance_types = ["g6e.12xlarge"]
+    max_gpus       = 16
+    warm_pool      = { enabled = true, min_gpus = 4 }
+  }
+  assert {
+    condition     = aws_autoscaling_group.this.max_size == 4 && aws_autoscaling_group.this.warm_pool[0].min_size == 1
+    error_message = "a warm-pool fleet does not convert GPUs to instances"
+  }
+}
+
+# Item 7: the warm pool's and the scheduled actions' sizes are GPUs too,
+# and their old instance-counting names are refused with a message.
+run "scheduled_gpus" {
+  command = plan
+  variables {
+    instance_types = ["g6e.48xlarge"]
+    max_gpus       = 32
+    warm_pool      = { enabled = true, min_gpus = 8 }
+    scheduled_scaling = {
+      night = { recurrence = "0 22 * * *", min_gpus = 16, max_gpus = 32, desired_gpus = 16 }
+    }
+  }
+  assert {
+    condition     = aws_autoscaling_schedule.this["night"].min_size == 2 && aws_autoscaling_schedule.this["night"].max_size == 4 && aws_autoscaling_schedule.this["night"].desired_capacity == 2
+    error_message = "scheduled GPUs are not converted to 8-GPU instances"
+  }
+}
+
+run "old_warm_pool_names_refused" {
+  command = plan
+  variables {
+    warm_pool = { enabled = true, min_size = 1 }
+  }
+  expect_failures = [var.warm_pool]
+}
+
+run "old_schedule_names_refused" {
+  command = plan
+  variables {
+    scheduled_scaling = {
+      night = { recurrence = "0 22 * * *", min_gpus = 1, max_gpus = 4, desired_capacity = 2 }
+    }
+  }
+  expect_failures = [var.scheduled_scaling]
 }
