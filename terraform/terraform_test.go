@@ -263,11 +263,11 @@ var starResourceAllowed = map[string]bool{
 	// Describe calls have no resource-level permissions.
 	"autoscaling:DescribeAutoScalingInstances": true,
 	"cloudwatch:PutMetricData":                 true,
-	"ecr:GetAuthorizationToken":        true,
-	"ssmmessages:CreateControlChannel": true,
-	"ssmmessages:CreateDataChannel":    true,
-	"ssmmessages:OpenControlChannel":   true,
-	"ssmmessages:OpenDataChannel":      true,
+	"ecr:GetAuthorizationToken":                true,
+	"ssmmessages:CreateControlChannel":         true,
+	"ssmmessages:CreateDataChannel":            true,
+	"ssmmessages:OpenControlChannel":           true,
+	"ssmmessages:OpenDataChannel":              true,
 }
 
 // A key policy's resource is always "*" (the key itself), and its one

@@ -598,11 +598,9 @@ class Engine:
     def encode(self, audio):
         """Encoder frames and valid frames of audio (only the real rows):
         compiled where a static shape holds the batch, else eagerly."""
-        out = self.compiled(audio) if self.compiled is not None else None
-        if out is not None:
-            return out
-        if self.compiled is not None:
-            self.compiled.outside(len(audio), max(a.size for a in audio))
+        return self.compiled.encode(audio, self.encode_eagerly) if self.compiled is not None else self.encode_eagerly(audio)
+
+    def encode_eagerly(self, audio):
         x = self.batch(audio)
         return self.model.encoder(x, torch.tensor([a.size for a in audio], device=self.device))
 

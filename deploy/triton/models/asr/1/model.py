@@ -232,8 +232,9 @@ class CompiledEncoder:
     Regional compilation: where the engine names regions (modules whose
     forward is most of the work: the conformer layers, the subsampling),
     each region's forward is compiled instead of the whole function; the 24
-    layers share one code and so one compiled graph a shape, which takes
-    seconds to compile where the whole encoder took 80-115 s. The regions
+    layers share one code and so one compiled graph a shape, which took
+    about 21 s a shape on an H200 where the whole encoder took 80-115 s
+    (docs/benchmarks.md). The regions
     run compiled only inside this object's calls: the same model's eager
     path (a batch longer than every bucket, encoder=eager) stays eager and
     never compiles at serving time.
@@ -306,6 +307,15 @@ class CompiledEncoder:
         return "lengths %s s, rows %s: %d compiled graphs %s in %.0f s, CUDA graphs %s" % (
             ",".join("%g" % (b / SAMPLE_RATE) for b in self.lengths), ",".join(map(str, self.rows)), self.graphs,
             "compiled" if self.cold else "loaded from the cache", self.warm_seconds, "on" if self.graphs_on else "off")
+
+    def encode(self, audio, eager):
+        """(frames, frame lengths) of the rows of audio: compiled where a
+        shape holds them, else eager(audio), the first such batch logged."""
+        out = self(audio)
+        if out is None:
+            self.outside(len(audio), max(a.size for a in audio))
+            out = eager(audio)
+        return out
 
     def outside(self, rows, n):
         """Logs the first batch that no shape holds (the engine runs it
@@ -535,11 +545,9 @@ class NemoEngine:
     def encode(self, audio):
         """The encoder's output for audio (only the real rows): compiled
         where a static shape holds the batch, else eagerly."""
-        out = self.compiled(audio) if self.compiled is not None else None
-        if out is not None:
-            return out
-        if self.compiled is not None:
-            self.compiled.outside(len(audio), max(a.size for a in audio))
+        return self.compiled.encode(audio, self.encode_eagerly) if self.compiled is not None else self.encode_eagerly(audio)
+
+    def encode_eagerly(self, audio):
         x = self.batch(audio)
         lengths = self.torch.tensor([a.size for a in audio], device=self.device)
         return self.model.forward(input_signal=x, input_signal_length=lengths)
