@@ -198,9 +198,11 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	@echo "# The first compiled encoder (whole, batch symbolic), 2026-12-02's first sweep:"
 	$(GO) run ./bench/gpu/gpubench compiled -encoder inductor_whole_symbolic -results docs/benchmarks/compiled/served.csv \
 	  -results docs/benchmarks/compiled/2026-12-01/served-b.csv -study docs/benchmarks/compiled/encoder-nemo.json
-	@echo "# The shipped compiled encoder (regional, static shapes), measured beside eager in one session:"
+	@echo "# The regional static encoder, measured beside eager in one session (CUDA's sync, torch's threads):"
 	$(GO) run ./bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/regional/served.csv \
 	  -study docs/benchmarks/regional/encoder-nemo.json
+	@echo "# The same encoder as shipped: partitions that sleep while the GPU works, on 2 CPU threads (beside eager, one session):"
+	$(GO) run ./bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/hostcpu/served.csv
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (needs python3 with torch; on a GPU also CUDA-graph replay)

@@ -74,7 +74,7 @@ func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PoisonWait, "triton-poison-wait", 10*time.Second, "how long a chunk that failed the same way on two partitions waits for one to serve another chunk\nIf one does, the input is at fault: a permanent model_failed record, not a retry.")
 	fs.DurationVar(&c.HealthInterval, "triton-health-interval", 5*time.Second, "how often partitions are health-checked (ejected ones more often)")
 	fs.DurationVar(&c.StartTimeout, "triton-start-timeout", 15*time.Minute, "how long the worker waits at start for a partition to be ready before it exits\n"+
-		"A GPU partition compiles its encoder before it is ready: with model.py's defaults (one length bucket, six row buckets), eight NeMo partitions of an H200 were ready 176 s after start from an empty compile cache and 64 s from a warm one.")
+		"A GPU partition compiles its encoder before it is ready: with model.py's defaults (one length bucket, six row buckets), eight NeMo partitions of an H200 were ready 177 s after start from an empty compile cache and 56-62 s from a warm one.")
 	fs.Uint64Var(&c.Priority, "triton-priority", 0, "Triton request priority of every chunk of -queue-url (1 is highest; 0: the model's default)")
 	fs.Int64Var(&c.SharedMemoryBudget, "triton-shared-memory-budget", 0, "bytes the partitions' shared memory regions may hold together (0: a quarter of the worker's memory limit)\n"+
 		"Reserved at start (-triton-max-inflight slots of a chunk each, per partition) and counted against the worker's memory: a partition past it, or past what /dev/shm has room for, gets the audio in the request.")

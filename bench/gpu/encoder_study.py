@@ -208,10 +208,13 @@ def options(args, mod):
     batches = [int(x) for x in args.batches.split(",") if x]
     other = "eager" if args.casts == "fused" else "fused"
 
-    def o(rows, graphs=True, casts=args.casts):
-        return mod.EncoderOptions(mode="compiled", lengths=lengths, rows=rows, graphs=graphs, casts=casts, cache_dir=args.cache)
+    def o(rows, graphs=True, casts=args.casts, tuning="default"):
+        return mod.EncoderOptions(mode="compiled", lengths=lengths, rows=rows, graphs=graphs, casts=casts, cache_dir=args.cache,
+                                  tuning=tuning)
 
-    return {"compiled": o(batches, graphs=args.graphs == "on"), "nographs": o(batches, graphs=False), "othercasts": o(batches[:1], graphs=args.graphs == "on", casts=other)}
+    return {"compiled": o(batches, graphs=args.graphs == "on"), "nographs": o(batches, graphs=False),
+            "othercasts": o(batches[:1], graphs=args.graphs == "on", casts=other),
+            "autotune": o(batches, graphs=args.graphs == "on", tuning="autotune")}
 
 
 def make_side(args, mod, device, only=None):
@@ -311,9 +314,13 @@ def main():
             p = {"encoder_eager_ms": 1000 * eager_s, "encoder_compiled_ms": 1000 * comp_s, "speedup": eager_s / comp_s, "rows": bs}
             if "nographs" in side.variants:
                 p["encoder_nographs_ms"] = 1000 * timed(lambda: side.encode(side.variants["nographs"], audio))  # noqa: B023
-            line = "bucket %g s batch %3d: encoder eager %.1f ms, compiled %.1f ms (%.2fx)%s" % (
+            if "autotune" in side.variants:
+                p["encoder_autotune_ms"] = 1000 * timed(lambda: side.encode(side.variants["autotune"], audio))  # noqa: B023
+            line = "bucket %g s batch %3d: encoder eager %.1f ms, compiled %.1f ms (%.2fx)%s%s" % (
                 sec, bs, 1000 * eager_s, 1000 * comp_s, eager_s / comp_s,
-                ", without CUDA graphs %.1f ms" % p["encoder_nographs_ms"] if "encoder_nographs_ms" in p else "")
+                ", without CUDA graphs %.1f ms" % p["encoder_nographs_ms"] if "encoder_nographs_ms" in p else "",
+                ", autotuned %.1f ms (%.2fx)" % (p["encoder_autotune_ms"], 1000 * eager_s / p["encoder_autotune_ms"])
+                if "encoder_autotune_ms" in p else "")
             if i == 0:
                 numerics(side, audio, p)
                 p["whole_eager_clips_per_s"] = bs / timed(lambda: side.whole(side.eager, audio), 2)  # noqa: B023

@@ -109,3 +109,36 @@ class CompiledEncoderTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(torch.cuda.is_available(), "a GPU")
+class CudaSyncTest(unittest.TestCase):
+    """model.py's cuda_sync: the flag set before torch starts CUDA is the
+    flag of the context torch then runs in (a fresh process each)."""
+
+    def flags_after_torch(self, mode):
+        import subprocess
+        import sys
+
+        code = (
+            "import ctypes, importlib.util, sys, torch\n"
+            "spec = importlib.util.spec_from_file_location('m', sys.argv[1]); m = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(m)\n"
+            "print(m.set_cuda_sync(sys.argv[2], 0))\n"
+            "torch.ones(1, device='cuda').sum().item()\n"
+            "cuda = ctypes.CDLL('libcuda.so.1'); dev, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()\n"
+            "assert cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0\n"
+            "assert cuda.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)) == 0\n"
+            "print(flags.value & 7, active.value)\n")
+        out = subprocess.run([sys.executable, "-c", code, MODEL_PY, mode], capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr[-2000:])
+        return out.stdout.split("\n")
+
+    def test_blocking_holds_under_torch(self):
+        said, state = self.flags_after_torch("blocking")[:2]
+        self.assertEqual(said, "blocking (flags 0x4)")
+        self.assertEqual(state, "4 1", "torch's context is active with the blocking-sync flag")
+
+    def test_auto_leaves_the_driver_alone(self):
+        said, state = self.flags_after_torch("auto")[:2]
+        self.assertEqual((said, state), ("auto", "0 1"))

@@ -34,8 +34,10 @@ import (
 //
 // with optional suffixes: "/eager" (the model's eager decoder),
 // "/eagerenc" (its encoder eagerly, not compiled), "/unbatched" (audio not
-// ragged: only identical lengths share a batch) and "/maxbatchN"
-// (max_batch_size N instead of the shipped one, preferred sizes cut to it).
+// ragged: only identical lengths share a batch), "/maxbatchN"
+// (max_batch_size N instead of the shipped one, preferred sizes cut to it)
+// and "/KEY=VALUE" (a model parameter over the run's own, such as
+// /cuda_sync=blocking or /cpu_threads=2).
 type arrangement struct {
 	name       string
 	processes  int // Triton processes per GPU (plan partitions)
@@ -44,18 +46,20 @@ type arrangement struct {
 	decoder    string
 	encoder    string // compiled (the shipped default) or eager
 	unbatched  bool
-	maxBatch   int // 0: the shipped max_batch_size
+	maxBatch   int    // 0: the shipped max_batch_size
+	params     string // model parameters of the name, KEY=VALUE/...
 }
 
 var (
-	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|maxbatch\d+))*)$`)
+	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|maxbatch\d+|[a-z_]+=[A-Za-z0-9._-]+))*)$`)
 	maxBatchRE    = regexp.MustCompile(`/maxbatch(\d+)`)
+	paramRE       = regexp.MustCompile(`/([a-z_]+=[A-Za-z0-9._-]+)`)
 )
 
 func parseArrangement(s string) (arrangement, error) {
 	m := arrangementRE.FindStringSubmatch(s)
 	if m == nil {
-		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager, /eagerenc, /unbatched or /maxbatchN", s)
+		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager, /eagerenc, /unbatched, /maxbatchN or /KEY=VALUE", s)
 	}
 	a := arrangement{name: s, processes: 1, instances: 1, decoder: "cuda_graph"}
 	n := func(v string) int { k, _ := strconv.Atoi(v); return k }
@@ -77,6 +81,11 @@ func parseArrangement(s string) (arrangement, error) {
 	a.decoder = map[bool]string{true: "eager", false: "cuda_graph"}[slices.Contains(suffixes, "eager")]
 	a.encoder = map[bool]string{true: "eager", false: "compiled"}[slices.Contains(suffixes, "eagerenc")]
 	a.unbatched = strings.Contains(m[6], "/unbatched")
+	var params []string
+	for _, p := range paramRE.FindAllStringSubmatch(m[6], -1) {
+		params = append(params, p[1])
+	}
+	a.params = strings.Join(params, "/")
 	if mb := maxBatchRE.FindStringSubmatch(m[6]); mb != nil {
 		if a.maxBatch = n(mb[1]); a.maxBatch < 1 {
 			return arrangement{}, fmt.Errorf("arrangement %q: max batch must be at least 1", s)

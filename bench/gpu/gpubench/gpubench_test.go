@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/csv"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
 	"github.com/fleetscribe/fleetscribe/mps"
@@ -23,13 +25,15 @@ func TestParseArrangement(t *testing.T) {
 		"mps25-8/eagerenc":        {name: "mps25-8/eagerenc", processes: 8, instances: 1, percentage: 25, decoder: "cuda_graph", encoder: "eager"},
 		"mps25-4/unbatched":       {name: "mps25-4/unbatched", processes: 4, instances: 1, percentage: 25, decoder: "cuda_graph", encoder: "compiled", unbatched: true},
 		"timesliced-4/maxbatch32": {name: "timesliced-4/maxbatch32", processes: 4, instances: 1, decoder: "cuda_graph", encoder: "compiled", maxBatch: 32},
+		"mps25-8/cuda_sync=blocking/cpu_threads=2": {name: "mps25-8/cuda_sync=blocking/cpu_threads=2", processes: 8, instances: 1, percentage: 25,
+			decoder: "cuda_graph", encoder: "compiled", params: "cuda_sync=blocking/cpu_threads=2"},
 	} {
 		got, err := parseArrangement(in)
 		if err != nil || got != want {
 			t.Errorf("%s: %+v %v, want %+v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "mps-4", "mps0-4", "mps101-2", "timesliced-0", "instances-0", "single/fast", "mps50-8/maxbatch0", "Single"} {
+	for _, bad := range []string{"", "mps-4", "mps0-4", "mps101-2", "timesliced-0", "instances-0", "single/fast", "mps50-8/maxbatch0", "Single", "mps50-8/Cuda=x", "mps50-8/cuda_sync="} {
 		if _, err := parseArrangement(bad); err == nil {
 			t.Errorf("%q: want an error", bad)
 		}
@@ -279,5 +283,67 @@ func TestCompileCacheState(t *testing.T) {
 		if got := compileCacheState(c.a, c.before, c.after); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
+	}
+}
+
+// An arrangement's KEY=VALUE suffixes are model parameters over the run's.
+func TestArrangementParamsOverTheRuns(t *testing.T) {
+	shipped, _ := filepath.Abs("../../../deploy/triton/models/asr/config.pbtxt")
+	modelDir, _ := filepath.Abs("../../../deploy/triton/models/asr/1")
+	a, err := parseArrangement("mps25-8/cuda_sync=blocking/cpu_threads=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := modelFlags{shipped: shipped, modelDir: modelDir, kind: "KIND_GPU"}
+	dir := t.TempDir()
+	if err := m.write(dir, a, map[string]string{"cuda_sync": "spin", "length_buckets": "30,45"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "asr", "config.pbtxt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`parameters: { key: "cuda_sync" value: { string_value: "blocking" } }`,
+		`parameters: { key: "cpu_threads" value: { string_value: "2" } }`,
+		`parameters: { key: "length_buckets" value: { string_value: "30,45" } }`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("repository config lacks %q:\n%s", want, b)
+		}
+	}
+}
+
+// A point's CPU by group counts what a process of that group used between
+// the readings: a child spinning on a CPU shows as "other", near one CPU.
+func TestCPUByGroup(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	before := readCPU()
+	if _, ok := before.procs[cmd.Process.Pid]; !ok {
+		t.Fatalf("the child %d is not among the processes read", cmd.Process.Pid)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var after cpuTimes
+	for after = readCPU(); after.procs[cmd.Process.Pid].ticks-before.procs[cmd.Process.Pid].ticks < 50 && time.Now().Before(deadline); after = readCPU() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := after.byGroup(before)
+	var servers, stubs, mpsCPU, other float64
+	if _, err := fmt.Sscanf(got, "servers %f, stubs %f, mps %f, other %f", &servers, &stubs, &mpsCPU, &other); err != nil {
+		t.Fatalf("%q: %v", got, err)
+	}
+	if other < 0.2 || after.procs[cmd.Process.Pid].group != "other" {
+		t.Errorf("%q: want the spinning child in other", got)
+	}
+	// Groups by name; a process not alive at both readings is not counted.
+	at := before.at
+	b := cpuTimes{at: at, procs: map[int]procCPU{1: {"stubs", 100}, 2: {"stubs", 0}, 3: {"servers", 50}, 4: {"mps", 0}}}
+	a := cpuTimes{at: at.Add(2 * time.Second), procs: map[int]procCPU{1: {"stubs", 300}, 2: {"stubs", 200}, 3: {"servers", 150}, 5: {"other", 900}}}
+	if got, want := a.byGroup(b), "servers 0.5, stubs 2.0, mps 0.0, other 0.0"; got != want {
+		t.Errorf("byGroup = %q, want %q", got, want)
 	}
 }

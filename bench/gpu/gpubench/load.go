@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -114,8 +115,8 @@ func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
 		overBefore := overloaded(reg)
 		p := run(ctx, n, lc.warm, lc.dur, work, func() { before, cpuBefore = stats.sum(ctx), readCPU() },
 			func() { after, cpuAfter = stats.sum(ctx), readCPU() })
-		fmt.Printf("# %s at %d: host CPUs %.1f of %d busy, this load generator %.1f\n", workload, n,
-			cpuAfter.busyCores(cpuBefore), runtime.NumCPU(), cpuAfter.selfCores(cpuBefore))
+		fmt.Printf("# %s at %d: host CPUs %.1f of %d busy (%s), this load generator %.1f\n", workload, n,
+			cpuAfter.busyCores(cpuBefore), runtime.NumCPU(), cpuAfter.byGroup(cpuBefore), cpuAfter.selfCores(cpuBefore))
 		meanBatch, queueMs, inputMs, inferMs, outputMs := perRequest(after, before)
 		row := []string{workload, strconv.Itoa(n), strconv.Itoa(p.completed), f3(p.seconds),
 			f3(float64(p.completed) / p.seconds), f3(p.audioSeconds / p.seconds),
@@ -416,10 +417,87 @@ type cpuTimes struct {
 	busy, all  float64 // /proc/stat jiffies: busy (all but idle and iowait) and all
 	self       time.Duration
 	procStatOK bool
+	procs      map[int]procCPU // every process's CPU so far, by pid
+}
+
+// procCPU is one process's group and CPU time so far (jiffies).
+type procCPU struct {
+	group string
+	ticks float64
+}
+
+// cpuGroups names the processes whose CPU a point reports: Triton's
+// servers, their Python-backend stubs (where the model runs) and the MPS
+// server; the rest is "other".
+var cpuGroups = []struct{ comm, group string }{
+	{"tritonserver", "servers"},
+	{"triton_python_b", "stubs"}, // the stub's name, cut to 15 characters
+	{"nvidia-cuda-mps", "mps"},
+}
+
+// readProcs reads every process's CPU time from /proc/PID/stat.
+func readProcs() map[int]procCPU {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	procs := make(map[int]procCPU, len(ents))
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone since the listing
+		}
+		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || end < open || end+2 > len(b) {
+			continue
+		}
+		f := strings.Fields(string(b[end+2:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, err1 := strconv.ParseFloat(f[11], 64)
+		k, err2 := strconv.ParseFloat(f[12], 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		group, comm := "other", string(b[open+1:end])
+		for _, g := range cpuGroups {
+			if strings.HasPrefix(comm, g.comm) {
+				group = g.group
+			}
+		}
+		procs[pid] = procCPU{group, u + k}
+	}
+	return procs
+}
+
+// byGroup is how many CPUs each group of processes used on average since
+// b, counting the processes alive at both readings ("servers 2.1, stubs
+// 8.0, mps 0.1, other 1.3").
+func (t cpuTimes) byGroup(b cpuTimes) string {
+	wall := t.at.Sub(b.at).Seconds()
+	if wall <= 0 || t.procs == nil || b.procs == nil {
+		return "per process: unknown"
+	}
+	used := map[string]float64{}
+	for pid, p := range t.procs {
+		if q, ok := b.procs[pid]; ok && q.group == p.group && p.ticks >= q.ticks {
+			used[p.group] += (p.ticks - q.ticks) / 100 / wall // USER_HZ
+		}
+	}
+	var parts []string
+	for _, g := range append(cpuGroups, struct{ comm, group string }{"", "other"}) {
+		parts = append(parts, fmt.Sprintf("%s %.1f", g.group, used[g.group]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func readCPU() cpuTimes {
-	t := cpuTimes{at: time.Now()}
+	t := cpuTimes{at: time.Now(), procs: readProcs()}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		t.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())

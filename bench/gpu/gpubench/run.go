@@ -313,6 +313,11 @@ func (m *modelFlags) write(dir string, a arrangement, base map[string]string) er
 	for k, v := range base {
 		params[k] = v
 	}
+	for kv := range strings.SplitSeq(a.params, "/") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			params[k] = v
+		}
+	}
 	return writeRepo(dir, m.shipped, m.modelDir, m.kind, a, params)
 }
 

@@ -11,6 +11,7 @@ import os
 import sys
 import types
 import unittest
+from unittest import mock
 
 import numpy as np
 
@@ -107,8 +108,11 @@ def make(fake, max_batch=4):
         return orig(source, device)
 
     m._load = load
-    m.initialize({"model_config": json.dumps({"max_batch_size": max_batch, "parameters": {"model": {"string_value": "/models/parakeet.nemo"}}}),
-                  "model_instance_kind": "GPU", "model_instance_device_id": "1"})
+    m.host = []  # what the partition set of its host thread: no GPU here
+    with mock.patch.object(model, "set_cuda_sync", lambda mode, ordinal: m.host.append(("cuda_sync", mode, ordinal)) or mode), \
+            mock.patch.object(model, "set_cpu_threads", lambda n: m.host.append(("cpu_threads", n))):
+        m.initialize({"model_config": json.dumps({"max_batch_size": max_batch, "parameters": {"model": {"string_value": "/models/parakeet.nemo"}}}),
+                      "model_instance_kind": "GPU", "model_instance_device_id": "1"})
     return m
 
 
@@ -117,6 +121,11 @@ def audio(n, value=0.1):
 
 
 class ModelTest(unittest.TestCase):
+    def test_gpu_host_thread_sleeps_on_two_cpu_threads(self):
+        m = make(FakeParakeet())
+        self.assertEqual(m.host, [("cuda_sync", "blocking", 1), ("cpu_threads", 2)],
+                         "a GPU partition waits for its own GPU asleep, on 2 CPU threads, by default")
+
     def test_load_and_warm_up(self):
         fake = FakeParakeet()
         m = make(fake, max_batch=8)
@@ -279,6 +288,13 @@ class ModuleEngineTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "needs the model parameter module"):
             self.initialize(None)
 
+    def test_cuda_sync_named_wrongly(self):
+        m = model.TritonPythonModel()
+        params = {"engine": {"string_value": "module"}, "cuda_sync": {"string_value": "blockin"}}
+        with self.assertRaisesRegex(ValueError, r"cuda_sync='blockin': want auto, spin, yield, blocking"):
+            m.initialize({"model_config": json.dumps({"max_batch_size": 16, "parameters": params}),
+                          "model_instance_kind": "CPU"})
+
 
 if __name__ == "__main__":
     unittest.main()
@@ -421,7 +437,8 @@ class StaticShapesTest(unittest.TestCase):
         self.assertEqual((o.mode, o.lengths, o.rows, o.graphs, o.casts, o.cache_dir), ("compiled", [45 * 16000], [4, 16], False, "fused", "/c"))
         o = model.EncoderOptions.from_params({"encoder": "eager", "encoder_graphs": "on", "encoder_casts": "eager"}, 8)
         self.assertEqual((o.mode, o.rows, o.graphs, o.casts), ("eager", [1, 2, 4, 8], True, "eager"))
-        for bad in ({"encoder_graphs": "yes"}, {"encoder_casts": "bf16"}, {"batch_buckets": "64"}):
+        self.assertEqual((o.tuning, model.EncoderOptions.from_params({"encoder_tuning": "autotune"}, 8).tuning), ("default", "autotune"))
+        for bad in ({"encoder_graphs": "yes"}, {"encoder_casts": "bf16"}, {"batch_buckets": "64"}, {"encoder_tuning": "max"}):
             with self.assertRaises(ValueError):
                 model.EncoderOptions.from_params(bad, 32)
 

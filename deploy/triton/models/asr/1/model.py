@@ -66,6 +66,15 @@ it, and a restart loads it too. A partition is ready only once every shape
 is compiled, captured and warmed. Each partition exports which encoder
 path and decoder CUDA-graph mode it runs as the Triton metric
 fleetscribe_model_engine (the worker reports it).
+
+On a GPU, a partition's host thread sleeps while it waits for the GPU
+(parameter "cuda_sync": blocking, the default; spin, yield, or auto: CUDA's
+choice, which spins while there are fewer processes than CPUs, so eight
+partitions kept eight CPUs busy waiting), and torch's CPU work runs on 2
+intra-op threads (parameter "cpu_threads"; 0: torch's default, one a core,
+which in eight partitions at once spun the host's 16 CPUs and halved the
+length mix on an H200: docs/benchmarks.md, "Host CPUs"). On a CPU both are
+left to torch.
 """
 
 import contextlib
@@ -104,6 +113,42 @@ def load_model(source, device):
 
 
 DEFAULT_COMPILE_CACHE = "/tmp/fleetscribe-compile-cache"
+
+
+# The CUDA driver's scheduling flags (CU_CTX_SCHED_*) of the parameter cuda_sync.
+CUDA_SYNC = {"auto": 0, "spin": 1, "yield": 2, "blocking": 4}
+
+
+def set_cuda_sync(mode, ordinal):
+    """Sets how the host thread waits for the GPU ordinal (parameter
+    cuda_sync) on its primary context, before anything creates it (torch's
+    runtime retains that context, flags and all). Returns what the driver
+    then reports, for the log; "auto" leaves the driver alone."""
+    if mode not in CUDA_SYNC:
+        raise ValueError(f"model parameter cuda_sync={mode!r}: want {', '.join(CUDA_SYNC)}")
+    if mode == "auto":
+        return "auto"
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    set_flags = getattr(cuda, "cuDevicePrimaryCtxSetFlags_v2", None) or cuda.cuDevicePrimaryCtxSetFlags
+    dev, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
+    for name, call in (("cuInit", lambda: cuda.cuInit(0)),
+                       ("cuDeviceGet", lambda: cuda.cuDeviceGet(ctypes.byref(dev), ordinal)),
+                       ("cuDevicePrimaryCtxSetFlags", lambda: set_flags(dev, CUDA_SYNC[mode])),
+                       ("cuDevicePrimaryCtxGetState",
+                        lambda: cuda.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)))):
+        err = call()
+        if err != 0:
+            raise RuntimeError(f"cuda_sync={mode}: {name} failed (CUDA driver error {err})")
+    return "%s (flags %#x)" % (mode, flags.value)
+
+
+def set_cpu_threads(n):
+    """Caps torch's intra-op CPU threads at n (parameter cpu_threads)."""
+    import torch
+
+    torch.set_num_threads(n)
 
 
 def compiles_on(device):
@@ -151,11 +196,19 @@ class EncoderOptions:
     encoder_graphs (off, the default; on: CUDA graphs on a GPU, experimental:
     see CompiledEncoder), encoder_casts (fused:
     inductor keeps a fused kernel's intermediates in fp32; eager: it rounds
-    them to bf16 where eager PyTorch would, for outputs closer to eager's)
-    and compile_cache."""
+    them to bf16 where eager PyTorch would, for outputs closer to eager's),
+    encoder_tuning (default: inductor's heuristics; autotune: it times
+    candidate matrix-multiply and fused kernels for each shape and keeps the
+    fastest, a longer first compile) and compile_cache."""
 
-    def __init__(self, mode="eager", lengths=(), rows=(), graphs=False, casts="fused", cache_dir=DEFAULT_COMPILE_CACHE):
+    TUNINGS = {"default": {}, "autotune": {"max_autotune": True, "coordinate_descent_tuning": True}}
+
+    def __init__(self, mode="eager", lengths=(), rows=(), graphs=False, casts="fused", cache_dir=DEFAULT_COMPILE_CACHE,
+                 tuning="default"):
         self.mode, self.lengths, self.rows, self.graphs, self.casts, self.cache_dir = mode, list(lengths), list(rows), graphs, casts, cache_dir
+        if tuning not in self.TUNINGS:
+            raise ValueError(f"model parameter encoder_tuning={tuning!r}: want {' or '.join(self.TUNINGS)}")
+        self.tuning = tuning
 
     @classmethod
     def from_params(cls, params, max_batch):
@@ -167,14 +220,16 @@ class EncoderOptions:
             raise ValueError(f"model parameter encoder_casts={casts!r}: want fused or eager")
         return cls(mode=params.get("encoder") or "compiled", lengths=parse_buckets(params.get("length_buckets")),
                    rows=parse_rows(params.get("batch_buckets"), max_batch), graphs=graphs == "on", casts=casts,
-                   cache_dir=compile_cache_dir(params))
+                   cache_dir=compile_cache_dir(params), tuning=params.get("encoder_tuning") or "default")
 
     def encoder(self, fn, device, key, regions=()):
         """fn compiled for these shapes (a CompiledEncoder), its compile
         cache keyed by key and the options."""
         key = "%s|lengths %s|rows %s|graphs %s|casts %s" % (key, self.lengths, self.rows, self.graphs, self.casts)
+        if self.tuning != "default":  # the keys of caches made before tuning existed stay as they were
+            key += "|tuning %s" % self.tuning
         return CompiledEncoder(fn, device, self.lengths, self.rows, self.cache_dir, key, regions, self.graphs,
-                               inductor={"emulate_precision_casts": self.casts == "eager"})
+                               inductor={"emulate_precision_casts": self.casts == "eager", **self.TUNINGS[self.tuning]})
 
 
 def source_identity(source):
@@ -1024,6 +1079,18 @@ class TritonPythonModel:
         device = f"cuda:{args.get('model_instance_device_id', '0')}" if kind == "GPU" else "cpu"
         self.max_batch = int(config.get("max_batch_size", 32)) or 1
         self.timings = Timings(int(params.get("log_timings") or 0))
+        if self.engine in ("parakeet", "module"):
+            gpu = kind == "GPU"
+            sync = params.get("cuda_sync") or "blocking"
+            if sync not in CUDA_SYNC:  # on a CPU too: a typo is an error wherever it runs
+                raise ValueError(f"model parameter cuda_sync={sync!r}: want {', '.join(CUDA_SYNC)}")
+            self.sync = set_cuda_sync(sync, int(args.get("model_instance_device_id", "0"))) if gpu else "cpu"
+            threads = params.get("cpu_threads") or ("2" if gpu else "0")
+            if not threads.isdigit():
+                raise ValueError(f"model parameter cpu_threads={threads!r}: want a number of threads (0: torch's default)")
+            self.threads = threads
+            if int(threads) > 0:
+                set_cpu_threads(int(threads))
         if self.engine == "parakeet":
             self.source = os.environ.get("PARAKEET_MODEL") or params.get("model") or DEFAULT_MODEL
             self.model = self._load(self.source, device)
@@ -1053,9 +1120,9 @@ class TritonPythonModel:
                                     EncoderOptions.from_params(params, self.max_batch), source=self.source)
             self.model.warm(float(params.get("warmup_seconds") or 30), self.max_batch)
             c = self.model.compiled
-            log_info("NeMo ready in %.0f s: encoder %s%s; decoder CUDA graphs mode %s (%s)" % (
+            log_info("NeMo ready in %.0f s: encoder %s%s; decoder CUDA graphs mode %s (%s); cuda_sync %s, cpu_threads %s" % (
                 time.perf_counter() - t0, self.model.describe()[0], " (%s)" % c.summary() if c else "",
-                self.model.graphs_mode(), getattr(self.model, "config", "")))
+                self.model.graphs_mode(), getattr(self.model, "config", ""), self.sync, self.threads))
         self.export_engine(kind)
 
     def _load(self, source, device):  # replaced in tests
