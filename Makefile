@@ -32,7 +32,7 @@ deps: ## install apt packages, the local AWS emulator (npm) and Go modules, if m
 
 .PHONY: build
 build: deps ## build worker, enqueue and demo into bin/
-	$(GO) build -o $(BIN)/ ./cmd/worker ./cmd/enqueue ./cmd/demo
+	$(GO) build -o $(BIN)/ ./cmd/worker ./cmd/enqueue ./lab/cmd/demo
 
 .PHONY: demo
 demo: build ## transcribe synthesised speech end to end: local SQS/S3, four real Triton partitions serving pocketsphinx, the worker
@@ -42,13 +42,14 @@ demo: build ## transcribe synthesised speech end to end: local SQS/S3, four real
 test: deps tflint ## vet, format check, terraform and Helm chart checks and all tests with -race (real Triton among them)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags chaos,accuracy ./chaos ./worker
+	$(GO) vet -tags chaos,accuracy ./lab/chaos ./worker
 	$(MAKE) --no-print-directory tf-lint
 	FLEETSCRIBE_REQUIRE_TERRAFORM=1 $(MAKE) --no-print-directory tf-validate
 	$(MAKE) --no-print-directory k8s-validate
 	FLEETSCRIBE_REQUIRE_HELM=1 FLEETSCRIBE_REQUIRE_PROMTOOL=1 FLEETSCRIBE_REQUIRE_TRITON=1 FLEETSCRIBE_REQUIRE_MOTO=1 FLEETSCRIBE_REQUIRE_PYTOOLS=1 $(GO) test -race -count=1 ./...
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s deploy/triton/tests
-	FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -tags chaos -run TestChaosShort -v ./chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
+	@scripts/pylint.sh
+	FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -tags chaos -run TestChaosShort -v ./lab/chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
 
 .PHONY: tflint
 tflint:
@@ -86,7 +87,7 @@ k8s-validate: deps ## render the Helm chart (1, 4 and 8 GPUs, each sharing mode)
 
 .PHONY: tf-fmt
 tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)
-	$(GO) run ./internal/tffmt terraform
+	$(GO) run ./lab/tffmt terraform
 
 .PHONY: docs
 docs: ## rewrite the generated references: docs/configuration.md from the worker's flags, terraform/README.md's tables from the modules, the Helm chart's plans, values.schema.json and README
@@ -99,10 +100,14 @@ tf-docs: ## rewrite the reference tables of terraform/README.md and every module
 	$(GO) test ./terraform -run 'TestReadmeReferenceIsCurrent|TestModuleReadmesAreCurrent' -count=1 -update
 
 .PHONY: lint
-lint: deps tf-lint ## golangci-lint (see .golangci.yml), gofmt and tflint
+lint: deps tf-lint lint-python ## golangci-lint (see .golangci.yml), gofmt, tflint, and ruff with a strict mypy over the Triton model
 	@scripts/tools.sh golangci-lint
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
 	$(GOBIN)/golangci-lint run ./...
+
+.PHONY: lint-python
+lint-python: ## ruff (ruff.toml) over the Triton model and its tests, mypy --strict (mypy.ini) over model.py and its engines
+	@scripts/pylint.sh
 
 # The GPU Triton image's tag: the Triton release and NeMo's version.
 TRITON_IMAGE_TAG ?= 24.10-nemo2.7.3
@@ -117,20 +122,20 @@ triton-image-lock: ## re-resolve the GPU Triton image's pinned packages for its 
 
 .PHONY: bench-buckets
 bench-buckets: deps ## choose bucket lengths: padding vs batch formation on a realistic length mix
-	$(GO) run ./bench/buckets
+	$(GO) run ./lab/bench/buckets
 
 .PHONY: bench-enqueue
 bench-enqueue: deps ## enqueue 100,000 keys (a quarter already transcribed) from the local emulator's S3 into its SQS, next to a naive serial loop
-	$(GO) run ./bench/enqueue
+	$(GO) run ./lab/bench/enqueue
 
 .PHONY: bench-audio
 bench-audio: deps ## decode + resample 10-minute WAV, FLAC and MP3 to 16 kHz mono beside ffmpeg doing the same: audio-seconds per CPU-second, resampler quality, peak RSS of 2-hour recordings
-	$(GO) build -o $(BIN)/bench-audio ./bench/audio
+	$(GO) build -o $(BIN)/bench-audio ./lab/bench/audio
 	$(BIN)/bench-audio
 
 .PHONY: bench-longform
 bench-longform: deps ## one 60-minute recording through the worker with one partition and with four (a GPU partition's latency model): time from message to transcript, speedup
-	$(GO) run ./bench/longform
+	$(GO) run ./lab/bench/longform
 
 # The CPU recogniser of the accuracy benchmarks: whisper (deploy/triton/cpu-whisper) or pocketsphinx.
 ENGINE ?= whisper
@@ -149,33 +154,33 @@ bench-joins: deps ## five minutes of continuous noisy speech in 15-s chunks thro
 
 .PHONY: bench-narrowband
 bench-narrowband: deps ## telephone audio (8 kHz, band-limited, mu-law, A-law) and room tone through the CPU recogniser: WER with the narrowband measures off and on, side by side
-	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) bench/narrowband/narrowband.py
+	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) lab/bench/narrowband/narrowband.py
 
 .PHONY: bench-worker
 bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into four zero-latency fake partitions: jobs/s, worker CPU per job, peak RSS, requests and connections per job, request cost
-	$(GO) run ./bench/worker -worker-bin $(BIN)/worker -worker-cpus "$(WORKER_CPUS)" $(BENCH_WORKER_ARGS)
+	$(GO) run ./lab/bench/worker -worker-bin $(BIN)/worker -worker-cpus "$(WORKER_CPUS)" $(BENCH_WORKER_ARGS)
 
 .PHONY: bench-outage
 bench-outage: build ## the worker binary through bucket outages (404, 403, 503 on the output or input bucket) and its Triton partitions killed, 60 s and 180 s each, 15 min for two: extra receives, DLQ, lost, recomputed, time to resume (about an hour)
-	$(GO) run ./bench/outage -worker-bin $(BIN)/worker $(BENCH_OUTAGE_ARGS)
+	$(GO) run ./lab/bench/outage -worker-bin $(BIN)/worker $(BENCH_OUTAGE_ARGS)
 
 .PHONY: bench-scalein
 bench-scalein: ## scale-in simulated four ways (protection while busy, the drain, least-busy termination, workers stopping their own receipt) on the same arrivals, 1- and 8-GPU instances: instance-hours against those needed
-	$(GO) run ./bench/scalein $(BENCH_SCALEIN_ARGS)
+	$(GO) run ./lab/bench/scalein $(BENCH_SCALEIN_ARGS)
 
 .PHONY: chaos
 chaos: build ## 1000 jobs through two real workers and three real Triton partitions while workers are killed, partitions are SIGKILLed and S3/SQS fail; table and RESULT line
-	$(GO) run ./cmd/chaos -worker-bin $(BIN)/worker
+	$(GO) run ./lab/cmd/chaos -worker-bin $(BIN)/worker
 
 .PHONY: conformance
 conformance: deps ## one set of scenarios against real Triton and the in-process fake: table and RESULT line
-	@mkdir -p $(BIN); FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -run TestConformance -v ./triton/conformance > $(BIN)/conformance.log 2>&1 || rc=$$?; \
+	@mkdir -p $(BIN); FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -run TestConformance -v ./lab/conformance > $(BIN)/conformance.log 2>&1 || rc=$$?; \
 	  grep -E '^(scenario|[a-zA-Z].*  (pass|FAIL|not run) )|^RESULT|^--- FAIL|_test.go' $(BIN)/conformance.log; exit $${rc:-0}
 
-# The GPU benchmark's arrangements (bench/gpu/gpubench: single, instances-N,
+# The GPU benchmark's arrangements (lab/bench/gpu/gpubench: single, instances-N,
 # timesliced-N, mpsP-N), each on real Triton with the shipped model.py.
 GPU_ARRANGEMENTS ?= single,timesliced-4,instances-4,mps100-4,mps50-4,mps25-4,timesliced-2,instances-2,mps100-2,mps50-2,mps25-2,timesliced-8,mps100-8,mps50-8,mps25-8
-# Where the Python backend finds torch and numpy 1.x (bench/gpu/run.sh).
+# Where the Python backend finds torch and numpy 1.x (lab/bench/gpu/run.sh).
 TRITON_VENV ?=
 
 .PHONY: bench-gpu
@@ -183,30 +188,30 @@ bench-gpu: deps ## GPU benchmark on this host's GPU 0 through real Triton (needs
 	@command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { \
 	  echo "bench-gpu needs an NVIDIA GPU (nvidia-smi), python3 with torch (CUDA), and a Python environment for"; \
 	  echo "Triton's Python backend with torch and numpy 1.x (TRITON_VENV=...); nvidia-cuda-mps-control for the mps"; \
-	  echo "arrangements. On a GPU machine without Go or network, bench/gpu/carry.sh packs what it needs into .gpu/"; \
-	  echo "here and bench/gpu/run.sh unpacks it there. make bench-gpu-report reads the committed results without a GPU."; exit 1; }
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./bench/gpu/gpubench ./cmd/worker
+	  echo "arrangements. On a GPU machine without Go or network, lab/bench/gpu/carry.sh packs what it needs into .gpu/"; \
+	  echo "here and lab/bench/gpu/run.sh unpacks it there. make bench-gpu-report reads the committed results without a GPU."; exit 1; }
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./lab/bench/gpu/gpubench ./cmd/worker
 	rm -f docs/benchmarks/results.csv
-	FLEETSCRIBE_TRITON_VENV=$(TRITON_VENV) bench/gpu/run.sh docs/benchmarks check test offline anchor \
+	FLEETSCRIBE_TRITON_VENV=$(TRITON_VENV) lab/bench/gpu/run.sh docs/benchmarks check test offline anchor \
 	  clips:$(GPU_ARRANGEMENTS) mix:mps50-8,mps50-8/unbatched
 	$(MAKE) --no-print-directory bench-gpu-report
 
 .PHONY: bench-gpu-report
 bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU benchmark results (no GPU needed); the last is the compiled encoder's
-	$(GO) run ./bench/gpu/gpubench report -results docs/benchmarks/results.csv -offline docs/benchmarks/offline.json \
+	$(GO) run ./lab/bench/gpu/gpubench report -results docs/benchmarks/results.csv -offline docs/benchmarks/offline.json \
 	  -table docs/benchmarks/table.md -plot docs/benchmarks/throughput-p99.png
 	@echo "# The first compiled encoder (whole, batch symbolic), 2026-12-02's first sweep:"
-	$(GO) run ./bench/gpu/gpubench compiled -encoder inductor_whole_symbolic -results docs/benchmarks/compiled/served.csv \
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_whole_symbolic -results docs/benchmarks/compiled/served.csv \
 	  -results docs/benchmarks/compiled/2026-12-01/served-b.csv -study docs/benchmarks/compiled/encoder-nemo.json
 	@echo "# The regional static encoder, measured beside eager in one session (CUDA's sync, torch's threads):"
-	$(GO) run ./bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/regional/served.csv \
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/regional/served.csv \
 	  -study docs/benchmarks/regional/encoder-nemo.json
 	@echo "# The same encoder as shipped: partitions that sleep while the GPU works, on 2 CPU threads (beside eager, one session):"
-	$(GO) run ./bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/hostcpu/served.csv
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/hostcpu/served.csv
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (needs python3 with torch; on a GPU also CUDA-graph replay)
-	cd bench/gpu && PYTHONDONTWRITEBYTECODE=1 $${PYTHON_TORCH:-python3} -m unittest -v test_standin test_compiled
+	cd lab/bench/gpu && PYTHONDONTWRITEBYTECODE=1 $${PYTHON_TORCH:-python3} -m unittest -v test_standin test_compiled
 
 .PHONY: proto
 proto: ## regenerate the KServe v2 gRPC code from triton/inference/grpc_service.proto

@@ -18,10 +18,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetscribe/fleetscribe/internal/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
-	"github.com/fleetscribe/fleetscribe/triton/tritontest"
-	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

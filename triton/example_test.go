@@ -6,8 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fleetscribe/fleetscribe/lab/tritontest"
 	"github.com/fleetscribe/fleetscribe/triton"
-	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 )
 
 // A pool over two partitions (two Triton servers); chunks go to the one with

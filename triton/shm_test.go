@@ -17,11 +17,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetscribe/fleetscribe/internal/shm"
-	"github.com/fleetscribe/fleetscribe/internal/shm/shmtest"
+	"github.com/fleetscribe/fleetscribe/lab/shmtest"
+	"github.com/fleetscribe/fleetscribe/lab/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
-	"github.com/fleetscribe/fleetscribe/triton/tritontest"
-	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 )
 
 // sizes records the size of each ModelInfer request as sent.

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/audio"
-	"github.com/fleetscribe/fleetscribe/internal/wer"
+	"github.com/fleetscribe/fleetscribe/lab/wer"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )

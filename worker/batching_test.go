@@ -9,9 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fleetscribe/fleetscribe/lab/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
-	"github.com/fleetscribe/fleetscribe/triton/tritontest"
-	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 )
 
 // Chunks of different lengths reach a partition as batches larger than one

@@ -27,10 +27,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/internal/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
-	"github.com/fleetscribe/fleetscribe/triton/tritontest"
-	"github.com/fleetscribe/fleetscribe/triton/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
 

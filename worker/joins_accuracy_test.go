@@ -15,8 +15,8 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
-	"github.com/fleetscribe/fleetscribe/internal/wer"
+	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/wer"
 )
 
 // cpuTriton serves real Triton with the CPU recogniser of

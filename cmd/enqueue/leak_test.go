@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/fleetscribe/fleetscribe/internal/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/leaktest"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

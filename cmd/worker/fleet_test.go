@@ -24,10 +24,10 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/internal/localaws"
-	"github.com/fleetscribe/fleetscribe/internal/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/tritontest"
 	"github.com/fleetscribe/fleetscribe/triton"
-	"github.com/fleetscribe/fleetscribe/triton/tritontest"
 )
 
 // imds is a local IMDSv2: PUT for a token (TTL header required), 401

@@ -20,9 +20,9 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
-	"github.com/fleetscribe/fleetscribe/internal/leaktest"
-	"github.com/fleetscribe/fleetscribe/internal/localaws"
-	"github.com/fleetscribe/fleetscribe/triton/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/tritontest"
 )
 
 // The test binary doubles as the worker binary, so the SIGTERM test sends a

@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
-	"github.com/fleetscribe/fleetscribe/internal/modroot"
-	"github.com/fleetscribe/fleetscribe/internal/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/modroot"
+	"github.com/fleetscribe/fleetscribe/lab/testwait"
 )
 
 // A real Kubernetes control plane for the chart's checks: kube-apiserver

@@ -18,10 +18,10 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/internal/localaws"
-	"github.com/fleetscribe/fleetscribe/internal/syncbuf"
-	"github.com/fleetscribe/fleetscribe/internal/testwait"
-	"github.com/fleetscribe/fleetscribe/internal/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/syncbuf"
+	"github.com/fleetscribe/fleetscribe/lab/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
 	"github.com/fleetscribe/fleetscribe/mps"
 )
 

@@ -3,16 +3,16 @@
 # processes, and checks it: one MPS control daemon, one MPS server per GPU
 # with the planned clients, each partition a real Triton Inference Server
 # serving the shipped model.py with the GPU benchmark's stand-in model
-# (bench/gpu/standin.py, CUDA-graph decoding), all ready over gRPC; then a
+# (lab/bench/gpu/standin.py, CUDA-graph decoding), all ready over gRPC; then a
 # load of 45-s clips through the project's pool over every partition; then
 # the stop, which must leave no daemon.
 #
 #   deploy/mps/gpu-check.sh [OUTDIR]
 #
-# Needs what bench/gpu/run.sh needs (nvidia-smi, nvidia-cuda-mps-control,
+# Needs what lab/bench/gpu/run.sh needs (nvidia-smi, nvidia-cuda-mps-control,
 # the pinned Triton server and a Python environment for it with torch and
 # numpy 1.x, static builds of the worker and gpubench), or, on a bare GPU
-# machine, the folder of bench/gpu/carry.sh (CARRY, default .gpu).
+# machine, the folder of lab/bench/gpu/carry.sh (CARRY, default .gpu).
 # PER_GPU and PERCENTAGE override the plan's defaults; CONC and DUR the load.
 # CHART_DIR, a folder that `deploy/helm/gpu-rehearsal.sh render` wrote, runs
 # the Helm chart's rendered Triton container instead (its command, with this
@@ -26,8 +26,8 @@ carry="${CARRY:-$root/.gpu}"
 work="${WORKDIR:-/tmp/fleetscribe-gpu}"
 worker="${WORKER:-bin/worker}"; bench="${GPUBENCH:-bin/gpubench}"
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$out/check.log"; }
-# shellcheck source=bench/gpu/env.sh
-source bench/gpu/env.sh
+# shellcheck source=lab/bench/gpu/env.sh
+source lab/bench/gpu/env.sh
 prepare_carried
 
 mps="$(command -v nvidia-cuda-mps-control || true)"
@@ -39,7 +39,7 @@ pipe=/tmp/fleetscribe-mps-pipe; logdir=/tmp/fleetscribe-mps-log
 mkdir -p "$pipe" "$logdir"
 echo "== GPUs"; nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$out/gpus.txt"
 "$bench" repo -dir "$out/repo" -model-config deploy/triton/models/asr/config.pbtxt -model-dir deploy/triton/models/asr/1 \
-  -engine bench/gpu/standin.py
+  -engine lab/bench/gpu/standin.py
 if [[ -n "${CHART_DIR:-}" ]]; then
   mapfile -t argv <"$CHART_DIR/command.txt"
   for i in "${!argv[@]}"; do

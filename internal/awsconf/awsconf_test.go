@@ -14,7 +14,7 @@ import (
 	"github.com/aws/smithy-go/logging"
 
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
-	"github.com/fleetscribe/fleetscribe/internal/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/leaktest"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/fleetscribe/fleetscribe/internal/shm"
-	"github.com/fleetscribe/fleetscribe/internal/shm/shmtest"
+	"github.com/fleetscribe/fleetscribe/lab/shmtest"
 )
 
 // On a /dev/shm too small for an object, Create fails, saying how much is

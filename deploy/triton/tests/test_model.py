@@ -67,6 +67,8 @@ spec = importlib.util.spec_from_file_location("asr_model", os.path.join(HERE, ".
 model = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(model)
 
+from fleetscribe_asr import compiled, host, parakeet  # noqa: E402 - model.py put its folder on the path
+
 
 class Hyp:
     def __init__(self, text, words):
@@ -109,8 +111,8 @@ def make(fake, max_batch=4):
 
     m._load = load
     m.host = []  # what the partition set of its host thread: no GPU here
-    with mock.patch.object(model, "set_cuda_sync", lambda mode, ordinal: m.host.append(("cuda_sync", mode, ordinal)) or mode), \
-            mock.patch.object(model, "set_cpu_threads", lambda n: m.host.append(("cpu_threads", n))):
+    with mock.patch.object(host, "set_cuda_sync", lambda mode, ordinal: m.host.append(("cuda_sync", mode, ordinal)) or mode), \
+            mock.patch.object(host, "set_cpu_threads", lambda n: m.host.append(("cpu_threads", n))):
         m.initialize({"model_config": json.dumps({"max_batch_size": max_batch, "parameters": {"model": {"string_value": "/models/parakeet.nemo"}}}),
                       "model_instance_kind": "GPU", "model_instance_device_id": "1"})
     return m
@@ -344,7 +346,7 @@ class NemoEngineTest(unittest.TestCase):
         # A .nemo saved with the graphs off decoded eagerly, 5-7x slower a
         # batch on the H200; the engine turns them on, with word times.
         fake = FakeNemoTDT("greedy_batch", graphs=False)
-        model.NemoEngine(fake, "cuda:0", "bf16")
+        parakeet.NemoEngine(fake, "cuda:0", "bf16")
         self.assertTrue(fake.applied.compute_timestamps)
         self.assertTrue(fake.applied.greedy.use_cuda_graph_decoder)
 
@@ -352,7 +354,7 @@ class NemoEngineTest(unittest.TestCase):
         # A partition that cannot compile serves eagerly (the engine
         # metric says so, and the slow-path alert fires) rather than never
         # becoming ready.
-        engine = model.NemoEngine(FakeNemoTDT("greedy_batch", graphs=True), "cuda:0", "bf16")
+        engine = parakeet.NemoEngine(FakeNemoTDT("greedy_batch", graphs=True), "cuda:0", "bf16")
 
         class Broken:
             path = "compiled"
@@ -370,7 +372,7 @@ class NemoEngineTest(unittest.TestCase):
 
     def test_other_strategies_left_alone(self):
         fake = FakeNemoTDT("beam", graphs=False)
-        model.NemoEngine(fake, "cuda:0", "bf16")
+        parakeet.NemoEngine(fake, "cuda:0", "bf16")
         self.assertTrue(fake.applied.compute_timestamps)
         self.assertFalse(fake.applied.greedy.use_cuda_graph_decoder)
 
@@ -397,19 +399,19 @@ class CompileCacheTest(unittest.TestCase):
             # Each that loaded started after the compile had finished.
             compiled_end = next(end for c, end in got if c)
             self.assertTrue(all(end >= compiled_end for c, end in got if not c))
-            again = model.CompileCache(folder, "key")
+            again = compiled.CompileCache(folder, "key")
             again.warm(lambda: None)
             self.assertFalse(again.cold, "a restart loads what was compiled")
-            other = model.CompileCache(folder, "another model")
+            other = compiled.CompileCache(folder, "another model")
             other.warm(lambda: None)
             self.assertTrue(other.cold, "another key compiles its own")
 
     def test_buckets(self):
-        self.assertEqual(model.parse_buckets("45, 30"), [30 * 16000, 45 * 16000])
-        self.assertEqual(model.parse_buckets(""), [30 * 16000])
+        self.assertEqual(compiled.parse_buckets("45, 30"), [30 * 16000, 45 * 16000])
+        self.assertEqual(compiled.parse_buckets(""), [30 * 16000])
         for bad in ("0", "-1", "x"):
             with self.assertRaises(ValueError):
-                model.parse_buckets(bad)
+                compiled.parse_buckets(bad)
 
 
 class StaticShapesTest(unittest.TestCase):
@@ -417,35 +419,35 @@ class StaticShapesTest(unittest.TestCase):
     Triton can form has one."""
 
     def test_row_buckets(self):
-        self.assertEqual(model.parse_rows("", 32), [1, 2, 4, 8, 16, 32])
-        self.assertEqual(model.parse_rows("", 24), [1, 2, 4, 8, 16, 24], "max_batch_size is always a shape")
-        self.assertEqual(model.parse_rows("8, 4", 16), [4, 8, 16])
+        self.assertEqual(compiled.parse_rows("", 32), [1, 2, 4, 8, 16, 32])
+        self.assertEqual(compiled.parse_rows("", 24), [1, 2, 4, 8, 16, 24], "max_batch_size is always a shape")
+        self.assertEqual(compiled.parse_rows("8, 4", 16), [4, 8, 16])
         for bad in ("0", "33", "x", ","):
             with self.assertRaises(ValueError):
-                model.parse_rows(bad, 32)
+                compiled.parse_rows(bad, 32)
 
     def test_smallest_shape_that_holds_the_batch(self):
         rows, lengths = [1, 2, 4, 8], [30 * 16000, 45 * 16000]
-        self.assertEqual(model.pick_shape(rows, lengths, 3, 100), (4, 30 * 16000))
-        self.assertEqual(model.pick_shape(rows, lengths, 4, 30 * 16000), (4, 30 * 16000))
-        self.assertEqual(model.pick_shape(rows, lengths, 5, 30 * 16000 + 1), (8, 45 * 16000))
-        self.assertIsNone(model.pick_shape(rows, lengths, 9, 100), "more rows than any shape")
-        self.assertIsNone(model.pick_shape(rows, lengths, 1, 45 * 16000 + 1), "longer than any shape")
+        self.assertEqual(compiled.pick_shape(rows, lengths, 3, 100), (4, 30 * 16000))
+        self.assertEqual(compiled.pick_shape(rows, lengths, 4, 30 * 16000), (4, 30 * 16000))
+        self.assertEqual(compiled.pick_shape(rows, lengths, 5, 30 * 16000 + 1), (8, 45 * 16000))
+        self.assertIsNone(compiled.pick_shape(rows, lengths, 9, 100), "more rows than any shape")
+        self.assertIsNone(compiled.pick_shape(rows, lengths, 1, 45 * 16000 + 1), "longer than any shape")
 
     def test_options_from_the_model_parameters(self):
-        o = model.EncoderOptions.from_params({"length_buckets": "45", "batch_buckets": "4,16", "compile_cache": "/c"}, 16)
+        o = compiled.EncoderOptions.from_params({"length_buckets": "45", "batch_buckets": "4,16", "compile_cache": "/c"}, 16)
         self.assertEqual((o.mode, o.lengths, o.rows, o.graphs, o.casts, o.cache_dir), ("compiled", [45 * 16000], [4, 16], False, "fused", "/c"))
-        o = model.EncoderOptions.from_params({"encoder": "eager", "encoder_graphs": "on", "encoder_casts": "eager"}, 8)
+        o = compiled.EncoderOptions.from_params({"encoder": "eager", "encoder_graphs": "on", "encoder_casts": "eager"}, 8)
         self.assertEqual((o.mode, o.rows, o.graphs, o.casts), ("eager", [1, 2, 4, 8], True, "eager"))
-        self.assertEqual((o.tuning, model.EncoderOptions.from_params({"encoder_tuning": "autotune"}, 8).tuning), ("default", "autotune"))
+        self.assertEqual((o.tuning, compiled.EncoderOptions.from_params({"encoder_tuning": "autotune"}, 8).tuning), ("default", "autotune"))
         for bad in ({"encoder_graphs": "yes"}, {"encoder_casts": "bf16"}, {"batch_buckets": "64"}, {"encoder_tuning": "max"}):
             with self.assertRaises(ValueError):
-                model.EncoderOptions.from_params(bad, 32)
+                compiled.EncoderOptions.from_params(bad, 32)
 
 
 def _warm_in_child(folder, results):
     import time
 
-    c = model.CompileCache(folder, "key")
+    c = compiled.CompileCache(folder, "key")
     c.warm(lambda: time.sleep(0.5))  # a compile
     results.put((c.cold, time.time()))

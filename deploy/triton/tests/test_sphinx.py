@@ -15,6 +15,8 @@ import test_model  # noqa: F401 - installs the stand-in triton_python_backend_ut
 
 model = test_model.model
 
+from fleetscribe_asr import sphinx  # noqa: E402 - beside model.py, on the path test_model set
+
 try:
     import pocketsphinx  # noqa: F401
     HAVE_SPHINX = True
@@ -56,7 +58,7 @@ class PauseCutsTest(unittest.TestCase):
         quiet(0.8, 0)  # digital silence: cut
         tone(1)
         quiet(2, 0.0005)  # trailing quiet: no cut
-        cuts = model.pause_cuts(np.concatenate(parts))
+        cuts = sphinx.pause_cuts(np.concatenate(parts))
         want = [1 + 2 + 0.3 + 2 + 0.5, 1 + 2 + 0.3 + 2 + 1 + 1 + 0.4]
         self.assertEqual(len(cuts), len(want), f"cuts at {cuts}")
         for got, w in zip(cuts, want):
@@ -68,8 +70,8 @@ class PauseCutsTest(unittest.TestCase):
         for _ in range(20):
             parts.append((0.3 * np.sin(np.arange(6400) * 0.2)).astype(np.float32))
             parts.append((rng.standard_normal(4800) * 0.0005).astype(np.float32))
-        self.assertEqual(model.pause_cuts(np.concatenate(parts)), [])
-        self.assertEqual(model.pause_cuts(np.zeros(16000 * 5, dtype=np.float32)), [])
+        self.assertEqual(sphinx.pause_cuts(np.concatenate(parts)), [])
+        self.assertEqual(sphinx.pause_cuts(np.zeros(16000 * 5, dtype=np.float32)), [])
 
 
 class NarrowbandTest(unittest.TestCase):
@@ -79,14 +81,14 @@ class NarrowbandTest(unittest.TestCase):
         spectrum = np.fft.rfft(wide)
         spectrum[np.fft.rfftfreq(16000, 1 / 16000) > 3900] = 0
         narrow = np.fft.irfft(spectrum, 16000).astype(np.float32)
-        self.assertFalse(model.narrowband(wide))
-        self.assertTrue(model.narrowband(narrow))
-        self.assertFalse(model.narrowband(np.zeros(16000, dtype=np.float32)), "silence is not narrowband speech")
+        self.assertFalse(sphinx.narrowband(wide))
+        self.assertTrue(sphinx.narrowband(narrow))
+        self.assertFalse(sphinx.narrowband(np.zeros(16000, dtype=np.float32)), "silence is not narrowband speech")
 
     def test_fill_band_is_deterministic_and_above_4k(self):
         rng = np.random.default_rng(4)
         x = rng.standard_normal(16000).astype(np.float32) * 0.1
-        a, b = model.fill_band(x, 0.03), model.fill_band(x, 0.03)
+        a, b = sphinx.fill_band(x, 0.03), sphinx.fill_band(x, 0.03)
         np.testing.assert_array_equal(a, b)
         added = np.fft.rfft((a - x).astype(np.float64))
         freqs = np.fft.rfftfreq(16000, 1 / 16000)
@@ -99,10 +101,10 @@ class NarrowbandTest(unittest.TestCase):
         quiet = (rng.standard_normal(16000) * 1e-4).astype(np.float32)
         tone = (0.3 * np.sin(np.arange(16000) * 0.2)).astype(np.float32)
         x = np.concatenate([quiet, tone, quiet])
-        lo, hi = model.speech_span(x, 0, len(x), 4000)
+        lo, hi = sphinx.speech_span(x, 0, len(x), 4000)
         self.assertAlmostEqual(lo, 16000 - 4000, delta=160)
         self.assertAlmostEqual(hi, 32000 + 4000, delta=160)
-        self.assertEqual(model.speech_span(x, 100, 2000, 0), (100, 2000), "too short to tell: all of it")
+        self.assertEqual(sphinx.speech_span(x, 100, 2000, 0), (100, 2000), "too short to tell: all of it")
 
 
 @unittest.skipUnless(HAVE_SPHINX and shutil.which("ffmpeg"), "needs pocketsphinx (make deps) and ffmpeg")
@@ -110,7 +112,7 @@ class SphinxTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.clips = [flite(s) for s in SENTENCES]
-        cls.sphinx = model.SphinxModel({})
+        cls.sphinx = sphinx.SphinxModel({})
 
     def test_recognises_and_times_words(self):
         for text, x in zip(SENTENCES, self.clips):
@@ -131,7 +133,7 @@ class SphinxTest(unittest.TestCase):
         utterance's."""
         pause = np.zeros(16000, dtype=np.float32)
         x = np.concatenate([self.clips[0], pause, self.clips[1]])
-        self.assertEqual(len(model.pause_cuts(x)), 1)
+        self.assertEqual(len(sphinx.pause_cuts(x)), 1)
         first = self.sphinx.recognize(x, True)
         self.assertEqual(first.text, " ".join(SENTENCES))
         second_start = (self.clips[0].size + pause.size) / 16000
@@ -177,7 +179,7 @@ class SphinxTest(unittest.TestCase):
                 subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-i", enc, "-ar", "16000", "-c:a", "pcm_s16le", dec], check=True)
                 with wave.open(dec) as w:
                     y = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32) / 32768
-                self.assertTrue(model.narrowband(y))
+                self.assertTrue(sphinx.narrowband(y))
                 y *= 0.1 / np.sqrt(np.mean(y.astype(np.float64) ** 2))
                 got = self.sphinx.recognize(y, False).text.split()
                 ref = text.split()
@@ -210,7 +212,7 @@ class NothingToHearTest(unittest.TestCase):
     no words: never an error, which the worker would take for a fault."""
 
     def test_nothing_to_hear(self):
-        m = model.SphinxModel({})
+        m = sphinx.SphinxModel({})
         rng = np.random.default_rng(3)
         cases = {
             "one sample": np.zeros(1, np.float32),
@@ -225,7 +227,7 @@ class NothingToHearTest(unittest.TestCase):
                 self.assertEqual(h.timestamp["word"], [])
 
     def test_loud_noise_does_not_fail(self):
-        m = model.SphinxModel({})
+        m = sphinx.SphinxModel({})
         x = (0.3 * np.random.default_rng(1).standard_normal(7 * 16000)).astype(np.float32)
         h = m.recognize(x, True)
         for w in h.timestamp["word"]:

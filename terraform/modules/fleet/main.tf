@@ -67,7 +67,7 @@ locals {
     # No scale-in protection: the instance a scale-in picks drains (stops
     # receiving, finishes what it holds). Protected while holding a job or
     # 30 s after one, every instance of a busy fleet stays protected and the
-    # group never shrinks (bench/scalein: 2.25x the instance-hours needed
+    # group never shrinks (lab/bench/scalein: 2.25x the instance-hours needed
     # against 1.16x with the drain).
     FLEETSCRIBE_SCALE_IN_PROTECTION = "false"
     FLEETSCRIBE_ASG_NAME            = var.name

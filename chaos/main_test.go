@@ -1,9 +1,0 @@
-package chaos
-
-import (
-	"testing"
-
-	"github.com/fleetscribe/fleetscribe/internal/leaktest"
-)
-
-func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

@@ -1,0 +1,390 @@
+"""The compiled encoder: torch.compile (inductor) for a finite set of
+static shapes, shared through one compile cache by every partition of a
+host (see CompiledEncoder and EncoderOptions)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar
+
+from .common import SAMPLE_RATE, Audio, Params, log_info
+
+# torch's types: torch is imported only where an encoder runs, and the type
+# check runs without it.
+Tensor = Any
+Encoded = tuple[Tensor, Tensor]  # (frames, frame lengths)
+EncoderFn = Callable[[Tensor, Tensor], Encoded]
+
+DEFAULT_COMPILE_CACHE = "/tmp/fleetscribe-compile-cache"
+
+
+def compiles_on(device: str) -> bool:
+    """Whether an encoder compiles on device: a GPU (on CPU only where
+    FLEETSCRIBE_COMPILE_CPU=1, which the tests of the compiled path set)."""
+    return str(device).startswith("cuda") or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1"
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    return str(torch.cuda.get_device_name(device)) if str(device).startswith("cuda") else "cpu"
+
+
+def compile_cache_dir(params: Params) -> str:
+    """Where compile artefacts go: shared by every partition of a host."""
+    return params.get("compile_cache") or os.environ.get("FLEETSCRIBE_COMPILE_CACHE") or DEFAULT_COMPILE_CACHE
+
+
+def parse_buckets(value: str | None, default: str = "30") -> list[int]:
+    """Length buckets in samples from seconds ("30,45"), ascending; the
+    default is the worker's -chunk-seconds."""
+    out = sorted({round(float(v) * SAMPLE_RATE) for v in (value or default).split(",") if v.strip()})
+    if not out or out[0] <= 0:
+        raise ValueError(f"length_buckets {value!r}: want positive seconds, comma-separated")
+    return out
+
+
+def parse_rows(value: str | None, max_batch: int) -> list[int]:
+    """Row buckets of a compiled encoder from "4,8,16" (default: the powers
+    of two up to max_batch), ascending, max_batch always among them so that
+    every batch Triton forms has a shape."""
+    if value:
+        out = {int(v) for v in value.split(",") if v.strip()}
+        if not out or min(out) < 1 or max(out) > max_batch:
+            raise ValueError(f"batch_buckets {value!r}: want rows from 1 to max_batch_size {max_batch}, comma-separated")
+    else:
+        out = {1 << i for i in range(max_batch.bit_length()) if 1 << i <= max_batch}
+    return sorted(out | {max_batch})
+
+
+class EncoderOptions:
+    """How an engine runs its encoder, from the model parameters: encoder
+    (compiled or eager), length_buckets (seconds), batch_buckets (rows),
+    encoder_graphs (off, the default; on: CUDA graphs on a GPU, experimental:
+    see CompiledEncoder), encoder_casts (fused:
+    inductor keeps a fused kernel's intermediates in fp32; eager: it rounds
+    them to bf16 where eager PyTorch would, for outputs closer to eager's),
+    encoder_tuning (default: inductor's heuristics; autotune: it times
+    candidate matrix-multiply and fused kernels for each shape and keeps the
+    fastest, a longer first compile) and compile_cache."""
+
+    TUNINGS: ClassVar[dict[str, dict[str, bool]]] = {"default": {}, "autotune": {"max_autotune": True, "coordinate_descent_tuning": True}}
+
+    def __init__(self, mode: str = "eager", lengths: Sequence[int] = (), rows: Sequence[int] = (), graphs: bool = False,
+                 casts: str = "fused", cache_dir: str = DEFAULT_COMPILE_CACHE, tuning: str = "default") -> None:
+        self.mode, self.lengths, self.rows, self.graphs, self.casts, self.cache_dir = mode, list(lengths), list(rows), graphs, casts, cache_dir
+        if tuning not in self.TUNINGS:
+            raise ValueError(f"model parameter encoder_tuning={tuning!r}: want {' or '.join(self.TUNINGS)}")
+        self.tuning = tuning
+
+    @classmethod
+    def from_params(cls, params: Params, max_batch: int) -> EncoderOptions:
+        graphs = params.get("encoder_graphs") or "off"
+        if graphs not in ("on", "off"):
+            raise ValueError(f"model parameter encoder_graphs={graphs!r}: want on or off")
+        casts = params.get("encoder_casts") or "fused"
+        if casts not in ("fused", "eager"):
+            raise ValueError(f"model parameter encoder_casts={casts!r}: want fused or eager")
+        return cls(mode=params.get("encoder") or "compiled", lengths=parse_buckets(params.get("length_buckets")),
+                   rows=parse_rows(params.get("batch_buckets"), max_batch), graphs=graphs == "on", casts=casts,
+                   cache_dir=compile_cache_dir(params), tuning=params.get("encoder_tuning") or "default")
+
+    def encoder(self, fn: EncoderFn, device: str, key: str, regions: Sequence[Any] = ()) -> CompiledEncoder:
+        """fn compiled for these shapes (a CompiledEncoder), its compile
+        cache keyed by key and the options."""
+        key = "%s|lengths %s|rows %s|graphs %s|casts %s" % (key, self.lengths, self.rows, self.graphs, self.casts)
+        if self.tuning != "default":  # the keys of caches made before tuning existed stay as they were
+            key += "|tuning %s" % self.tuning
+        return CompiledEncoder(fn, device, self.lengths, self.rows, self.cache_dir, key, regions, self.graphs,
+                               inductor={"emulate_precision_casts": self.casts == "eager", **self.TUNINGS[self.tuning]})
+
+
+def source_identity(source: str) -> str:
+    """The model a source names, for the compile cache's key: a file by
+    path, size and time, a model name as it is."""
+    try:
+        st = os.stat(source)
+        return "%s:%d:%d" % (os.path.abspath(source), st.st_size, int(st.st_mtime))
+    except OSError:
+        return source
+
+
+class CompileCache:
+    """Compile artefacts shared by every partition of a host, for one key
+    (the model file, torch, the GPU, the buckets, the batch, precision):
+    the first partition to warm compiles under a lock in the folder while
+    the others wait, then they warm in parallel, loading what it compiled
+    (inductor's FX graph, AOTAutograd and kernel caches live in folder)."""
+
+    def __init__(self, folder: str, key: str) -> None:
+        self.folder = folder
+        self.key = hashlib.sha256(key.encode()).hexdigest()[:16]
+        os.makedirs(folder, exist_ok=True)
+        self.cold: bool | None = None  # whether warm() compiled (True) or loaded (False)
+        self.seconds = 0.0
+
+    def warm(self, run: Callable[[], None]) -> None:
+        """Runs run() (compiling or loading everything) once, under the
+        lock unless this key was compiled before."""
+        t0 = time.perf_counter()
+        marker = os.path.join(self.folder, self.key + ".warm")
+        self.cold = not os.path.exists(marker)
+        if self.cold:
+            with file_lock(os.path.join(self.folder, self.key + ".lock")):
+                # Another partition may have compiled while this one waited:
+                # then it loads outside the lock, beside the others.
+                self.cold = not os.path.exists(marker)
+                if self.cold:
+                    run()
+                    with open(marker + ".tmp", "w") as f:
+                        f.write("compiled\n")
+                    os.replace(marker + ".tmp", marker)
+        if not self.cold:
+            run()
+        self.seconds = time.perf_counter() - t0
+
+
+class CompiledEncoder:
+    """An encoder fn(audio [rows, n] float32, lengths [rows]) -> (frames,
+    frame lengths), compiled by torch.compile (inductor) for a finite set of
+    static shapes: every length bucket (samples) times every row bucket.
+    A batch is padded to the smallest shape that holds it (rows of zeros,
+    zeros past each row's length, which the encoder masks).
+
+    Regional compilation: where the engine names regions (modules whose
+    forward is most of the work: the conformer layers, the subsampling),
+    each region's forward is compiled instead of the whole function; the 24
+    layers share one code and so one compiled graph a shape, which took
+    about 21 s a shape on an H200 where the whole encoder took 80-115 s
+    (docs/benchmarks.md). The regions
+    run compiled only inside this object's calls: the same model's eager
+    path (a batch longer than every bucket, encoder=eager) stays eager and
+    never compiles at serving time.
+
+    With graphs (experimental, off by default), each shape is then captured
+    once on a GPU as a CUDA graph (fn whole: the front end, the eager glue
+    between regions and the compiled kernels), in one memory pool shared by
+    every shape, and a batch is one copy into the graph's input and one
+    replay: no per-kernel launches from a process that shares its CPUs with
+    seven others. A graph's outputs are valid until the next call (the
+    engine decodes them before it encodes again). Where capture fails the
+    compiled kernels run without a graph (logged, encoder path
+    compiled_nographs). Not the default: on an H200, NeMo's model hit a
+    CUDA illegal memory access in every process that loaded its shapes from
+    the compile cache and then captured them (at the second shape; the
+    process that compiled them ran), and under MPS one client's fault ends
+    every client of the GPU (docs/benchmarks.md, "Regional compilation").
+
+    The artefacts go to a CompileCache in cache_dir: the first partition
+    of a host compiles under a lock, the others load."""
+
+    def __init__(self, fn: EncoderFn, device: str, lengths: Sequence[int], rows: Sequence[int], cache_dir: str, key: str,
+                 regions: Sequence[Any] = (), graphs: bool = False, inductor: dict[str, bool] | None = None) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        self.lengths = sorted(lengths)
+        self.rows = sorted(rows)
+        self.cache = CompileCache(cache_dir, key)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+        os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache_dir, "triton"))
+        import torch._dynamo
+
+        # Each code compiled keeps one entry a shape.
+        shapes = len(self.lengths) * len(self.rows)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, shapes + 8)
+        self.fn = fn
+        self.regions = [(m, torch.compile(m.forward, dynamic=False, options=inductor)) for m in regions]
+        self.whole = None if self.regions else torch.compile(fn, dynamic=False, options=inductor)
+        self.graphs_asked = graphs and self.device.type == "cuda"
+        self.graphs_on = self.graphs_asked
+        self.pool = torch.cuda.graph_pool_handle() if self.graphs_on else None
+        self.shapes: dict[tuple[int, int], _Shape] = {}
+        self.fell_back = False  # whether outside() has logged
+        self.staging: Tensor = None  # pinned host rows, the largest shape's size
+        self.staging_lengths: Tensor = None
+        self.graphs = 0  # compiled graphs made or loaded by warm()
+
+    @property
+    def cold(self) -> bool | None:
+        return self.cache.cold
+
+    @property
+    def warm_seconds(self) -> float:
+        return self.cache.seconds
+
+    @property
+    def path(self) -> str:
+        """The encoder path the engine metric names: compiled (replayed as
+        CUDA graphs where they were asked for), or compiled_nographs where
+        graphs were asked for and their capture failed."""
+        return "compiled_nographs" if self.graphs_asked and not self.graphs_on else "compiled"
+
+    def shape(self, rows: int, n: int) -> tuple[int, int] | None:
+        """The static shape (rows, samples) that holds a batch of rows rows
+        of at most n samples, or None where none does."""
+        return pick_shape(self.rows, self.lengths, rows, n)
+
+    def summary(self) -> str:
+        """The shapes and how warm() got them, for a log line (numbers only)."""
+        return "lengths %s s, rows %s: %d compiled graphs %s in %.0f s, CUDA graphs %s" % (
+            ",".join("%g" % (b / SAMPLE_RATE) for b in self.lengths), ",".join(map(str, self.rows)), self.graphs,
+            "compiled" if self.cold else "loaded from the cache", self.warm_seconds, "on" if self.graphs_on else "off")
+
+    def encode(self, audio: list[Audio], eager: Callable[[list[Audio]], Encoded]) -> Encoded:
+        """(frames, frame lengths) of the rows of audio: compiled where a
+        shape holds them, else eager(audio), the first such batch logged."""
+        out = self(audio)
+        if out is None:
+            self.outside(len(audio), max(a.size for a in audio))
+            out = eager(audio)
+        return out
+
+    def outside(self, rows: int, n: int) -> None:
+        """Logs the first batch that no shape holds (the engine runs it
+        eagerly, as it will any other)."""
+        if self.fell_back:
+            return
+        self.fell_back = True
+        log_info("a batch of %d rows of %.1f-s audio fits no compiled shape (lengths %s s, rows %s): it runs eagerly, "
+                 "as will any other; add its length to the model parameter length_buckets" % (
+                     rows, n / SAMPLE_RATE, ",".join("%g" % (b / SAMPLE_RATE) for b in self.lengths), ",".join(map(str, self.rows))))
+
+    def compiled_call(self, x: Tensor, lengths: Tensor) -> Encoded:
+        """fn with its regions compiled (or fn compiled whole)."""
+        if self.whole is not None:
+            out: Encoded = self.whole(x, lengths)
+            return out
+        for m, c in self.regions:
+            m.forward = c  # an instance attribute: the class's forward is untouched
+        try:
+            return self.fn(x, lengths)
+        finally:
+            for m, _ in self.regions:
+                del m.forward
+
+    def __call__(self, audio: list[Audio]) -> Encoded | None:
+        """(frames, frame lengths) of the rows of audio (1-D float32 arrays),
+        or None where no shape holds them."""
+        shape = self.shape(len(audio), max(a.size for a in audio))
+        if shape is None:
+            return None
+        s = self.shapes.get(shape) or self._make(*shape)
+        rows, n = len(audio), shape[1]
+        host = self.staging[:rows * n].view(rows, n).numpy()
+        lens = self.staging_lengths[:rows].numpy()
+        for i, a in enumerate(audio):
+            host[i, :a.size] = a
+            host[i, a.size:] = 0
+            lens[i] = a.size
+        cuda = self.device.type == "cuda"
+        s.x[:rows].copy_(self.staging[:rows * n].view(rows, n), non_blocking=cuda)
+        s.x[rows:].zero_()
+        s.lengths[:rows].copy_(self.staging_lengths[:rows], non_blocking=cuda)
+        s.lengths[rows:].fill_(n)
+        if s.graph is not None and s.out is not None:
+            s.graph.replay()
+            enc, enc_len = s.out
+        else:
+            enc, enc_len = self.compiled_call(s.x, s.lengths)
+        return enc[:rows], enc_len[:rows]
+
+    def _make(self, rows: int, n: int) -> _Shape:
+        """The static input of a shape and, on a GPU, its CUDA graph: fn is
+        run (compiling or loading the shape's graphs) and warmed on a side
+        stream, then captured. Runs under the caller's autocast, with
+        autocast's weight cache off (a cached cast would live outside the
+        graph's memory)."""
+        torch = self.torch
+        if self.staging is None:
+            most = max(self.rows) * max(self.lengths)
+            pin = self.device.type == "cuda"
+            self.staging = torch.empty(most, dtype=torch.float32, pin_memory=pin)
+            self.staging_lengths = torch.empty(max(self.rows), dtype=torch.int64, pin_memory=pin)
+        x = torch.zeros(rows, n, dtype=torch.float32, device=self.device)
+        lengths = torch.full((rows,), n, dtype=torch.int64, device=self.device)
+        s = _Shape(x, lengths)
+        self.shapes[(rows, n)] = s
+        if not self.graphs_on:
+            return s
+        kind = self.device.type
+        on, dtype = torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind)
+        try:
+            with torch.autocast(kind, dtype=dtype, enabled=on, cache_enabled=False):
+                side = torch.cuda.Stream(self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        self.compiled_call(x, lengths)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
+                    out = self.compiled_call(x, lengths)
+            s.graph, s.out = g, out
+        except Exception as e:  # noqa: BLE001 - the compiled kernels still run, launched one by one
+            self.graphs_on = False
+            for other in self.shapes.values():
+                other.graph = other.out = None
+            log_info("encoder CUDA graph capture failed (%s: %s): the compiled encoder runs without graphs\n%s" % (
+                type(e).__name__, e, traceback.format_exc()))
+        free, total = torch.cuda.mem_get_info(self.device)
+        log_info("encoder shape %d x %.1f s captured: %.1f GiB reserved by this process, %.1f of %.1f GiB free on the GPU" % (
+            rows, n / SAMPLE_RATE, torch.cuda.memory_reserved(self.device) / 2**30, free / 2**30, total / 2**30))
+        return s
+
+    def warm(self, run: Callable[[int, int], None]) -> None:
+        """Compiles (or loads), captures and warms every shape, largest
+        first (the graphs' shared pool is sized by the first):
+        run(n, rows) puts one batch through the whole model."""
+        from torch._dynamo.utils import counters
+
+        before = counters["stats"]["unique_graphs"]
+
+        def every_shape() -> None:
+            for n in reversed(self.lengths):
+                for rows in reversed(self.rows):
+                    run(n, rows)
+
+        self.cache.warm(every_shape)
+        self.graphs = counters["stats"]["unique_graphs"] - before
+        if self.device.type == "cuda":
+            # What the warm-up runs left cached (the graphs keep their own
+            # pool): eight partitions of a GPU would otherwise each hold it.
+            self.torch.cuda.empty_cache()
+
+
+class _Shape:
+    """One static shape's input tensors and, on a GPU, its CUDA graph and
+    the graph's output tensors."""
+
+    def __init__(self, x: Tensor, lengths: Tensor) -> None:
+        self.x, self.lengths = x, lengths
+        self.graph: Tensor = None
+        self.out: Encoded | None = None
+
+
+def pick_shape(rows_buckets: Sequence[int], length_buckets: Sequence[int], rows: int, n: int) -> tuple[int, int] | None:
+    """The smallest (rows bucket, length bucket) that holds rows rows of at
+    most n samples, or None."""
+    r = next((b for b in rows_buckets if rows <= b), None)
+    length = next((b for b in length_buckets if n <= b), None)
+    return None if r is None or length is None else (r, length)
+
+
+@contextlib.contextmanager
+def file_lock(path: str) -> Iterator[None]:
+    """An exclusive lock on path across processes (flock), held for the block."""
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

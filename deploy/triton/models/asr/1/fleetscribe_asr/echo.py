@@ -1,0 +1,35 @@
+"""The echo engine: "samples N" after a modelled batch time (conformance
+tests and benchmarks of the serving path; never for real audio)."""
+
+from __future__ import annotations
+
+import time
+
+from .common import SAMPLE_RATE, Audio, Hypothesis, Params, Word
+
+
+class EchoModel:
+    """Answers "samples N" for N samples (two timed words: "samples" over
+    the first half, N over the second), so a test sees which input each
+    result came from. A batch takes batch_delay_ms, plus row_delay_ms for
+    each 30 s of audio in it (a row's share scaled by its length): a simple
+    model of a GPU's batch time, so that batching, queueing and priority
+    can be observed on a real server."""
+
+    ROW_SAMPLES = 30 * SAMPLE_RATE
+
+    def __init__(self, params: Params) -> None:
+        self.batch_delay = float(params.get("batch_delay_ms") or 0) / 1000
+        self.row_delay = float(params.get("row_delay_ms") or 0) / 1000
+
+    def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool) -> list[Hypothesis]:  # noqa: ARG002 - NeMo's signature
+        delay = self.batch_delay + self.row_delay * sum(a.size for a in audio) / self.ROW_SAMPLES
+        if delay > 0:
+            time.sleep(delay)
+        out = []
+        for samples in audio:
+            n = int(samples.size)
+            d = n / SAMPLE_RATE
+            words: list[Word] = [{"word": "samples", "start": 0.0, "end": d / 2}, {"word": str(n), "start": d / 2, "end": d}]
+            out.append(Hypothesis(f"samples {n}", words if timestamps else []))
+        return out

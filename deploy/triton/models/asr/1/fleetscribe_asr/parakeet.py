@@ -1,0 +1,177 @@
+"""The parakeet engine: NVIDIA Parakeet TDT through NeMo, its encoder
+compiled (compiled.py), its decoder NeMo's greedy_batch under CUDA graphs."""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .common import SAMPLE_RATE, Audio, log_info
+from .compiled import CompiledEncoder, Encoded, EncoderOptions, Tensor, compiles_on, device_name, source_identity
+
+DEFAULT_MODEL = "nvidia/parakeet-tdt-0.6b-v2"
+
+
+def load_model(source: str, device: str) -> Any:
+    """Loads a NeMo ASR model from a .nemo path or a model name."""
+    import nemo.collections.asr as nemo_asr  # heavy: imported only here
+
+    if source.endswith(".nemo") or os.path.exists(source):
+        model = nemo_asr.models.ASRModel.restore_from(restore_path=source, map_location=device)
+    else:
+        model = nemo_asr.models.ASRModel.from_pretrained(model_name=source, map_location=device)
+    model.eval()
+    return model
+
+
+class NemoEngine:
+    """A NeMo transducer model (Parakeet TDT) as Triton calls it. NeMo's
+    transcribe() builds a dataloader for every call and changes the
+    decoding strategy (rebuilding the decoder and its CUDA graphs) whenever
+    the timestamps flag differs from the last call's; here the decoder is
+    configured once, with word timestamps, and each batch is padded into one
+    tensor and passed through the preprocessor, the encoder and the decoder.
+    Models without a transducer decoder go through transcribe()."""
+
+    def __init__(self, model: Any, device: str, precision: str, options: EncoderOptions | None = None, source: str = "") -> None:
+        options = options or EncoderOptions()
+        self.model, self.device = model, device
+        self.compiled: CompiledEncoder | None = None
+        self.torch: Any = None
+        self.dtype: Any = None
+        self.config = ""
+        self.encoder_path = "none"
+        self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
+        if self.direct:
+            import torch
+            from omegaconf import open_dict
+
+            self.torch = torch
+            self.dtype = torch.bfloat16 if precision == "bf16" and str(device).startswith("cuda") else None
+            cfg = model.cfg.decoding
+            with open_dict(cfg):
+                cfg.compute_timestamps = True
+                # Greedy batched decoding under CUDA graphs, as NeMo does by
+                # default, whatever the .nemo file says: a model saved with
+                # the graphs off decoded eagerly here, 5-7x slower a batch.
+                if cfg.get("strategy") == "greedy_batch" and "greedy" in cfg:
+                    cfg.greedy.use_cuda_graph_decoder = True
+            model.change_decoding_strategy(cfg, verbose=False)
+            g = cfg.get("greedy", {})
+            self.config = "strategy %s, loop_labels %s, use_cuda_graph_decoder %s, %s" % (
+                cfg.get("strategy"), g.get("loop_labels"), g.get("use_cuda_graph_decoder"),
+                type(getattr(model.decoding, "decoding", None)).__name__)
+            self.staging = torch.empty(0)
+            self.encoder_path = "eager"
+            if options.mode == "compiled" and compiles_on(device) and hasattr(model.encoder, "forward_internal"):
+                enc, pre = model.encoder, model.preprocessor
+                # The positional encodings of the longest bucket, made now:
+                # forward() extends them as a side effect, outside the graph.
+                hop = round(float(model.cfg.preprocessor.get("window_stride", 0.01)) * SAMPLE_RATE)
+                if hasattr(enc, "update_max_seq_length"):
+                    enc.update_max_seq_length(seq_length=max(options.lengths) // hop + 1, device=device)
+
+                def encode(x: Tensor, lengths: Tensor) -> Encoded:
+                    features, n = pre(input_signal=x, length=lengths)
+                    out: Encoded = enc.forward_internal(features, n)
+                    return out
+
+                # The conformer layers (one code, one compiled graph a shape
+                # for all 24) and the subsampling: nearly all the work.
+                regions = [m for m in [getattr(enc, "pre_encode", None), *getattr(enc, "layers", [])] if m is not None]
+                key = "nemo|%s|%s|%s|%s" % (source_identity(source), torch.__version__, device_name(device), precision)
+                self.compiled = options.encoder(encode, device, key, regions)
+            elif options.mode not in ("compiled", "eager"):
+                raise ValueError(f"model parameter encoder={options.mode!r}: want compiled or eager")
+
+    def describe(self) -> tuple[str, str]:
+        """(encoder path, decoder CUDA-graph mode), as the engine metric says them."""
+        return (self.compiled.path if self.compiled is not None else self.encoder_path), self.graphs_mode()
+
+    def graphs_mode(self) -> str:
+        """Which of NeMo's CUDA-graph modes the decoder runs in (full_graph,
+        no_while_loops, no_graphs), or "none" where it has no such decoder.
+        Known only once a batch has been decoded."""
+        computer = getattr(getattr(getattr(self.model, "decoding", None), "decoding", None), "decoding_computer", None)
+        mode = getattr(computer, "cuda_graphs_mode", None)
+        return str(mode) if mode is not None else "none"
+
+    def batch(self, audio: list[Audio]) -> Tensor:
+        """The rows padded into one tensor on the model's device, written
+        once into a pinned staging buffer kept between batches (a batch's
+        copy has ended when its hypotheses are back on the host)."""
+        torch, cuda = self.torch, str(self.device).startswith("cuda")
+        rows, n = len(audio), max(a.size for a in audio)
+        if self.staging.numel() < rows * n:
+            self.staging = torch.empty(rows * n, dtype=torch.float32, pin_memory=cuda)
+        x = self.staging[:rows * n].view(rows, n)
+        host = x.numpy()
+        for i, a in enumerate(audio):
+            host[i, :a.size] = a
+            host[i, a.size:] = 0
+        return x.to(self.device, non_blocking=True) if cuda else x.clone()
+
+    def encode(self, audio: list[Audio]) -> Encoded:
+        """The encoder's output for audio (only the real rows): compiled
+        where a static shape holds the batch, else eagerly."""
+        return self.compiled.encode(audio, self.encode_eagerly) if self.compiled is not None else self.encode_eagerly(audio)
+
+    def encode_eagerly(self, audio: list[Audio]) -> Encoded:
+        x = self.batch(audio)
+        lengths = self.torch.tensor([a.size for a in audio], device=self.device)
+        out: Encoded = self.model.forward(input_signal=x, input_signal_length=lengths)
+        return out
+
+    def warm(self, seconds: float, max_batch: int, timestamps: bool = True) -> None:
+        """Compiles (or loads) and captures every static shape, then one
+        batch of the longest chunk at the largest batch, which captures the
+        decoder's CUDA graphs; a partition is ready only after this."""
+        rng = np.random.default_rng(0)
+
+        def run(n: int, rows: int) -> None:
+            quiet = rng.standard_normal(n).astype(np.float32) * 1e-3
+            self.transcribe([quiet] * rows, rows, timestamps, False)
+
+        if self.compiled is not None:
+            try:
+                self.compiled.warm(run)
+            except Exception as e:  # noqa: BLE001 - serve eagerly (the engine metric says so, and an alert fires) rather than never
+                log_info("compiling the encoder failed (%s: %s): it runs eagerly\n%s" % (type(e).__name__, e, traceback.format_exc()))
+                self.compiled = None
+        run(int(seconds * SAMPLE_RATE), max_batch)
+
+    def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool) -> list[Any]:
+        if not self.direct:
+            return list(self.model.transcribe(audio, batch_size=batch_size, timestamps=timestamps, verbose=verbose))
+        from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
+
+        torch = self.torch
+        with torch.inference_mode(), torch.autocast("cuda", dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
+            enc, enc_len = self.encode(audio)
+            hyps = self.model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True)
+        if timestamps:
+            hyps = process_timestamp_outputs(hyps, self.model.encoder.subsampling_factor,
+                                             self.model.cfg.preprocessor.window_stride)
+        return list(hyps)
+
+
+def start(source: str, params: dict[str, str], device: str, max_batch: int, options: EncoderOptions,
+          load: Callable[[str, str], Any], host: str) -> tuple[str, NemoEngine]:
+    """The Parakeet engine of source (a .nemo file or a model name; empty:
+    DEFAULT_MODEL) loaded by load, its encoder compiled as options say and
+    every shape warmed: a partition is ready only after this."""
+    source = source or DEFAULT_MODEL
+    model = load(source, device)
+    t0 = time.perf_counter()
+    engine = NemoEngine(model, device, params.get("precision") or "bf16", options, source=source)
+    engine.warm(float(params.get("warmup_seconds") or 30), max_batch)
+    c = engine.compiled
+    log_info("NeMo ready in %.0f s: encoder %s%s; decoder CUDA graphs mode %s (%s); %s" % (
+        time.perf_counter() - t0, engine.describe()[0], " (%s)" % c.summary() if c else "",
+        engine.graphs_mode(), getattr(engine, "config", ""), host))
+    return source, engine

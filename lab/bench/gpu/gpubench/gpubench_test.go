@@ -1,0 +1,349 @@
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/mps"
+)
+
+func TestParseArrangement(t *testing.T) {
+	for in, want := range map[string]arrangement{
+		"single":                  {name: "single", processes: 1, instances: 1, decoder: "cuda_graph", encoder: "compiled"},
+		"instances-4":             {name: "instances-4", processes: 1, instances: 4, decoder: "cuda_graph", encoder: "compiled"},
+		"timesliced-8/eager":      {name: "timesliced-8/eager", processes: 8, instances: 1, decoder: "eager", encoder: "compiled"},
+		"mps50-8":                 {name: "mps50-8", processes: 8, instances: 1, percentage: 50, decoder: "cuda_graph", encoder: "compiled"},
+		"mps25-8/eagerenc":        {name: "mps25-8/eagerenc", processes: 8, instances: 1, percentage: 25, decoder: "cuda_graph", encoder: "eager"},
+		"mps25-4/unbatched":       {name: "mps25-4/unbatched", processes: 4, instances: 1, percentage: 25, decoder: "cuda_graph", encoder: "compiled", unbatched: true},
+		"timesliced-4/maxbatch32": {name: "timesliced-4/maxbatch32", processes: 4, instances: 1, decoder: "cuda_graph", encoder: "compiled", maxBatch: 32},
+		"mps25-8/cuda_sync=blocking/cpu_threads=2": {name: "mps25-8/cuda_sync=blocking/cpu_threads=2", processes: 8, instances: 1, percentage: 25,
+			decoder: "cuda_graph", encoder: "compiled", params: "cuda_sync=blocking/cpu_threads=2"},
+	} {
+		got, err := parseArrangement(in)
+		if err != nil || got != want {
+			t.Errorf("%s: %+v %v, want %+v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "mps-4", "mps0-4", "mps101-2", "timesliced-0", "instances-0", "single/fast", "mps50-8/maxbatch0", "Single", "mps50-8/Cuda=x", "mps50-8/cuda_sync="} {
+		if _, err := parseArrangement(bad); err == nil {
+			t.Errorf("%q: want an error", bad)
+		}
+	}
+}
+
+// An arrangement's plan is the worker's plan for the same flags.
+func TestArrangementPlanIsTheWorkersPlan(t *testing.T) {
+	for _, name := range []string{"single", "timesliced-4", "mps50-8", "mps100-2"} {
+		a, _ := parseArrangement(name)
+		got, err := a.plan([]int{0, 1}, 9100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flags := a.planFlags([]int{0, 1}, 9100)
+		c := mps.PlanConfig{GPUs: []int{0, 1}, BasePort: 9100}
+		for i := 0; i+1 < len(flags); i += 2 {
+			v := flags[i+1]
+			switch flags[i] {
+			case "-per-gpu":
+				c.PerGPU, _ = strconv.Atoi(v)
+			case "-percentage":
+				c.Percentage, _ = strconv.Atoi(v)
+			case "-sharing":
+				c.Sharing = v
+			}
+		}
+		want, err := mps.Plan(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) || len(got) != 2*a.processes {
+			t.Fatalf("%s: %d partitions, flags give %d", name, len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("%s: partition %d %+v, flags give %+v", name, i, got[i], want[i])
+			}
+		}
+		if wantKind := map[string]string{"single": "single", "timesliced-4": "timesliced", "mps50-8": "mps", "mps100-2": "mps"}[name]; a.kind() != wantKind {
+			t.Errorf("%s: kind %s, want %s", name, a.kind(), wantKind)
+		}
+	}
+}
+
+// The repository is the shipped configuration with only the instance
+// group, the engine's parameters and the named variations changed.
+func TestParseParams(t *testing.T) {
+	got := map[string]string{}
+	if err := parseParams([]string{"model=/m.nemo", "length_buckets=30", "45", "batch_buckets=8", "16", "size=tiny"}, got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"model": "/m.nemo", "length_buckets": "30,45", "batch_buckets": "8,16", "size": "tiny"}
+	if !maps.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if err := parseParams([]string{"30"}, map[string]string{}); err == nil {
+		t.Error("a first piece without key= was taken")
+	}
+}
+
+func TestWriteRepo(t *testing.T) {
+	shipped, _ := filepath.Abs("../../../../deploy/triton/models/asr/config.pbtxt")
+	modelDir, _ := filepath.Abs("../../../../deploy/triton/models/asr/1")
+	orig, err := os.ReadFile(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := parseArrangement("instances-4/unbatched/maxbatch16")
+	dir := t.TempDir()
+	if err := writeRepo(dir, shipped, modelDir, "KIND_GPU", a, map[string]string{"engine": "module", "decoder": "eager"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "asr", "config.pbtxt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := string(b)
+	for _, want := range []string{
+		"instance_group [ { count: 4 kind: KIND_GPU } ]",
+		"allow_ragged_batch: false",
+		"max_batch_size: 16",
+		"preferred_batch_size: [ 8, 16 ]",
+		`parameters: { key: "decoder" value: { string_value: "eager" } }`,
+		`parameters: { key: "engine" value: { string_value: "module" } }`,
+		"priority_levels: 2", "max_queue_size: 256", "max_queue_delay_microseconds: 5000", // kept as shipped
+	} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("repository config lacks %q:\n%s", want, cfg)
+		}
+	}
+	if strings.Count(cfg, "instance_group") != 1 {
+		t.Errorf("instance groups:\n%s", cfg)
+	}
+	if link, err := os.Readlink(filepath.Join(dir, "asr", "1")); err != nil || link != modelDir {
+		t.Errorf("version 1 is %q (%v), want the shipped %s", link, err, modelDir)
+	}
+	if strings.Contains(string(orig), "allow_ragged_batch: false") {
+		t.Fatal("the shipped configuration is not ragged any more; the test's premise is gone")
+	}
+	// A configuration with parameters of its own is refused, not merged.
+	withParams := filepath.Join(t.TempDir(), "config.pbtxt")
+	if err := os.WriteFile(withParams, append(orig, []byte("\nparameters: { key: \"engine\" value: { string_value: \"parakeet\" } }\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeRepo(t.TempDir(), withParams, modelDir, "KIND_GPU", a, nil); err == nil {
+		t.Error("a configuration with parameters: want an error")
+	}
+}
+
+func TestReportResultLine(t *testing.T) {
+	dir := t.TempDir()
+	results := filepath.Join(dir, "results.csv")
+	rows := [][]string{
+		{"single", "single", "cuda_graph", "clip45", "64", "100", "4", "25", "1125", "500", "600", "700", "16", "50", "0", "0", "1", "1", "1", "1"},
+		{"timesliced-4", "timesliced", "cuda_graph", "clip45", "64", "200", "4", "50", "2250", "500", "600", "800", "8", "99", "0", "0", "1", "1", "1", "1"},
+		{"mps50-8", "mps", "cuda_graph", "clip45", "64", "240", "4", "60", "2700", "500", "600", "900", "4", "99", "0", "0", "1", "1", "1", "1"},
+		{"mps50-8", "mps", "cuda_graph", "clip45", "128", "400", "4", "100", "4500", "900", "1500", "1600", "8", "99", "0", "0", "1", "1", "1", "1"}, // over 1 s
+		{"mps25-8", "mps", "cuda_graph", "clip45", "64", "300", "4", "75", "3375", "500", "600", "700", "4", "99", "3", "0", "1", "1", "1", "1"},     // errors
+		{"mps50-8/eager", "mps", "eager", "clip45", "64", "300", "4", "80", "3600", "500", "600", "700", "4", "99", "0", "0", "1", "1", "1", "1"},    // not the decoder of the headline
+		{"mps50-8", "mps", "cuda_graph", "mix", "32", "300", "4", "80", "3000", "500", "600", "1200", "20", "99", "0", "0", "1", "1", "1", "1"},
+		{"mps50-8/unbatched", "mps", "cuda_graph", "mix", "8", "30", "4", "8", "300", "500", "600", "1500", "1", "99", "0", "0", "1", "1", "1", "1"},
+	}
+	f, _ := os.Create(results)
+	w := csv.NewWriter(f)
+	_ = w.Write(legacyColumns) // the results committed before the encoder was compiled
+	_ = w.WriteAll(rows)
+	_ = f.Close()
+	offline := filepath.Join(dir, "offline.json")
+	_ = os.WriteFile(offline, []byte(`{"clip_seconds":45,"best_clips_per_s":50,"best_batch":64,"batch1_clips_per_s":10,"flops_per_clip":1e12,"matmul_tflops":500}`), 0o644)
+	out, err := exec.Command("go", "run", ".", "report", "-results", results, "-offline", offline).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	got := lines[len(lines)-1]
+	// best at p99 <= 1 s without errors, CUDA graphs: mps50-8 at 64 (2700);
+	// offline 50 clips/s x 45 s = 2250; FLOP bound 500 clips/s x 45 = 22500.
+	want := "RESULT server=triton decoder=cuda_graph best_mode=mps50-8 served_audio_s_per_s=2700 vs_offline=1.20 flop_fraction=0.12 p99_ms=900 mode_vs_timesliced=1.20 batching_speedup=10.00 best_timesliced=timesliced-4 best_mps=mps50-8 mps_vs_timesliced=1.20 best_instances=- instances_vs_timesliced=0.00"
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+// The whole benchmark on a host without GPUs: real Triton processes
+// started by `worker mps run`, model.py's echo engine, the pool's load,
+// Triton's statistics, one CSV row per point.
+func TestRunOnRealTriton(t *testing.T) {
+	tritonproc.Require(t)
+	if testing.Short() {
+		t.Skip("builds the worker and starts real servers")
+	}
+	dir := t.TempDir()
+	worker := filepath.Join(dir, "worker")
+	if out, err := exec.Command("go", "build", "-o", worker, "../../../../cmd/worker").CombinedOutput(); err != nil {
+		t.Fatalf("build worker: %v: %s", err, out)
+	}
+	base, err := tritonproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := tritonproc.Root()
+	out := filepath.Join(dir, "results.csv")
+	err = runCmd([]string{"-worker", worker, "-tritonserver", filepath.Join(root, "scripts", "tritonserver"), "-base-port", strconv.Itoa(base),
+		"-model-config", filepath.Join(root, "deploy/triton/models/asr/config.pbtxt"), "-model-dir", filepath.Join(root, "deploy/triton/models/asr/1"),
+		"-instance-kind", "KIND_CPU", "-engine", "", "-param", "engine=echo,batch_delay_ms=20",
+		"-clip-seconds", "2", "-concurrency", "4", "-duration", "1500ms", "-warmup", "500ms", "-out", out,
+		"single", "timesliced-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := readResults(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 {
+		t.Fatalf("%d rows, want one per arrangement", len(rs))
+	}
+	for i, want := range []string{"single", "timesliced-2"} {
+		r := rs[i]
+		if r.arrangement != want || r.decoder != "cuda_graph" || r.workload != "clip2" || r.completed == 0 || r.errors != 0 ||
+			r.meanBatch < 1 || r.p99 <= 0 {
+			t.Errorf("row %d: %+v", i, r)
+		}
+	}
+}
+
+func TestCompiledReportResultLine(t *testing.T) {
+	dir := t.TempDir()
+	results := filepath.Join(dir, "results.csv")
+	row := func(arr, enc, workload, conc, audio, p99, ready, cache string) []string {
+		return []string{arr, "mps", "nemo", workload, conc, "100", "3", "30", audio, "400", "500", p99, "8", "90", "0", "0", "1", "1", "1", "1", enc, ready, cache}
+	}
+	rows := [][]string{
+		row("mps50-8", "compiled", "clip45", "64", "7500", "480", "300", "cold"),
+		row("mps50-8", "compiled", "clip45", "128", "9000", "1100", "90", "warm"), // over 1 s
+		row("mps50-8", "compiled", "clip45", "96", "8000", "900", "90", "warm"),
+		row("mps50-8", "compiled", "mix", "32", "6000", "1400", "90", "warm"),
+		row("mps50-8", "compiled", "mix", "64", "7000", "1600", "90", "warm"), // over 1.5 s
+		row("mps25-8/eagerenc", "eager", "clip45", "64", "5000", "500", "45", "none"),
+		// Start-up counts plans of the default's eight partitions, whatever
+		// their MPS percentage; four partitions start faster and do not count.
+		row("mps25-8", "compiled", "clip45", "64", "7000", "450", "50", "warm"),
+		row("mps50-4", "compiled", "clip45", "64", "6000", "450", "30", "warm"),
+		{"mps50-8", "mps", "cuda_graph", "clip45", "64", "100", "3", "30", "9999", "400", "500", "500", "8", "90", "0", "0", "1", "1", "1", "1", "compiled", "20", "warm"}, // the stand-in
+	}
+	f, _ := os.Create(results)
+	w := csv.NewWriter(f)
+	_ = w.Write(columns)
+	_ = w.WriteAll(rows)
+	w.Flush()
+	_ = f.Close()
+	out, err := exec.Command("go", "run", ".", "compiled", "-results", results).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := "RESULT server=triton model=nemo encoder=inductor_regional_cudagraphs best_mode=mps50-8 served_audio_s_per_s=8000 mix_audio_s_per_s=6000 p99_ms=900 vs_eager=1.60 vs_best_published=0.65 warm_start_s=50 cold_start_s=300"
+	if got := lines[len(lines)-1]; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestCompileCacheState(t *testing.T) {
+	compiled, _ := parseArrangement("mps50-8")
+	eager, _ := parseArrangement("mps50-8/eagerenc")
+	set := func(keys ...string) map[string]bool {
+		m := map[string]bool{}
+		for _, k := range keys {
+			m[k] = true
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name          string
+		a             arrangement
+		before, after map[string]bool
+		want          string
+	}{
+		{"empty cache, first compile", compiled, set(), set("a.warm"), "cold"},
+		{"the same key again", compiled, set("a.warm"), set("a.warm"), "warm"},
+		// Another length bucket's marker was there: this one still compiled.
+		{"another key compiled before", compiled, set("a.warm"), set("a.warm", "b.warm"), "cold"},
+		{"nothing compiled", compiled, set(), set(), "none"},
+		{"eager encoder", eager, nil, nil, "none"},
+	} {
+		if got := compileCacheState(c.a, c.before, c.after); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// An arrangement's KEY=VALUE suffixes are model parameters over the run's.
+func TestArrangementParamsOverTheRuns(t *testing.T) {
+	shipped, _ := filepath.Abs("../../../../deploy/triton/models/asr/config.pbtxt")
+	modelDir, _ := filepath.Abs("../../../../deploy/triton/models/asr/1")
+	a, err := parseArrangement("mps25-8/cuda_sync=blocking/cpu_threads=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := modelFlags{shipped: shipped, modelDir: modelDir, kind: "KIND_GPU"}
+	dir := t.TempDir()
+	if err := m.write(dir, a, map[string]string{"cuda_sync": "spin", "length_buckets": "30,45"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "asr", "config.pbtxt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`parameters: { key: "cuda_sync" value: { string_value: "blocking" } }`,
+		`parameters: { key: "cpu_threads" value: { string_value: "2" } }`,
+		`parameters: { key: "length_buckets" value: { string_value: "30,45" } }`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("repository config lacks %q:\n%s", want, b)
+		}
+	}
+}
+
+// A point's CPU by group counts what a process of that group used between
+// the readings: a child spinning on a CPU shows as "other", near one CPU.
+func TestCPUByGroup(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	before := readCPU()
+	if _, ok := before.procs[cmd.Process.Pid]; !ok {
+		t.Fatalf("the child %d is not among the processes read", cmd.Process.Pid)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var after cpuTimes
+	for after = readCPU(); after.procs[cmd.Process.Pid].ticks-before.procs[cmd.Process.Pid].ticks < 50 && time.Now().Before(deadline); after = readCPU() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := after.byGroup(before)
+	var servers, stubs, mpsCPU, other float64
+	if _, err := fmt.Sscanf(got, "servers %f, stubs %f, mps %f, other %f", &servers, &stubs, &mpsCPU, &other); err != nil {
+		t.Fatalf("%q: %v", got, err)
+	}
+	if other < 0.2 || after.procs[cmd.Process.Pid].group != "other" {
+		t.Errorf("%q: want the spinning child in other", got)
+	}
+	// Groups by name; a process not alive at both readings is not counted.
+	at := before.at
+	b := cpuTimes{at: at, procs: map[int]procCPU{1: {"stubs", 100}, 2: {"stubs", 0}, 3: {"servers", 50}, 4: {"mps", 0}}}
+	a := cpuTimes{at: at.Add(2 * time.Second), procs: map[int]procCPU{1: {"stubs", 300}, 2: {"stubs", 200}, 3: {"servers", 150}, 5: {"other", 900}}}
+	if got, want := a.byGroup(b), "servers 0.5, stubs 2.0, mps 0.0, other 0.0"; got != want {
+		t.Errorf("byGroup = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,543 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/lab/synth"
+	"github.com/fleetscribe/fleetscribe/triton"
+	pb "github.com/fleetscribe/fleetscribe/triton/inference"
+)
+
+const rate = 16000
+
+// Columns of the results CSV.
+var columns = []string{"arrangement", "kind", "decoder", "workload", "concurrency", "completed", "seconds", "req_per_s",
+	"audio_s_per_s", "p50_ms", "p95_ms", "p99_ms", "mean_batch", "gpu_util", "errors", "overloaded", "queue_ms", "input_ms",
+	"infer_ms", "output_ms", "encoder", "ready_s", "compile_cache"}
+
+// legacyColumns are the columns of results written before the encoder was
+// compiled: every one of them ran eagerly.
+var legacyColumns = columns[:20]
+
+// loadConfig is one workload against one arrangement's partitions.
+type loadConfig struct {
+	addrs        []string
+	mix          bool    // recordings of the realistic length mix, chunked as the worker does; else fixed clips
+	clipSeconds  float64 // fixed clips
+	chunkSeconds float64 // the worker's -chunk-seconds (mix)
+	chunkPar     int     // the worker's -chunk-parallelism (mix)
+	inflight     int     // the worker's -triton-max-inflight (mix): chunks past it wait in the pool, as the worker's do
+	warm, dur    time.Duration
+	concurrency  []int // requests (clips) or recordings (mix) in flight
+}
+
+type point struct {
+	completed    int
+	seconds      float64
+	audioSeconds float64
+	latencies    []time.Duration
+	errors       int
+}
+
+// measure runs the workload at each concurrency through the project's own
+// triton.Pool (shared memory, word timestamps, as the worker sends) and
+// returns one row per point (columns from "workload" on).
+func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
+	maxSamples := int(lc.clipSeconds * rate)
+	if lc.mix {
+		maxSamples = int(lc.chunkSeconds * rate)
+	}
+	// Clips: the concurrency is what is in flight. The mix: what the worker
+	// keeps in flight a partition, the rest of a recording's chunks waiting
+	// in the pool (their latency counts that wait, as a job's does).
+	inflight := slices.Max(lc.concurrency)
+	if lc.mix {
+		inflight = lc.inflight
+	}
+	reg := prometheus.NewRegistry()
+	pool, err := triton.NewPool(triton.PoolConfig{
+		Addrs: lc.addrs, MaxInflight: inflight, RequestTimeout: 2 * time.Minute, Attempts: 5,
+		BackoffBase: 5 * time.Millisecond, BackoffMax: 200 * time.Millisecond, EjectAfter: 3, HealthInterval: 5 * time.Second,
+		SharedMemory: true, ChunkSamples: maxSamples,
+	}, triton.DefaultModelIO(), reg)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	err = pool.WaitReady(wctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	rctx, stopHealth := context.WithCancel(ctx)
+	var health sync.WaitGroup
+	health.Go(func() { _ = pool.Run(rctx) })
+	defer func() { stopHealth(); health.Wait() }()
+	stats, err := dialStats(lc.addrs)
+	if err != nil {
+		return nil, err
+	}
+	defer stats.close()
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	clip := synth.SpeechLike(rng, int(lc.clipSeconds*rate), rate)
+	var rows [][]string
+	for _, n := range lc.concurrency {
+		work := clipRequest(pool, clip)
+		workload := fmt.Sprintf("clip%g", lc.clipSeconds)
+		if lc.mix {
+			work, workload = mixJob(pool, lc.chunkSeconds, lc.chunkPar), "mix"
+		}
+		var before, after modelStats
+		var cpuBefore, cpuAfter cpuTimes
+		overBefore := overloaded(reg)
+		p := run(ctx, n, lc.warm, lc.dur, work, func() { before, cpuBefore = stats.sum(ctx), readCPU() },
+			func() { after, cpuAfter = stats.sum(ctx), readCPU() })
+		fmt.Printf("# %s at %d: host CPUs %.1f of %d busy (%s), this load generator %.1f\n", workload, n,
+			cpuAfter.busyCores(cpuBefore), runtime.NumCPU(), cpuAfter.byGroup(cpuBefore), cpuAfter.selfCores(cpuBefore))
+		meanBatch, queueMs, inputMs, inferMs, outputMs := perRequest(after, before)
+		row := []string{workload, strconv.Itoa(n), strconv.Itoa(p.completed), f3(p.seconds),
+			f3(float64(p.completed) / p.seconds), f3(p.audioSeconds / p.seconds),
+			ms(pct(p.latencies, 0.5)), ms(pct(p.latencies, 0.95)), ms(pct(p.latencies, 0.99)),
+			f3(meanBatch), f3(p.util), strconv.Itoa(p.errors), strconv.Itoa(int(overloaded(reg) - overBefore)),
+			f3(queueMs), f3(inputMs), f3(inferMs), f3(outputMs)}
+		rows = append(rows, row)
+	}
+	if r, of := sharedMemory(reg); r < of || of == 0 {
+		fmt.Printf("# audio through shared memory to %d of %d partitions (the rest in the request)\n", r, of)
+	}
+	return rows, nil
+}
+
+// clipRequest sends the same clip as one request.
+func clipRequest(pool *triton.Pool, clip []float32) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
+	return func(ctx context.Context, _ int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
+		p := phase.Load() // a clip counts in the window it started in, as before
+		start := time.Now()
+		_, err := pool.Transcribe(ctx, triton.Request{Samples: clip, Timestamps: true})
+		record(p, mu, start, err, float64(len(clip))/rate)
+		return nil
+	}
+}
+
+// mixJob transcribes one recording from the length mix the way the worker
+// does: split at quiet points into chunks of at most chunkSeconds
+// (overlapping by a second where there is no pause), par chunks in flight.
+func mixJob(pool *triton.Pool, chunkSeconds float64, par int) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
+	return func(ctx context.Context, worker int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
+		rng := rand.New(rand.NewPCG(uint64(worker), uint64(time.Now().UnixNano())))
+		sec := synth.RecordingSeconds(rng)
+		x := synth.SpeechLike(rng, int(sec*rate), rate)
+		chunks := audio.Split(x, audio.SplitConfig{Max: int(chunkSeconds * rate), Frame: rate * 30 / 1000, Overlap: rate})
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(par)
+		for _, c := range chunks {
+			g.Go(func() error {
+				t0 := time.Now()
+				_, err := pool.Transcribe(gctx, triton.Request{Samples: c.Samples, Timestamps: true})
+				// Per chunk, in the window it completes in: a recording begun
+				// in the warm-up counts what it finishes in the measured one.
+				record(phase.Load(), mu, t0, err, float64(len(c.Samples))/rate)
+				return err
+			})
+		}
+		return g.Wait()
+	}
+}
+
+func record(p *point, mu *sync.Mutex, start time.Time, err error, audioSec float64) {
+	d := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			p.errors++
+		}
+		return
+	}
+	p.latencies = append(p.latencies, d)
+	p.completed++
+	p.audioSeconds += audioSec
+}
+
+// measured is a point's figures plus the GPU utilisation over its window.
+type measured struct {
+	point
+	util float64
+}
+
+// run keeps n workers busy for warm+dur and measures what completes in dur;
+// begin and end run at the measured window's edges.
+func run(ctx context.Context, n int, warm, dur time.Duration, work func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error, begin, end func()) measured {
+	var mu sync.Mutex
+	warmP, cur := &point{}, &point{}
+	var phase atomic.Pointer[point]
+	phase.Store(warmP)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_ = work(ctx, i, &phase, &mu)
+			}
+		})
+	}
+	sleep(ctx, warm)
+	begin()
+	util := startUtil()
+	start := time.Now()
+	phase.Store(cur)
+	sleep(ctx, dur)
+	mu.Lock()
+	cur.seconds = time.Since(start).Seconds()
+	out := measured{point: *cur, util: util()}
+	out.latencies = slices.Clone(cur.latencies)
+	mu.Unlock()
+	end()
+	cancel()
+	wg.Wait()
+	return out
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// partitionStats reads each partition's Triton statistics over gRPC: where
+// a request's time went (queue, input, infer, output), beside batch counts.
+type partitionStats struct {
+	conns []*grpc.ClientConn
+}
+
+// modelStats are the model's cumulative counts, summed over partitions.
+type modelStats struct {
+	requests, rows, executions          uint64
+	queueNs, inputNs, inferNs, outputNs uint64
+}
+
+func dialStats(addrs []string) (*partitionStats, error) {
+	s := &partitionStats{}
+	for _, a := range addrs {
+		c, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.conns = append(s.conns, c)
+	}
+	return s, nil
+}
+
+func (s *partitionStats) sum(ctx context.Context) modelStats {
+	var t modelStats
+	for _, c := range s.conns {
+		r, err := pb.NewGRPCInferenceServiceClient(c).ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: "asr"})
+		if err != nil {
+			continue
+		}
+		for _, m := range r.GetModelStats() {
+			is := m.GetInferenceStats()
+			t.requests += is.GetSuccess().GetCount() + is.GetFail().GetCount()
+			t.rows += m.GetInferenceCount()
+			t.executions += m.GetExecutionCount()
+			t.queueNs += is.GetQueue().GetNs()
+			t.inputNs += is.GetComputeInput().GetNs()
+			t.inferNs += is.GetComputeInfer().GetNs()
+			t.outputNs += is.GetComputeOutput().GetNs()
+		}
+	}
+	return t
+}
+
+func (s *partitionStats) close() {
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+}
+
+// perRequest is after-before as mean batch and milliseconds per request.
+func perRequest(after, before modelStats) (meanBatch float64, queue, input, infer, output float64) {
+	req := float64(after.requests - before.requests)
+	if e := after.executions - before.executions; e > 0 {
+		meanBatch = float64(after.rows-before.rows) / float64(e)
+	}
+	if req == 0 {
+		return meanBatch, 0, 0, 0, 0
+	}
+	ms := func(a, b uint64) float64 { return float64(a-b) / req / 1e6 }
+	return meanBatch, ms(after.queueNs, before.queueNs), ms(after.inputNs, before.inputNs), ms(after.inferNs, before.inferNs), ms(after.outputNs, before.outputNs)
+}
+
+// sharedMemory is how many partitions the pool's audio reaches through
+// shared memory (registered regions), of how many.
+func sharedMemory(reg *prometheus.Registry) (registered, of int) {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "fleetscribe_triton_shared_memory" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			of++
+			if m.GetGauge().GetValue() == 1 {
+				registered++
+			}
+		}
+	}
+	return registered, of
+}
+
+func overloaded(reg *prometheus.Registry) float64 {
+	mfs, _ := reg.Gather()
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "fleetscribe_triton_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == "overloaded" {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+// startUtil samples GPU utilisation with nvidia-smi until the returned
+// function is called, which returns the mean (-1 without nvidia-smi).
+func startUtil() func() float64 {
+	cmd := exec.Command("nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "200")
+	outp, err := cmd.StdoutPipe()
+	if err != nil || cmd.Start() != nil {
+		return func() float64 { return -1 }
+	}
+	var mu sync.Mutex
+	var sum, n float64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		var line []byte
+		for {
+			k, err := outp.Read(buf)
+			for _, c := range buf[:k] {
+				if c != '\n' {
+					line = append(line, c)
+					continue
+				}
+				if v, err := strconv.ParseFloat(strings.TrimSpace(string(line)), 64); err == nil {
+					mu.Lock()
+					sum, n = sum+v, n+1
+					mu.Unlock()
+				}
+				line = line[:0]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return func() float64 {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		if n == 0 {
+			return -1
+		}
+		return sum / n
+	}
+}
+
+func appendCSV(path string, row []string) error {
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	if statErr != nil {
+		_ = w.Write(columns)
+	}
+	_ = w.Write(row)
+	w.Flush()
+	if err := w.Error(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func pct(l []time.Duration, p float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
+func f3(v float64) string       { return strconv.FormatFloat(v, 'f', 3, 64) }
+
+// cpuTimes is what the host's CPUs and this process had spent at one
+// moment: where the served path runs out of CPUs (eight Triton servers,
+// eight stubs and the load on one host), the GPU waits.
+type cpuTimes struct {
+	at         time.Time
+	busy, all  float64 // /proc/stat jiffies: busy (all but idle and iowait) and all
+	self       time.Duration
+	procStatOK bool
+	procs      map[int]procCPU // every process's CPU so far, by pid
+}
+
+// procCPU is one process's group and CPU time so far (jiffies).
+type procCPU struct {
+	group string
+	ticks float64
+}
+
+// cpuGroups names the processes whose CPU a point reports: Triton's
+// servers, their Python-backend stubs (where the model runs) and the MPS
+// server; the rest is "other".
+var cpuGroups = []struct{ comm, group string }{
+	{"tritonserver", "servers"},
+	{"triton_python_b", "stubs"}, // the stub's name, cut to 15 characters
+	{"nvidia-cuda-mps", "mps"},
+}
+
+// readProcs reads every process's CPU time from /proc/PID/stat.
+func readProcs() map[int]procCPU {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	procs := make(map[int]procCPU, len(ents))
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone since the listing
+		}
+		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || end < open || end+2 > len(b) {
+			continue
+		}
+		f := strings.Fields(string(b[end+2:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, err1 := strconv.ParseFloat(f[11], 64)
+		k, err2 := strconv.ParseFloat(f[12], 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		group, comm := "other", string(b[open+1:end])
+		for _, g := range cpuGroups {
+			if strings.HasPrefix(comm, g.comm) {
+				group = g.group
+			}
+		}
+		procs[pid] = procCPU{group, u + k}
+	}
+	return procs
+}
+
+// byGroup is how many CPUs each group of processes used on average since
+// b, counting the processes alive at both readings ("servers 2.1, stubs
+// 8.0, mps 0.1, other 1.3").
+func (t cpuTimes) byGroup(b cpuTimes) string {
+	wall := t.at.Sub(b.at).Seconds()
+	if wall <= 0 || t.procs == nil || b.procs == nil {
+		return "per process: unknown"
+	}
+	used := map[string]float64{}
+	for pid, p := range t.procs {
+		if q, ok := b.procs[pid]; ok && q.group == p.group && p.ticks >= q.ticks {
+			used[p.group] += (p.ticks - q.ticks) / 100 / wall // USER_HZ
+		}
+	}
+	var parts []string
+	for _, g := range append(cpuGroups, struct{ comm, group string }{"", "other"}) {
+		parts = append(parts, fmt.Sprintf("%s %.1f", g.group, used[g.group]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func readCPU() cpuTimes {
+	t := cpuTimes{at: time.Now(), procs: readProcs()}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		t.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return t
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return t
+	}
+	for i, v := range f[1:] {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return t
+		}
+		t.all += x
+		if i != 3 && i != 4 { // idle, iowait
+			t.busy += x
+		}
+	}
+	t.procStatOK = true
+	return t
+}
+
+// busyCores is how many of the host's CPUs were busy on average since b.
+func (t cpuTimes) busyCores(b cpuTimes) float64 {
+	if !t.procStatOK || !b.procStatOK || t.all <= b.all {
+		return -1
+	}
+	return (t.busy - b.busy) / (t.all - b.all) * float64(runtime.NumCPU())
+}
+
+// selfCores is how many CPUs this process used on average since b.
+func (t cpuTimes) selfCores(b cpuTimes) float64 {
+	wall := t.at.Sub(b.at)
+	if wall <= 0 {
+		return 0
+	}
+	return float64(t.self-b.self) / float64(wall)
+}

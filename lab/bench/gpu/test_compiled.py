@@ -1,0 +1,149 @@
+"""Tests of model.py's CompiledEncoder on the tiny stand-in: static shapes,
+regional compilation and, on a GPU, CUDA-graph replay, against the same
+encoder run eagerly.
+
+    python -m unittest discover -s lab/bench/gpu -p 'test_*.py'
+
+Needs torch (and a C++ compiler on a host without a GPU, where inductor
+compiles for the CPU: slower, about a minute a shape). On a GPU host the
+CUDA-graph cases run too (the GPU benchmark runs them before it measures
+anything).
+"""
+import os
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+import standin
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL_PY = os.path.join(HERE, "..", "..", "..", "deploy", "triton", "models", "asr", "1", "model.py")
+
+
+def shipped():
+    """The shipped engines' code (model.py's package fleetscribe_asr): the
+    compiled encoder and the Parakeet engine, as one namespace."""
+    import types
+
+    sys.path.insert(0, os.path.dirname(MODEL_PY))
+    from fleetscribe_asr import compiled, parakeet
+
+    return types.SimpleNamespace(EncoderOptions=compiled.EncoderOptions, parse_buckets=compiled.parse_buckets,
+                                 NemoEngine=parakeet.NemoEngine, load_model=parakeet.load_model)
+
+
+class CompiledEncoderTest(unittest.TestCase):
+    """One compile for the class: two row buckets of one length."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.mod = shipped()
+        cls.device = "cuda" if torch.cuda.is_available() else "cpu"
+        torch.manual_seed(0)
+        cls.model = standin.build(standin.Config.tiny(), cls.device, torch.float32)
+        cls.cache = tempfile.mkdtemp(prefix="compiled-test-")
+        enc = cls.model.encoder
+        cls.regions = [enc.sub, *enc.layers]
+        opts = cls.mod.EncoderOptions(mode="compiled", lengths=[16000], rows=[2, 4], graphs=True, cache_dir=cls.cache)
+        cls.compiled = opts.encoder(enc.forward, cls.device, "test", cls.regions)
+        cls.nographs = cls.mod.EncoderOptions(mode="compiled", lengths=[16000], rows=[2, 4], graphs=False,
+                                              cache_dir=cls.cache).encoder(enc.forward, cls.device, "test", cls.regions)
+        rng = np.random.default_rng(3)
+        cls.audio = [standin.speech_like(rng, n) for n in (16000, 9000, 12000)]
+        with torch.no_grad():
+            cls.compiled.warm(lambda n, rows: cls.compiled([np.zeros(n, dtype=np.float32)] * rows))
+            cls.nographs.warm(lambda n, rows: cls.nographs([np.zeros(n, dtype=np.float32)] * rows))
+
+    def eager(self, audio):
+        x = torch.zeros(len(audio), max(a.size for a in audio), device=self.device)
+        for i, a in enumerate(audio):
+            x[i, :a.size] = torch.from_numpy(a)
+        with torch.no_grad():
+            return self.model.encoder(x, torch.tensor([a.size for a in audio], device=self.device))
+
+    def test_every_shape_compiled_once(self):
+        self.assertEqual(sorted(self.compiled.shapes), [(2, 16000), (4, 16000)])
+        # The two layers share one graph a shape, the subsampling has its
+        # own: four graphs for two shapes, not eight.
+        self.assertEqual(self.compiled.graphs, 4)
+
+    def test_rows_padded_to_their_shape_match_eager(self):
+        with torch.no_grad():
+            got, frames = self.compiled(self.audio)  # three rows in the 4-row shape
+            got, frames = got.clone(), frames.clone()
+        want, want_frames = self.eager(self.audio)
+        self.assertEqual(got.shape[0], 3)
+        self.assertEqual(frames.tolist(), want_frames.tolist())
+        for i, n in enumerate(want_frames.tolist()):
+            err = (got[i, :n] - want[i, :n]).abs().max().item()
+            self.assertLess(err, 1e-3 * max(1.0, want[i, :n].abs().max().item()), "row %d" % i)
+
+    def test_graphs_replay_the_compiled_kernels(self):
+        with torch.no_grad():
+            a, _ = self.compiled(self.audio[:2])
+            a = a.clone()
+            b, _ = self.nographs(self.audio[:2])
+        self.assertTrue(torch.equal(a, b))
+        self.assertEqual(self.compiled.path, "compiled")
+        self.assertEqual(self.nographs.path, "compiled", "no graphs were asked for")
+        if self.device == "cuda":
+            self.assertTrue(all(s.graph is not None for s in self.compiled.shapes.values()))
+
+    def test_outside_every_shape_is_none_and_eager_stays_eager(self):
+        self.assertIsNone(self.compiled([np.zeros(16001, dtype=np.float32)]))
+        self.assertIsNone(self.compiled([np.zeros(100, dtype=np.float32)] * 5))
+        for m in self.regions:  # the compiled forward is installed only inside a call
+            self.assertNotIn("forward", vars(m))
+        from torch._dynamo.utils import counters
+
+        before = counters["stats"]["unique_graphs"]
+        self.eager([np.zeros(20000, dtype=np.float32)] * 3)
+        self.assertEqual(counters["stats"]["unique_graphs"], before, "the eager path compiled something")
+
+    def test_a_restart_loads_the_cache(self):
+        enc = self.model.encoder
+        again = self.mod.EncoderOptions(mode="compiled", lengths=[16000], rows=[2, 4], graphs=True, cache_dir=self.cache).encoder(
+            enc.forward, self.device, "test", self.regions)
+        with torch.no_grad():
+            again.warm(lambda n, rows: again([np.zeros(n, dtype=np.float32)] * rows))
+        self.assertFalse(again.cold)
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
+@unittest.skipUnless(torch.cuda.is_available(), "a GPU")
+class CudaSyncTest(unittest.TestCase):
+    """model.py's cuda_sync: the flag set before torch starts CUDA is the
+    flag of the context torch then runs in (a fresh process each)."""
+
+    def flags_after_torch(self, mode):
+        import subprocess
+        import sys
+
+        code = (
+            "import ctypes, sys, torch\n"
+            "import os; sys.path.insert(0, os.path.dirname(sys.argv[1]))\n"
+            "from fleetscribe_asr.host import set_cuda_sync\n"
+            "print(set_cuda_sync(sys.argv[2], 0))\n"
+            "torch.ones(1, device='cuda').sum().item()\n"
+            "cuda = ctypes.CDLL('libcuda.so.1'); dev, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()\n"
+            "assert cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0\n"
+            "assert cuda.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)) == 0\n"
+            "print(flags.value & 7, active.value)\n")
+        out = subprocess.run([sys.executable, "-c", code, MODEL_PY, mode], capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr[-2000:])
+        return out.stdout.split("\n")
+
+    def test_blocking_holds_under_torch(self):
+        said, state = self.flags_after_torch("blocking")[:2]
+        self.assertEqual(said, "blocking (flags 0x4)")
+        self.assertEqual(state, "4 1", "torch's context is active with the blocking-sync flag")
+
+    def test_auto_leaves_the_driver_alone(self):
+        said, state = self.flags_after_torch("auto")[:2]
+        self.assertEqual((said, state), ("auto", "0 1"))

@@ -1,0 +1,453 @@
+// Command outage measures what a dependency outage costs the worker: the
+// real worker binary drains a queue of short recordings from the local
+// SQS+S3 server, through a proxy that takes a bucket down (404
+// NoSuchBucket, 403 AccessDenied, 503 SlowDown) for a while, or with both
+// real Triton partitions killed for a while; then it counts what a user
+// would: receives spent beyond one per message, messages in the DLQ, jobs
+// with neither a transcript nor an error record, transcriptions computed
+// twice, and the time from the end of the outage to the next transcript.
+//
+//	go run ./lab/bench/outage -worker-bin bin/worker [-outages 60s,180s] [-long 15m]
+//
+// It ends with a RESULT line.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/lab/chaos"
+	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+)
+
+// kinds of outage, by name.
+var kinds = map[string]chaos.Outage{
+	"output-missing": chaos.OutageMissing,
+	"output-denied":  chaos.OutageDenied,
+	"output-failing": chaos.OutageFailing,
+	"input-denied":   chaos.OutageDenied,
+	"triton":         {},
+}
+
+type row struct {
+	kind        string
+	outage      time.Duration
+	jobs        int
+	receives    int // beyond one per message
+	dlq, lost   int
+	recomputed  int
+	resume      time.Duration // from the outage's end to the next transcript
+	heldAtStart int           // messages in hand when the outage began
+}
+
+func main() {
+	workerBin := flag.String("worker-bin", "bin/worker", "the worker binary")
+	outages := flag.String("outages", "60s,180s", "outage lengths run for every kind")
+	long := flag.String("long", "15m", "a longer outage run for output-missing and triton (empty: none)")
+	only := flag.String("kinds", "output-missing,output-denied,output-failing,input-denied,triton", "kinds of outage")
+	jobs := flag.Int("jobs", 20, "recordings per run")
+	flag.Parse()
+	bin, err := filepath.Abs(*workerBin)
+	if err != nil {
+		fail(err)
+	}
+	type plan struct {
+		kind string
+		d    time.Duration
+	}
+	var plans []plan
+	for _, k := range strings.Split(*only, ",") {
+		if _, ok := kinds[k]; !ok {
+			fail(fmt.Errorf("unknown kind %q", k))
+		}
+		for _, s := range strings.Split(*outages, ",") {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				fail(err)
+			}
+			plans = append(plans, plan{k, d})
+		}
+	}
+	if *long != "" {
+		d, err := time.ParseDuration(*long)
+		if err != nil {
+			fail(err)
+		}
+		for _, k := range []string{"output-missing", "triton"} {
+			if strings.Contains(*only, k) {
+				plans = append(plans, plan{k, d})
+			}
+		}
+	}
+	ctx := context.Background()
+	b, err := newBench(ctx, bin)
+	if err != nil {
+		fail(err)
+	}
+	defer b.close()
+	var rows []row
+	for i, p := range plans {
+		fmt.Fprintf(os.Stderr, "outage: run %d of %d: %s for %s\n", i+1, len(plans), p.kind, p.d)
+		r, err := b.run(ctx, i, p.kind, p.d, *jobs)
+		if err != nil {
+			fail(fmt.Errorf("%s %s: %w", p.kind, p.d, err))
+		}
+		rows = append(rows, r)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 2, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "outage\tfor\tjobs\tin hand at start\textra receives\tDLQ\tlost\trecomputed\ttime to resume\t")
+	var receives, dlq, lost, recomputed int
+	var resume time.Duration
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f s\t\n", r.kind, r.outage, r.jobs, r.heldAtStart, r.receives, r.dlq, r.lost, r.recomputed, r.resume.Seconds())
+		receives, dlq, lost, recomputed = receives+r.receives, dlq+r.dlq, lost+r.lost, recomputed+r.recomputed
+		resume = max(resume, r.resume)
+	}
+	_ = tw.Flush()
+	fmt.Printf("RESULT runs=%d extra_receives=%d dlq=%d lost=%d recomputed=%d max_resume_s=%.1f\n", len(rows), receives, dlq, lost, recomputed, resume.Seconds())
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "outage:", err)
+	os.Exit(1)
+}
+
+// bench is the servers every run shares.
+type bench struct {
+	bin, dir string
+	emu      *localaws.Server
+	sqs      *sqs.Client
+	s3       *s3.Client
+	proxy    *chaos.Proxy
+	proxyURL string
+	psrv     *http.Server
+	repo     string
+	dlq      string // the DLQ of the run in progress
+	ports    [][3]int
+	servers  []*tritonproc.Server
+}
+
+func newBench(ctx context.Context, bin string) (*bench, error) {
+	dir, err := os.MkdirTemp("", "fleetscribe-outage-")
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{bin: bin, dir: dir}
+	if b.emu, err = localaws.Start(ctx); err != nil {
+		return nil, err
+	}
+	b.sqs, b.s3 = b.emu.Clients()
+	if b.proxy, err = chaos.NewProxy(b.emu.Endpoint, 0, 1); err != nil {
+		return nil, err
+	}
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	b.psrv = &http.Server{Handler: b.proxy, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = b.psrv.Serve(lis) }()
+	b.proxyURL = "http://" + lis.Addr().String()
+	// Two partitions of the echo engine with a GPU's batch time, on fixed
+	// ports so that restarted ones come back where the worker looks.
+	b.repo = filepath.Join(dir, "repo")
+	if err := tritonproc.WriteRepo(b.repo, map[string]tritonproc.ModelConfig{"asr": {MaxBatchSize: 8, BatchDelay: 50 * time.Millisecond, RowDelay: 20 * time.Millisecond}}); err != nil {
+		return nil, err
+	}
+	for range 2 {
+		var ports [3]int
+		for k := range ports {
+			if ports[k], err = tritonproc.FreePort(); err != nil {
+				return nil, err
+			}
+		}
+		b.ports = append(b.ports, ports)
+	}
+	return b, b.startPartitions(ctx)
+}
+
+func (b *bench) startPartitions(ctx context.Context) error {
+	b.servers = nil
+	for _, p := range b.ports {
+		s, err := tritonproc.Start(ctx, tritonproc.Options{Repo: b.repo, GRPCPort: p[0], HTTPPort: p[1], MetricsPort: p[2]})
+		if err != nil {
+			return err
+		}
+		b.servers = append(b.servers, s)
+	}
+	return nil
+}
+
+func (b *bench) killPartitions() {
+	for _, s := range b.servers {
+		s.Kill()
+	}
+	b.servers = nil
+}
+
+func (b *bench) close() {
+	b.killPartitions()
+	_ = b.psrv.Close()
+	b.emu.Stop()
+	_ = os.RemoveAll(b.dir)
+}
+
+func (b *bench) addrs() string {
+	var a []string
+	for _, p := range b.ports {
+		a = append(a, "127.0.0.1:"+strconv.Itoa(p[0]))
+	}
+	return strings.Join(a, ",")
+}
+
+// run is one outage of kind, lasting d, while the worker drains n jobs.
+func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n int) (row, error) {
+	r := row{kind: kind, outage: d, jobs: n}
+	in, out := fmt.Sprintf("in-%d", i), fmt.Sprintf("out-%d", i)
+	q, err := b.emu.Provision(ctx, fmt.Sprintf("q-%d", i), 3, in, out)
+	if err != nil {
+		return r, err
+	}
+	clip := wav(5 * 16000)
+	for j := range n {
+		key := fmt.Sprintf("r%03d.wav", j)
+		if _, err := b.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(in), Key: aws.String(key), Body: strings.NewReader(string(clip))}); err != nil {
+			return r, err
+		}
+		body, _ := contract.Job{Bucket: in, Key: key}.Encode()
+		if _, err := b.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(string(body))}); err != nil {
+			return r, err
+		}
+	}
+	metricsPort, err := tritonproc.FreePort()
+	if err != nil {
+		return r, err
+	}
+	metrics := "127.0.0.1:" + strconv.Itoa(metricsPort)
+	cmd := exec.CommandContext(ctx, b.bin)
+	cmd.Env = append(os.Environ(), "FLEETSCRIBE_AWS_ENDPOINT="+b.proxyURL, "FLEETSCRIBE_QUEUE_URL="+q.URL,
+		"FLEETSCRIBE_OUTPUT_BUCKET="+out, "FLEETSCRIBE_INPUT_BUCKETS="+in, "FLEETSCRIBE_TRITON_ADDRS="+b.addrs(),
+		"FLEETSCRIBE_MAX_RECEIVES=3", "FLEETSCRIBE_VISIBILITY_TIMEOUT=30s", "FLEETSCRIBE_RETRY_BACKOFF=5s", "FLEETSCRIBE_WAIT_TIME=1s",
+		"FLEETSCRIBE_CONCURRENCY=8", "FLEETSCRIBE_METRICS_ADDR="+metrics, "FLEETSCRIBE_TRITON_HEALTH_INTERVAL=1s",
+		"FLEETSCRIBE_IMDS=off", "FLEETSCRIBE_CLAIM_MIN_AUDIO=1h")
+	logf, err := os.Create(filepath.Join(b.dir, fmt.Sprintf("worker-%d.log", i)))
+	if err != nil {
+		return r, err
+	}
+	defer logf.Close()
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return r, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+	}
+
+	// The outage starts once a quarter of the jobs are done, so that jobs
+	// are in hand, some mid-way, and more wait in the queue.
+	b.dlq = q.DLQURL
+	if err := b.waitDone(ctx, out, in, n/4, 5*time.Minute); err != nil {
+		stop()
+		return r, err
+	}
+	_, r.heldAtStart, _ = localaws.Depth(ctx, b.sqs, q.URL)
+	switch kind {
+	case "triton":
+		b.killPartitions()
+	case "input-denied":
+		b.proxy.SetOutage(in, kinds[kind])
+	default:
+		b.proxy.SetOutage(out, kinds[kind])
+	}
+	time.Sleep(d)
+	doneAtEnd, _ := b.done(ctx, out, in)
+	switch kind {
+	case "triton":
+		if err := b.startPartitions(ctx); err != nil {
+			stop()
+			return r, err
+		}
+	case "input-denied":
+		b.proxy.SetOutage(in, chaos.Outage{})
+	default:
+		b.proxy.SetOutage(out, chaos.Outage{})
+	}
+	ended := time.Now()
+	if doneAtEnd < n {
+		if err := b.waitDone(ctx, out, in, doneAtEnd+1, 10*time.Minute); err != nil {
+			stop()
+			return r, err
+		}
+		r.resume = time.Since(ended)
+	}
+	if err := b.waitDone(ctx, out, in, n, 10*time.Minute); err != nil {
+		stop()
+		return r, err
+	}
+	received, chunks, err := scrape(metrics)
+	stop()
+	if err != nil {
+		return r, err
+	}
+	// Each recording is one chunk: every chunk past one per transcript
+	// written was computed again (or computed and then lost, by a worker
+	// that dead-lettered the job after computing it).
+	transcripts, err := b.transcripts(ctx, out, in)
+	if err != nil {
+		return r, err
+	}
+	r.receives, r.recomputed = int(received)-n, max(0, int(chunks)-transcripts)
+	attrs, err := b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(q.DLQURL),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+	if err != nil {
+		return r, err
+	}
+	for _, v := range attrs.Attributes {
+		x, _ := strconv.Atoi(v)
+		r.dlq += x
+	}
+	done, err := b.outputs(ctx, out, in)
+	r.lost = max(0, n-done-r.dlq) // a DLQ message may have its record too
+	return r, err
+}
+
+// done counts the jobs that reached an end: a transcript or an error
+// record, or their message in the DLQ (a worker that spends its receives
+// on an outage puts messages there, without a record if it could not
+// write one).
+func (b *bench) done(ctx context.Context, out, in string) (int, error) {
+	n, err := b.outputs(ctx, out, in)
+	if err != nil {
+		return 0, err
+	}
+	v, f, err := localaws.Depth(ctx, b.sqs, b.dlq)
+	return n + v + f, err
+}
+
+// transcripts counts the jobs with a transcript.
+func (b *bench) transcripts(ctx context.Context, out, in string) (int, error) {
+	return b.count(ctx, out, in, func(k string) bool { return strings.HasSuffix(k, ".json") && !strings.HasSuffix(k, ".error.json") })
+}
+
+// outputs counts the jobs with a transcript or an error record.
+func (b *bench) outputs(ctx context.Context, out, in string) (int, error) {
+	return b.count(ctx, out, in, func(k string) bool { return strings.HasSuffix(k, ".json") })
+}
+
+func (b *bench) count(ctx context.Context, out, in string, keep func(string) bool) (int, error) {
+	var n int
+	p := s3.NewListObjectsV2Paginator(b.s3, &s3.ListObjectsV2Input{Bucket: aws.String(out), Prefix: aws.String("transcripts/" + in + "/")})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, o := range page.Contents {
+			if keep(aws.ToString(o.Key)) {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+func (b *bench) waitDone(ctx context.Context, out, in string, want int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		n, err := b.done(ctx, out, in)
+		if err != nil {
+			return err
+		}
+		if n >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d jobs done after %s", n, want, limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// scrape reads the worker's messages received and its chunks transcribed
+// (successful inference requests).
+func scrape(addr string) (received, chunks float64, err error) {
+	resp, err := http.Get("http://" + addr + "/metrics") //nolint:noctx // a local scrape
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		v, _ := strconv.ParseFloat(value, 64)
+		switch {
+		case name == "fleetscribe_messages_received_total":
+			received = v
+		case strings.HasPrefix(name, "fleetscribe_triton_requests_total{") && strings.Contains(name, `outcome="ok"`):
+			chunks += v
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return 0, 0, err
+	}
+	return received, chunks, nil
+}
+
+// wav is n samples of a 440 Hz tone, 16 kHz mono 16-bit.
+func wav(n int) []byte {
+	b := make([]byte, 44+2*n)
+	copy(b, "RIFF")
+	le32(b[4:], uint32(36+2*n))
+	copy(b[8:], "WAVEfmt ")
+	le32(b[16:], 16)
+	b[20], b[22] = 1, 1
+	le32(b[24:], 16000)
+	le32(b[28:], 32000)
+	b[32], b[34] = 2, 16
+	copy(b[36:], "data")
+	le32(b[40:], uint32(2*n))
+	for i := range n {
+		v := int16(8000 * sinApprox(float64(i)*440/16000))
+		b[44+2*i], b[45+2*i] = byte(v), byte(uint16(v)>>8)
+	}
+	return b
+}
+
+func le32(b []byte, v uint32) { b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24) }
+
+// sinApprox is a triangle wave of period 1 in [-1, 1]: any tone will do.
+func sinApprox(x float64) float64 {
+	f := x - float64(int(x))
+	if f < 0.5 {
+		return 4*f - 1
+	}
+	return 3 - 4*f
+}

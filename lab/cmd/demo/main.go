@@ -1,0 +1,245 @@
+// Command demo runs the whole job end to end on this machine, with no AWS
+// account and no GPU: it starts the local SQS+S3 emulator and four
+// partitions of real Triton Inference Server (the way `worker mps run`
+// runs a plan, time-sliced, serving the neural CPU model repository
+// deploy/triton/cpu-whisper: Whisper tiny.en through faster-whisper behind
+// the worker's model contract, a CPU stand-in for Parakeet),
+// synthesises English sentences with
+// ffmpeg's flite voices, uploads them, enqueues them with the enqueue
+// binary, runs the worker binary until the queue is drained, prints each
+// transcript beside its source text with the word error rate, and stops
+// everything it started. The last line is
+// "RESULT clips=N wer=0.xx words_timed=N words_misplaced=0".
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/wer"
+)
+
+// sentences are read by flite's voices and recognised by Whisper.
+var sentences = []string{
+	"the patient was admitted to the hospital on monday morning",
+	"please schedule a follow up appointment in two weeks",
+	"she has no known allergies to any medication",
+	"the doctor will call you back this afternoon",
+	"we will review the test results at the next visit",
+	"the heart rate is normal and the lungs are clear",
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	binDir := flag.String("bin", "bin", "directory holding the worker and enqueue binaries")
+	launcher := flag.String("tritonserver", "scripts/tritonserver", "command that runs Triton Inference Server (make deps installs it)")
+	repo := flag.String("model-repository", "deploy/triton/cpu-whisper", "Triton model repository the partitions serve (deploy/triton/cpu: pocketsphinx, faster and rougher)")
+	partitions := flag.Int("partitions", 4, "Triton partitions (server processes)")
+	voice := flag.String("voice", "rms", "flite voice (kal, kal16, rms, slt, awb)")
+	maxWER := flag.Float64("max-wer", 0.03, "exit non-zero when overall WER is above this (pocketsphinx: about 0.11)")
+	verbose := flag.Bool("v", false, "show the worker's and servers' logs")
+	flag.Parse()
+	logs := io.Discard
+	if *verbose {
+		logs = os.Stderr
+	}
+	work, err := os.MkdirTemp("", "fleetscribe-demo-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(work) }()
+
+	step("starting local SQS+S3 emulator")
+	emu, err := localaws.Start(ctx)
+	if err != nil {
+		return err
+	}
+	defer emu.Stop()
+	sqsc, s3c := emu.Clients()
+	const bucket, outBucket = "demo-audio", "demo-transcripts"
+	q, err := emu.Provision(ctx, "demo-live", 3, bucket, outBucket)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("   endpoint %s, queue %s (DLQ after 3 receives)\n", emu.Endpoint, q.URL)
+
+	step(fmt.Sprintf("starting %d Triton Inference Server %s partitions (worker mps run, time-sliced, model repository %s)", *partitions, tritonproc.Version, *repo))
+	absRepo, err := filepath.Abs(*repo)
+	if err != nil {
+		return err
+	}
+	base, err := tritonproc.FreePortRange(3 * *partitions)
+	if err != nil {
+		return err
+	}
+	plan := []string{"mps", "run", "-sharing", "timesliced", "-gpus", "0", "-per-gpu", strconv.Itoa(*partitions), "-base-port", strconv.Itoa(base)}
+	triton := append(append(plan, "--", *launcher), tritonproc.Args(absRepo, "{grpc_port}", "{http_port}", "{metrics_port}")...)
+	sup := exec.CommandContext(ctx, filepath.Join(*binDir, "worker"), triton...)
+	sup.Stdout, sup.Stderr = logs, logs
+	sup.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	sup.Cancel = func() error { return sup.Process.Signal(syscall.SIGTERM) }
+	if err := sup.Start(); err != nil {
+		return fmt.Errorf("start worker mps run (run `make build`): %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = sup.Wait(); close(exited) }()
+	defer func() { _ = sup.Process.Signal(syscall.SIGTERM); <-exited }()
+	var addrs []string
+	for i := range *partitions {
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(base+3*i))
+	}
+	started := time.Now()
+	for _, a := range addrs {
+		if err := tritonproc.WaitReady(ctx, a, []string{"asr"}, 120*time.Second, exited); err != nil {
+			return fmt.Errorf("%w (rerun with -v for the partitions' logs)", err)
+		}
+	}
+	fmt.Printf("   ready in %.1fs: %s\n", time.Since(started).Seconds(), strings.Join(addrs, ","))
+	asrAddr := strings.Join(addrs, ",")
+
+	step(fmt.Sprintf("synthesising and uploading %d sentences (flite voice %q)", len(sentences), *voice))
+	keys := make([]string, len(sentences))
+	for i, text := range sentences {
+		// Uploads as phones and browsers make them: WAV, MP3 (44.1 kHz
+		// stereo, decoded in Go) and M4A/AAC (through ffmpeg), in turn.
+		format := uploadFormats[i%len(uploadFormats)]
+		file := filepath.Join(work, fmt.Sprintf("clip-%02d.%s", i+1, format.ext))
+		ff := exec.CommandContext(ctx, "ffmpeg", append(append([]string{"-nostdin", "-loglevel", "error", "-y",
+			"-f", "lavfi", "-i", fmt.Sprintf("flite=text='%s':voice=%s", text, *voice)}, format.args...), file)...)
+		if out, err := ff.CombinedOutput(); err != nil {
+			return fmt.Errorf("ffmpeg: %w: %s", err, out)
+		}
+		f, err := os.Open(file)
+		if err != nil {
+			return err
+		}
+		keys[i] = fmt.Sprintf("incoming/clip-%02d.%s", i+1, format.ext)
+		_, err = s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(keys[i]), Body: f})
+		_ = f.Close() // read-only
+		if err != nil {
+			return fmt.Errorf("upload: %w", err)
+		}
+	}
+
+	step("enqueueing with `enqueue -prefix incoming/`")
+	common := []string{"-aws-endpoint", emu.Endpoint, "-queue-url", q.URL}
+	enq := exec.CommandContext(ctx, filepath.Join(*binDir, "enqueue"), append(common,
+		"-bucket", bucket, "-prefix", "incoming/", "-job-formats", "txt,srt,vtt")...)
+	enq.Stdout, enq.Stderr = os.Stdout, os.Stderr
+	if err := enq.Run(); err != nil {
+		return fmt.Errorf("enqueue: %w", err)
+	}
+
+	step("running the worker until the queue is drained")
+	started = time.Now()
+	wk := exec.CommandContext(ctx, filepath.Join(*binDir, "worker"), append(common,
+		"-output-bucket", outBucket, "-input-buckets", bucket, "-triton-addrs", asrAddr, "-model-batch-dim=true",
+		"-concurrency", "4", "-wait-time", "1s", "-exit-when-idle", "3s", "-metrics-addr", "")...)
+	wk.Stdout, wk.Stderr = logs, logs
+	wk.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	wk.Cancel = func() error { return wk.Process.Signal(syscall.SIGTERM) }
+	if err := wk.Run(); err != nil {
+		return fmt.Errorf("worker: %w (rerun with -v for its log)", err)
+	}
+	visible, inflight, err := localaws.Depth(ctx, sqsc, q.URL)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("   worker exited after %.1fs; queue: %d visible, %d in flight\n", time.Since(started).Seconds(), visible, inflight)
+
+	step("transcripts")
+	var edits, words, timed, misplaced int
+	for i, key := range keys {
+		t, err := readTranscript(ctx, s3c, outBucket, bucket, key)
+		if err != nil {
+			return err
+		}
+		e, n := wer.Errors(sentences[i], t.Text)
+		edits, words = edits+e, words+n
+		// Every word must lie inside its clip, in order.
+		for j, w := range t.Words {
+			timed++
+			if w.Start < 0 || w.End < w.Start || w.End > t.DurationSec+0.01 || j > 0 && w.Start < t.Words[j-1].End-1e-6 {
+				misplaced++
+				fmt.Printf("   word %q at %.2f-%.2f s is outside the %.2f s clip or out of order\n", w.Word, w.Start, w.End, t.DurationSec)
+			}
+		}
+		fmt.Printf("%s  (%.1fs audio, %d words timed)\n   source:     %s\n   transcript: %s\n   WER %.2f\n",
+			key, t.DurationSec, len(t.Words), sentences[i], t.Text, float64(e)/float64(n))
+	}
+	overall := float64(edits) / float64(words)
+	fmt.Printf("\noverall WER %.3f over %d words\n", overall, words)
+	var verr error
+	if overall > *maxWER {
+		verr = fmt.Errorf("overall WER %.3f is above %.2f", overall, *maxWER)
+	}
+	if misplaced > 0 {
+		verr = errors.Join(verr, fmt.Errorf("%d of %d words outside their clip or out of order", misplaced, timed))
+	}
+	if visible+inflight != 0 {
+		verr = errors.Join(verr, fmt.Errorf("queue not drained: %d visible, %d in flight", visible, inflight))
+	}
+	fmt.Printf("RESULT clips=%d wer=%.2f words_timed=%d words_misplaced=%d\n", len(keys), overall, timed, misplaced)
+	return verr
+}
+
+// uploadFormats are the encodings the demo's uploads take in turn.
+var uploadFormats = []struct {
+	ext  string
+	args []string
+}{
+	{"wav", []string{"-ac", "1"}},
+	{"mp3", []string{"-ar", "44100", "-ac", "2", "-c:a", "libmp3lame", "-b:a", "96k"}},
+	{"m4a", []string{"-ar", "44100", "-ac", "1", "-c:a", "aac", "-b:a", "64k"}},
+}
+
+func step(s string) { fmt.Printf("==> %s\n", s) }
+
+// readTranscript finds the transcript of key by its deterministic prefix.
+func readTranscript(ctx context.Context, c *s3.Client, bucket, inBucket, key string) (contract.Transcript, error) {
+	var t contract.Transcript
+	out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + inBucket + "/" + contract.EscapeKey(key) + "/")})
+	if err != nil {
+		return t, err
+	}
+	for _, o := range out.Contents {
+		k := aws.ToString(o.Key)
+		if !strings.HasSuffix(k, ".json") || strings.HasSuffix(k, ".error.json") {
+			continue
+		}
+		obj, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(k)})
+		if err != nil {
+			return t, err
+		}
+		defer func() { _ = obj.Body.Close() }()
+		return t, json.NewDecoder(obj.Body).Decode(&t)
+	}
+	return t, fmt.Errorf("no transcript for %s", key)
+}

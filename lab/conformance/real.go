@@ -1,0 +1,52 @@
+package conformance
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+)
+
+// Real starts real Triton Inference Server processes (the pinned build)
+// serving model.py's echo engine. Dir is where their model repositories
+// go.
+type Real struct{ Dir string }
+
+// Name is "real".
+func (Real) Name() string { return "real" }
+
+// ModelConfig returns the Triton model configuration of m.
+func ModelConfig(m Model) tritonproc.ModelConfig {
+	delay := m.MaxQueueDelay
+	if delay == 0 {
+		delay = -1 // none
+	}
+	return tritonproc.ModelConfig{Engine: "echo", MaxBatchSize: m.MaxBatchSize, Buckets: m.Buckets, MaxQueueDelay: delay,
+		PriorityLevels: m.PriorityLevels, DefaultPriority: m.DefaultPriority, MaxQueueSize: m.MaxQueueSize,
+		QueueTimeout: m.QueueTimeout, BatchDelay: m.BatchDelay, RowDelay: m.RowDelay}
+}
+
+// Start writes a repository and starts a server on free ports.
+func (r Real) Start(m Model) (Server, error) {
+	repo, err := os.MkdirTemp(r.Dir, "repo-")
+	if err != nil {
+		return nil, err
+	}
+	if err := tritonproc.WriteRepo(repo, map[string]tritonproc.ModelConfig{"asr": ModelConfig(m)}); err != nil {
+		return nil, err
+	}
+	s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: repo, ReadyTimeout: 90 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	return &realServer{s: s}, nil
+}
+
+type realServer struct{ s *tritonproc.Server }
+
+func (r *realServer) Addr() string { return r.s.Addr }
+func (r *realServer) Kill()        { r.s.Kill() }
+func (r *realServer) Restart() error {
+	return r.s.Restart(context.Background())
+}

@@ -1,0 +1,454 @@
+// Package tritonproc runs real Triton Inference Server processes (the
+// pinned build that `make deps` installs, through scripts/tritonserver) on
+// loopback, for the demo, the tests, the conformance suite and the chaos
+// suite. It writes model repositories whose models all run the shipped
+// deploy/triton/models/asr/1/model.py, with a configuration rendered from
+// ModelConfig, starts a server on free ports, waits until its models are
+// ready, and kills or restarts it.
+//
+// Tests call Require first: on a laptop without `make deps`
+// they are skipped, in `make test` (FLEETSCRIBE_REQUIRE_TRITON=1) a missing
+// server fails them.
+package tritonproc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fleetscribe/fleetscribe/lab/modroot"
+	pb "github.com/fleetscribe/fleetscribe/triton/inference"
+)
+
+// Version is the Triton Inference Server release the project pins
+// (deploy/triton/requirements.txt) and is tested against.
+const Version = "2.51.0"
+
+// RequireEnv, set to 1, turns a missing server from a skip into a failure.
+const RequireEnv = "FLEETSCRIBE_REQUIRE_TRITON"
+
+// Root returns the module's root folder (the one holding go.mod), searched
+// upwards from the working directory.
+func Root() (string, error) { return modroot.Find() }
+
+// Launcher returns the path of scripts/tritonserver, which runs the pinned
+// server, after checking that the server is installed.
+func Launcher() (string, error) {
+	root, err := Root()
+	if err != nil {
+		return "", err
+	}
+	script := filepath.Join(root, "scripts", "tritonserver")
+	bins, _ := filepath.Glob(filepath.Join(root, ".triton", "venv", "lib", "python3*", "site-packages", "pytriton", "tritonserver", "bin", "tritonserver"))
+	if os.Getenv("FLEETSCRIBE_TRITONSERVER") == "" && len(bins) == 0 {
+		return "", fmt.Errorf("tritonproc: Triton Inference Server is not installed in %s (run make deps)", filepath.Join(root, ".triton"))
+	}
+	return script, nil
+}
+
+// ModelFile returns the shipped Python-backend model folder (version 1).
+func ModelFile() (string, error) {
+	root, err := Root()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "deploy", "triton", "models", "asr", "1"), nil
+}
+
+// TB is what Require needs of a test (testing.TB has it), so that this
+// package, linked into the demo and chaos binaries, does not link testing.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+	Skip(args ...any)
+}
+
+// Require skips t when no server is installed, or fails it under
+// FLEETSCRIBE_REQUIRE_TRITON=1.
+func Require(t TB) {
+	t.Helper()
+	if _, err := Launcher(); err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+}
+
+// ModelConfig is one model of a repository. Zero values take the
+// defaults named on each field.
+type ModelConfig struct {
+	// Engine is model.py's engine: "echo" (default), "pocketsphinx" or
+	// "parakeet".
+	Engine string
+	// MaxBatchSize is Triton's max_batch_size (default 8).
+	MaxBatchSize int
+	// Buckets: audio is not ragged (only identical shapes share a batch)
+	// and audio_length is required, the shape of a fixed-shape engine.
+	Buckets bool
+	// PreferredBatchSizes are the batcher's preferred sizes (none: batches
+	// as large as can be formed).
+	PreferredBatchSizes []int
+	// MaxQueueDelay is max_queue_delay_microseconds (default 5 ms; -1: 0).
+	MaxQueueDelay time.Duration
+	// PriorityLevels (default 2) and DefaultPriority (default the last).
+	PriorityLevels, DefaultPriority int
+	// MaxQueueSize is each priority level's queue bound (0: unbounded).
+	MaxQueueSize int
+	// QueueTimeout is the queue policy's default timeout (0: none).
+	QueueTimeout time.Duration
+	// Instances is the instance_group count (default 1), always KIND_CPU.
+	Instances int
+	// BatchDelay and RowDelay make the echo engine take BatchDelay plus
+	// RowDelay for each 30 s of audio in a batch (each row's share scaled
+	// by its length).
+	BatchDelay, RowDelay time.Duration
+	// Parameters are further model parameters.
+	Parameters map[string]string
+}
+
+// Render returns the model's config.pbtxt.
+func (c ModelConfig) Render(name string) string {
+	if c.Engine == "" {
+		c.Engine = "echo"
+	}
+	if c.MaxBatchSize == 0 {
+		c.MaxBatchSize = 8
+	}
+	if c.MaxQueueDelay == 0 {
+		c.MaxQueueDelay = 5 * time.Millisecond
+	}
+	if c.MaxQueueDelay < 0 {
+		c.MaxQueueDelay = 0
+	}
+	if c.PriorityLevels == 0 {
+		c.PriorityLevels = 2
+	}
+	if c.DefaultPriority == 0 {
+		c.DefaultPriority = c.PriorityLevels
+	}
+	if c.Instances == 0 {
+		c.Instances = 1
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: %q\nbackend: \"python\"\nmax_batch_size: %d\n", name, c.MaxBatchSize)
+	fmt.Fprintf(&b, "input [\n  { name: \"audio\" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: %v },\n", !c.Buckets)
+	b.WriteString("  { name: \"timestamps\" data_type: TYPE_BOOL dims: [ 1 ] optional: true },\n")
+	fmt.Fprintf(&b, "  { name: \"audio_length\" data_type: TYPE_INT32 dims: [ 1 ] optional: %v }\n]\n", !c.Buckets)
+	b.WriteString("output [\n  { name: \"text\" data_type: TYPE_STRING dims: [ 1 ] },\n")
+	b.WriteString("  { name: \"word_timestamps\" data_type: TYPE_STRING dims: [ -1 ] },\n")
+	b.WriteString("  { name: \"num_words\" data_type: TYPE_INT32 dims: [ 1 ] }\n]\n")
+	b.WriteString("dynamic_batching {\n")
+	if len(c.PreferredBatchSizes) > 0 {
+		s := make([]string, len(c.PreferredBatchSizes))
+		for i, n := range c.PreferredBatchSizes {
+			s[i] = strconv.Itoa(n)
+		}
+		fmt.Fprintf(&b, "  preferred_batch_size: [ %s ]\n", strings.Join(s, ", "))
+	}
+	fmt.Fprintf(&b, "  max_queue_delay_microseconds: %d\n", c.MaxQueueDelay.Microseconds())
+	fmt.Fprintf(&b, "  priority_levels: %d\n  default_priority_level: %d\n", c.PriorityLevels, c.DefaultPriority)
+	b.WriteString("  default_queue_policy {\n    timeout_action: REJECT\n    allow_timeout_override: true\n")
+	if c.QueueTimeout > 0 {
+		fmt.Fprintf(&b, "    default_timeout_microseconds: %d\n", c.QueueTimeout.Microseconds())
+	}
+	if c.MaxQueueSize > 0 {
+		fmt.Fprintf(&b, "    max_queue_size: %d\n", c.MaxQueueSize)
+	}
+	b.WriteString("  }\n}\n")
+	fmt.Fprintf(&b, "instance_group [ { count: %d kind: KIND_CPU } ]\n", c.Instances)
+	params := map[string]string{"engine": c.Engine}
+	if c.BatchDelay > 0 {
+		params["batch_delay_ms"] = strconv.FormatFloat(float64(c.BatchDelay)/float64(time.Millisecond), 'f', -1, 64)
+	}
+	if c.RowDelay > 0 {
+		params["row_delay_ms"] = strconv.FormatFloat(float64(c.RowDelay)/float64(time.Millisecond), 'f', -1, 64)
+	}
+	for k, v := range c.Parameters {
+		params[k] = v
+	}
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "parameters: { key: %q value: { string_value: %q } }\n", k, params[k])
+	}
+	return b.String()
+}
+
+// WriteRepo writes a model repository in dir: one folder per model with
+// its config.pbtxt and version 1 linked to the shipped model.py.
+func WriteRepo(dir string, models map[string]ModelConfig) error {
+	src, err := ModelFile()
+	if err != nil {
+		return err
+	}
+	for name, c := range models {
+		md := filepath.Join(dir, name)
+		if err := os.MkdirAll(md, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(md, "config.pbtxt"), []byte(c.Render(name)), 0o644); err != nil {
+			return err
+		}
+		link := filepath.Join(md, "1")
+		_ = os.Remove(link)
+		if err := os.Symlink(src, link); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Options say how to run one server.
+type Options struct {
+	Repo string // model repository folder
+	// GRPCPort, HTTPPort, MetricsPort: 0 picks free ports.
+	GRPCPort, HTTPPort, MetricsPort int
+	// Models to wait for (none: every model directory in Repo).
+	Models []string
+	Log    io.Writer // the server's output (nil: discarded)
+	// ReadyTimeout bounds the wait for readiness (default 60 s).
+	ReadyTimeout time.Duration
+}
+
+// Server is one running tritonserver process.
+type Server struct {
+	Addr string // gRPC, host:port
+	opts Options
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// MetricsAddr is the server's metrics endpoint, host:port.
+func (s *Server) MetricsAddr() string { return "127.0.0.1:" + strconv.Itoa(s.opts.MetricsPort) }
+
+// ShmPrefix is the prefix of the shared memory regions the Python backend
+// of a server started here creates in /dev/shm; a server killed with
+// SIGKILL leaves them, and Kill removes them.
+func ShmPrefix(grpcPort string) string { return "fleetscribe-tritonpy-" + grpcPort + "-" }
+
+// Start runs a server and waits until it and its models are ready.
+func Start(ctx context.Context, o Options) (*Server, error) {
+	ports := []*int{&o.GRPCPort, &o.HTTPPort, &o.MetricsPort}
+	for _, p := range ports {
+		if *p == 0 {
+			var err error
+			if *p, err = FreePort(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(o.Models) == 0 {
+		entries, err := os.ReadDir(o.Repo)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if _, err := os.Stat(filepath.Join(o.Repo, e.Name(), "config.pbtxt")); err == nil {
+				o.Models = append(o.Models, e.Name())
+			}
+		}
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 60 * time.Second
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(o.GRPCPort), opts: o}
+	if err := s.start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Args returns the tritonserver arguments of a server on these ports
+// (numbers, or the templates of `worker mps run`, such as {grpc_port}).
+func Args(repo, grpcPort, httpPort, metricsPort string) []string {
+	return []string{
+		"--model-repository=" + repo,
+		"--grpc-address=127.0.0.1", "--http-address=127.0.0.1",
+		"--grpc-port=" + grpcPort, "--http-port=" + httpPort, "--metrics-port=" + metricsPort,
+		// No GPU metrics on a CPU host: DCGM and NVML only log failures.
+		"--allow-gpu-metrics=false",
+		"--backend-config=python,shm-region-prefix-name=" + ShmPrefix(grpcPort),
+		"--exit-timeout-secs=5",
+	}
+}
+
+func (s *Server) start(ctx context.Context) error {
+	bin, err := Launcher()
+	if err != nil {
+		return err
+	}
+	o := s.opts
+	cmd := exec.Command(bin, Args(o.Repo, strconv.Itoa(o.GRPCPort), strconv.Itoa(o.HTTPPort), strconv.Itoa(o.MetricsPort))...)
+	if o.Log != nil {
+		cmd.Stdout, cmd.Stderr = o.Log, o.Log
+	}
+	// Its own process group, so that Kill reaches the Python backend's
+	// stub processes too, and gone with the test process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start tritonserver: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	if err := WaitReady(ctx, s.Addr, o.Models, o.ReadyTimeout, done); err != nil {
+		s.Kill()
+		return err
+	}
+	return nil
+}
+
+// WaitReady waits until the server at addr answers that it and each
+// model are ready, or exited is closed, or timeout passes.
+func WaitReady(ctx context.Context, addr string, models []string, timeout time.Duration, exited <-chan struct{}) error {
+	// Reconnect within a second of the server listening: gRPC's default
+	// backoff grows to two minutes, longer than the last minutes of a
+	// partition that compiles its encoder for five (seen on an H200: ready
+	// at 5 min 47 s, noticed after the 7 min deadline).
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rpc := pb.NewGRPCInferenceServiceClient(conn)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ready(ctx, rpc, models) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("tritonserver %s: not ready within %s: %w", addr, timeout, ctx.Err())
+		case <-exited:
+			return fmt.Errorf("tritonserver %s exited before it was ready (see its log)", addr)
+		case <-tick.C:
+		}
+	}
+}
+
+func ready(ctx context.Context, rpc pb.GRPCInferenceServiceClient, models []string) bool {
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	r, err := rpc.ServerReady(cctx, &pb.ServerReadyRequest{})
+	if err != nil || !r.GetReady() {
+		return false
+	}
+	for _, m := range models {
+		mr, err := rpc.ModelReady(cctx, &pb.ModelReadyRequest{Name: m})
+		if err != nil || !mr.GetReady() {
+			return false
+		}
+	}
+	return true
+}
+
+// Kill ends the server and its stubs with SIGKILL at once, as a crash
+// would, waits for it and removes the shared memory it leaves.
+func (s *Server) Kill() { s.signal(syscall.SIGKILL, 0) }
+
+// Stop ends the server with SIGTERM (its in-flight requests finish), and
+// SIGKILL after grace.
+func (s *Server) Stop(grace time.Duration) { s.signal(syscall.SIGTERM, grace) }
+
+func (s *Server) signal(sig syscall.Signal, grace time.Duration) {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
+	if sig != syscall.SIGKILL {
+		select {
+		case <-done:
+		case <-time.After(grace):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}
+	<-done
+	// The stubs of a killed server are in its process group; make sure
+	// they are gone too, then remove what they leave in /dev/shm.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	removeShm(s.opts.GRPCPort)
+}
+
+// removeShm removes the Python backend's shared memory regions of the
+// server on grpcPort.
+func removeShm(grpcPort int) {
+	left, _ := filepath.Glob(filepath.Join("/dev/shm", ShmPrefix(strconv.Itoa(grpcPort))+"*"))
+	for _, f := range left {
+		_ = os.Remove(f)
+	}
+}
+
+// Restart starts the server again on the same ports (after Kill or Stop).
+func (s *Server) Restart(ctx context.Context) error {
+	s.Kill()
+	return s.start(ctx)
+}
+
+// FreePort returns a TCP port free on loopback now.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreePortRange finds n consecutive ports free on loopback now.
+func FreePortRange(n int) (int, error) {
+	for try := 0; try < 50; try++ {
+		base, err := FreePort()
+		if err != nil {
+			return 0, err
+		}
+		if base+n > 65535 {
+			continue
+		}
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				ok = false
+				continue
+			}
+			_ = l.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("no %d consecutive free ports on loopback", n)
+}
