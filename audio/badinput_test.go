@@ -102,7 +102,7 @@ func TestBadInputs(t *testing.T) {
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			start := time.Now()
-			clip, err := DecodeContext(ctx, b, nil, DefaultFFmpeg)
+			clip, err := DecodeContext(ctx, b, nil, PathFFmpeg())
 			runtime.ReadMemStats(&after)
 			if d := time.Since(start); d > 20*time.Second {
 				t.Errorf("took %v", d)

@@ -7,13 +7,14 @@ import (
 )
 
 // Decode sniffs the container format and decodes it to mono (see
-// DecodeContext), with ffmpeg from PATH for formats without a Go decoder.
+// DecodeContext), with ffmpeg from PATH (PathFFmpeg, looked up at each
+// call) for formats without a Go decoder.
 func Decode(b []byte) (Clip, error) { return DecodeInto(b, nil) }
 
 // DecodeInto is Decode writing the samples into buf when its capacity
 // suffices (a buffer reused across recordings), else into a new slice.
 func DecodeInto(b []byte, buf []float32) (Clip, error) {
-	return DecodeContext(context.Background(), b, buf, DefaultFFmpeg)
+	return DecodeContext(context.Background(), b, buf, PathFFmpeg())
 }
 
 // DecodeContext decodes by content, not name: WAV (PCM, float, G.711) in

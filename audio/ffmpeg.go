@@ -36,15 +36,17 @@ type FFmpeg struct {
 	MaxSeconds float64
 }
 
-// DefaultFFmpeg uses ffmpeg from PATH, if there is one.
-var DefaultFFmpeg = &FFmpeg{Bin: lookFFmpeg(), Timeout: 10 * time.Minute, MaxSeconds: 24 * 3600}
-
-func lookFFmpeg() string {
+// PathFFmpeg is ffmpeg from PATH, looked up when called, with generous
+// limits (10 minutes, 24 hours of audio); nil where PATH has none, which
+// the decoders take as "formats without a Go decoder are unsupported". The
+// worker names its own (-ffmpeg, with the job's limits) and says when it
+// has none.
+func PathFFmpeg() *FFmpeg {
 	p, err := exec.LookPath("ffmpeg")
 	if err != nil {
-		return ""
+		return nil
 	}
-	return p
+	return &FFmpeg{Bin: p, Timeout: 10 * time.Minute, MaxSeconds: 24 * 3600}
 }
 
 // ErrTooLong is wrapped by the error of a decode stopped at MaxSeconds.

@@ -143,17 +143,17 @@ func TestFormatsDecodeToTheSameSpeech(t *testing.T) {
 // the process is reaped; a file with no audio stream is corrupt, by name.
 func TestFFmpegBoundsAndErrors(t *testing.T) {
 	enc, _ := encode(t, 16000, 1, "ogg", "-c:a", "libopus")
-	ff := &FFmpeg{Bin: DefaultFFmpeg.Bin, Timeout: time.Minute, MaxSeconds: 1}
+	ff := &FFmpeg{Bin: pathBin(), Timeout: time.Minute, MaxSeconds: 1}
 	if _, err := ff.Decode(t.Context(), enc, "ogg"); !errors.Is(err, ErrTooLong) {
 		t.Errorf("past MaxSeconds: %v", err)
 	}
-	ff = &FFmpeg{Bin: DefaultFFmpeg.Bin, Timeout: time.Nanosecond, MaxSeconds: 3600}
+	ff = &FFmpeg{Bin: pathBin(), Timeout: time.Nanosecond, MaxSeconds: 3600}
 	if _, err := ff.Decode(t.Context(), enc, "ogg"); err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("past Timeout: %v", err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := DefaultFFmpeg.Decode(ctx, enc, "ogg"); err == nil {
+	if _, err := PathFFmpeg().Decode(ctx, enc, "ogg"); err == nil {
 		t.Error("cancelled: want an error")
 	}
 	// A video-only WebM: a valid container with no audio stream.
@@ -180,7 +180,7 @@ func TestFFmpegBoundsAndErrors(t *testing.T) {
 // Formats ffmpeg decodes come out at their own rate, as 16-bit samples,
 // and are resampled here: flat to 7 kHz and clean above 8 kHz at 16 kHz.
 func TestFFmpegResamplingQuality(t *testing.T) {
-	if DefaultFFmpeg.Bin == "" {
+	if pathBin() == "" {
 		t.Skip("ffmpeg not installed (make deps installs it)")
 	}
 	tone := func(f float64) Clip {
@@ -221,5 +221,32 @@ func TestCompressedWAVWithoutFFmpeg(t *testing.T) {
 			!strings.Contains(fe.Reason, "0x0011") || !strings.Contains(fe.Reason, "ffmpeg") {
 			t.Errorf("got %v, want unsupported audio naming tag 0x0011 and ffmpeg", err)
 		}
+	}
+}
+
+// pathBin is PATH's ffmpeg, or "" where there is none.
+func pathBin() string {
+	if f := PathFFmpeg(); f != nil {
+		return f.Bin
+	}
+	return ""
+}
+
+// PathFFmpeg looks ffmpeg up when called, not when the package loads: a
+// process whose PATH has none gets nil (formats without a Go decoder are
+// then refused as unsupported), never a stale binary or an empty one.
+func TestPathFFmpegIsLookedUpWhenCalled(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	if f := PathFFmpeg(); f != nil {
+		t.Fatalf("PATH without ffmpeg: %+v, want nil", f)
+	}
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "ffmpeg")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	if f := PathFFmpeg(); f == nil || f.Bin != fake {
+		t.Fatalf("PATH with ffmpeg in %s: %+v", dir, f)
 	}
 }

@@ -243,7 +243,7 @@ func TestCompressedStreamsDecodeWhatDecodeGives(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, c := range cases {
 		enc, _ := encode(t, 44100, 2, c.ext, c.args...)
-		for _, ff := range []*FFmpeg{DefaultFFmpeg, nil} {
+		for _, ff := range []*FFmpeg{PathFFmpeg(), nil} {
 			if ff == nil && !hasGoDecoder(sniff(enc)) {
 				continue
 			}
@@ -287,7 +287,7 @@ func TestStreamReadFailuresAreNotCorruptAudio(t *testing.T) {
 		}
 		r := newChoppy(b, 1)
 		r.err, r.failAt = errNetwork, failAt
-		s, err := OpenStream(t.Context(), r, int64(len(b)), DefaultFFmpeg)
+		s, err := OpenStream(t.Context(), r, int64(len(b)), PathFFmpeg())
 		if err == nil {
 			_, err = readAll(s, nil)
 		}
@@ -295,7 +295,7 @@ func TestStreamReadFailuresAreNotCorruptAudio(t *testing.T) {
 			t.Errorf("%s: %v, want the reader's error", name, err)
 		}
 	}
-	s, err := OpenStream(t.Context(), bytes.NewReader(enc), int64(len(enc)), DefaultFFmpeg)
+	s, err := OpenStream(t.Context(), bytes.NewReader(enc), int64(len(enc)), PathFFmpeg())
 	if err != nil {
 		t.Fatal(err)
 	}

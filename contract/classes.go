@@ -13,5 +13,4 @@ const (
 	ClassExhausted      = "retries_exhausted" // retryable failures hit the receive limit
 	ClassEmptyAudio     = "empty_audio"       // a valid recording with no samples at all
 	ClassOutputRejected = "output_rejected"   // S3 refused the output object itself
-	ClassInternal       = "internal"
 )

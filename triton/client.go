@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/fleetscribe/fleetscribe/internal/flagext"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )
 
@@ -106,7 +107,7 @@ type bucketSeconds []int
 func (b bucketSeconds) String() string {
 	parts := make([]string, len(b))
 	for i, n := range b {
-		parts[i] = strconv.FormatFloat(float64(n)/16000, 'g', -1, 64)
+		parts[i] = strconv.FormatFloat(float64(n)/modelspec.SampleRate, 'g', -1, 64)
 	}
 	return strings.Join(parts, ",")
 }
@@ -121,7 +122,7 @@ func (b *bucketSeconds) Set(v string) error {
 		if err != nil || sec <= 0 {
 			return fmt.Errorf("bucket %q: want seconds > 0", s)
 		}
-		out = append(out, int(sec*16000))
+		out = append(out, int(sec*modelspec.SampleRate))
 	}
 	slices.Sort(out)
 	*b = out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -505,8 +506,26 @@ func TestPoolServesSoonAfterPartitionRestarts(t *testing.T) {
 	if gauge(t, reg, "fleetscribe_triton_partition_healthy", addr) != 0 {
 		t.Fatal("stopped partition not ejected")
 	}
-	// Down long enough for gRPC's reconnect backoff to grow.
-	time.Sleep(3 * time.Second)
+	// Down long enough for gRPC's reconnect backoff to grow: something on
+	// the port that hangs up on every connection, until the client has
+	// tried and failed three times.
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tries atomic.Int32
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			tries.Add(1)
+			c.Close()
+		}
+	}()
+	testwait.For(t, "three failed reconnects", func() bool { return tries.Load() >= 3 })
+	l.Close()
 	b, err := tritontest.Listen(addr, triton.DefaultModelIO())
 	if err != nil {
 		t.Fatal(err)

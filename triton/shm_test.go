@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/internal/shm"
 	"github.com/fleetscribe/fleetscribe/lab/shmtest"
+	"github.com/fleetscribe/fleetscribe/lab/testwait"
 	"github.com/fleetscribe/fleetscribe/lab/tritontest"
 	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
@@ -147,21 +148,15 @@ func TestSharedMemoryAfterServerRestart(t *testing.T) {
 	a.Close()
 	shmServer(t, addr)
 	samples := tone(2*16000, 0.2)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		// The first requests may find the connection still down.
-		res, err := c.Infer(ctx, triton.Request{Samples: samples})
-		if err == nil {
-			if res.Text != tritontest.Fingerprint(samples) {
-				t.Fatalf("after the restart the server heard %q", res.Text)
-			}
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// The first requests may find the connection still down.
+	var res triton.Result
+	var err error
+	testwait.For(t, "a request served after the restart", func() bool {
+		res, err = c.Infer(t.Context(), triton.Request{Samples: samples})
+		return err == nil
+	})
+	if res.Text != tritontest.Fingerprint(samples) {
+		t.Fatalf("after the restart the server heard %q", res.Text)
 	}
 	if s := sz.last(); s < 4*len(samples) {
 		t.Errorf("request that found the region gone: %d bytes, want it sent again with the audio", s)

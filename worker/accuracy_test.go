@@ -160,7 +160,7 @@ func TestLongFormAccuracy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	decoded, err := audio.DecodeContext(t.Context(), mp3, nil, audio.DefaultFFmpeg)
+	decoded, err := audio.DecodeContext(t.Context(), mp3, nil, audio.PathFFmpeg())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,16 +115,22 @@ func (w *Worker) transcribeChunk(ctx context.Context, infer inference, i int, sa
 	return nil
 }
 
-// splitConfig is how recordings are cut: at pauses, into chunks of at most
-// ChunkSeconds, overlapping by a second where no pause was found to cut at
-// when word times let the overlap be resolved (stitch keeps each word
-// once).
+// splitConfig is how this worker cuts recordings (SplitPolicy).
 func (w *Worker) splitConfig() audio.SplitConfig {
+	return SplitPolicy(w.cfg.Audio.ChunkSeconds, w.cfg.Audio.Timestamps)
+}
+
+// SplitPolicy is how recordings are cut, for the worker and every
+// benchmark that sends what it sends: at pauses (30-ms frames), into chunks
+// of at most chunkSeconds, overlapping by a second where no pause was found
+// to cut at when word times (timestamps) let the overlap be resolved
+// (stitch keeps each word once).
+func SplitPolicy(chunkSeconds float64, timestamps bool) audio.SplitConfig {
 	overlap := 0
-	if w.cfg.Audio.Timestamps {
+	if timestamps {
 		overlap = ModelRate
 	}
-	return audio.SplitConfig{Max: int(w.cfg.Audio.ChunkSeconds * ModelRate), Frame: ModelRate * 30 / 1000, Overlap: overlap}
+	return audio.SplitConfig{Max: int(chunkSeconds * ModelRate), Frame: ModelRate * 30 / 1000, Overlap: overlap}
 }
 
 // transcribe splits samples (at ModelRate) at quiet points, transcribes

@@ -13,10 +13,11 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 )
 
-// ModelRate is the sample rate the model takes.
-const ModelRate = 16000
+// ModelRate is the sample rate the model takes (the contract's).
+const ModelRate = modelspec.SampleRate
 
 // A job's walk, top to bottom: each stage is a method of task, run in this
 // order by run; the first stage that ends the job returns its outcome.

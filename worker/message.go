@@ -142,15 +142,17 @@ type progress struct {
 }
 
 // runMessage takes every job of a message to its own terminal outcome. It
-// returns nil when the message can be deleted (every job has a transcript
-// or an error record, or needs none), or the first retryable error. Jobs
+// returns the outcome and nil when the message can be deleted (every job
+// has a transcript or an error record, or needs none), or MessageRetry and
+// the first retryable error (handle then decides between a retry and a
+// release): never a deleting outcome beside an error. Jobs
 // already done on an earlier delivery are skipped, so a retried message
 // redoes no finished work. A record that is not a job gets its own error
 // record; the others run.
 func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, d *delivery) (outcome string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = recoverError(r)
+			outcome, err = MessageRetry, recoverError(r)
 		}
 	}()
 	records, err := contract.ParseRecords([]byte(d.body))
@@ -160,7 +162,10 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, d *delivery
 		// the output prefix by message id and keeps the body: nothing is
 		// lost, and the body is never logged.
 		log.Warn().Int("body_bytes", len(d.body)).Err(err).Msg("unparseable message")
-		return MessageInvalid, w.recordRejected(ctx, d, contract.InvalidMessageKey(w.cfg.Outputs.Prefix, d.id), err)
+		if err := w.recordRejected(ctx, d, contract.InvalidMessageKey(w.cfg.Outputs.Prefix, d.id), err); err != nil {
+			return MessageRetry, err
+		}
+		return MessageInvalid, nil
 	}
 	if len(records) == 0 {
 		return MessageIgnored, nil
@@ -193,7 +198,10 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, d *delivery
 	if retryErr == nil && ctx.Err() != nil {
 		retryErr = context.Cause(ctx)
 	}
-	return MessageDeleted, retryErr
+	if retryErr != nil {
+		return MessageRetry, retryErr
+	}
+	return MessageDeleted, nil
 }
 
 // recordRejected writes the error record of a message, or of one of its

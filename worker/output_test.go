@@ -3,11 +3,15 @@ package worker
 import (
 	"context"
 	"errors"
+	"flag"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 )
 
 // deadlineS3 records whether each DeleteObject had a deadline.
@@ -77,4 +81,36 @@ func TestOutputMissingBucketIsNotAMissingKey(t *testing.T) {
 func isUnreachable(err error) bool {
 	_, ok := errors.AsType[*unreachableError](err)
 	return ok
+}
+
+// refusingS3 refuses every PutObject with a plain (not an outage) error.
+type refusingS3 struct{ S3API }
+
+func (refusingS3) PutObject(context.Context, *s3.PutObjectInput, ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	return nil, errors.New("access denied")
+}
+
+// runMessage never returns a deleting outcome beside an error: an
+// unparseable message whose error record cannot be written is a retry (it
+// once returned "invalid" with the write's error, which only the caller's
+// switch kept from being counted and deleted).
+func TestRunMessageOutcomeIsRetryWithItsError(t *testing.T) {
+	var cfg Config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-queue-url", "https://sqs.test/q", "-output-bucket", "out", "-input-buckets", "*"}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(cfg, "asr", nil, refusingS3{}, nil, zerolog.New(io.Discard), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcome, err := w.runMessage(t.Context(), zerolog.New(io.Discard), &delivery{id: "m1", body: "not json", attempt: 1})
+	if err == nil || outcome != MessageRetry {
+		t.Errorf("unwritable record of an unparseable message: %q, %v; want %q and the write's error", outcome, err, MessageRetry)
+	}
+	outcome, err = w.runMessage(t.Context(), zerolog.New(io.Discard), &delivery{id: "m2", body: `{"Event":"s3:TestEvent"}`, attempt: 1})
+	if err != nil || outcome != MessageIgnored {
+		t.Errorf("a test event: %q, %v; want %q, nil", outcome, err, MessageIgnored)
+	}
 }

@@ -170,17 +170,12 @@ func probe(url string) (int, string) {
 
 func waitStatus(t *testing.T, url string, want int) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		code, body := probe(url)
-		if code == want {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d %q, want %d", url, code, body, want)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var code int
+	var body string
+	if !testwait.Within(t, 20*time.Second, func() bool { code, body = probe(url); return code == want }) {
+		t.Fatalf("%s: %d %q, want %d", url, code, body, want)
 	}
+	return body
 }
 
 func setupQueue(t *testing.T, name string, keys ...string) (*localaws.Server, localaws.Queue) {
@@ -341,16 +336,13 @@ func TestRebalanceRecommendation(t *testing.T) {
 			p.next(t, "rebalance recommendation: carrying on")
 			asr.Release()
 			sqsc, _ := emu.Clients()
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				v, f, err := localaws.Depth(context.Background(), sqsc, q.URL)
-				if err == nil && v == 0 && f == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("jobs not done after the recommendation: %d visible, %d in flight (%v)\n%s", v, f, err, p.log.String())
-				}
-				time.Sleep(100 * time.Millisecond)
+			var v, f int
+			var err error
+			if !testwait.Within(t, 30*time.Second, func() bool {
+				v, f, err = localaws.Depth(context.Background(), sqsc, q.URL)
+				return err == nil && v == 0 && f == 0
+			}) {
+				t.Fatalf("jobs not done after the recommendation: %d visible, %d in flight (%v)\n%s", v, f, err, p.log.String())
 			}
 			for more := true; more; {
 				select {

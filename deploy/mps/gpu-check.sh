@@ -38,7 +38,7 @@ done
 pipe=/tmp/fleetscribe-mps-pipe; logdir=/tmp/fleetscribe-mps-log
 mkdir -p "$pipe" "$logdir"
 echo "== GPUs"; nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$out/gpus.txt"
-"$bench" repo -dir "$out/repo" -model-config deploy/triton/models/asr/config.pbtxt -model-dir deploy/triton/models/asr/1 \
+"$bench" repo -dir "$out/repo" -model-dir deploy/triton/models/asr/1 \
   -engine lab/bench/gpu/standin.py
 if [[ -n "${CHART_DIR:-}" ]]; then
   mapfile -t argv <"$CHART_DIR/command.txt"

@@ -19,9 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fleetscribe/fleetscribe/lab/modroot"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )
 
@@ -121,7 +120,8 @@ type ModelConfig struct {
 	Parameters map[string]string
 }
 
-// Render returns the model's config.pbtxt.
+// Render returns the model's config.pbtxt, rendered by modelspec (the
+// renderer of the shipped configurations).
 func (c ModelConfig) Render(name string) string {
 	if c.Engine == "" {
 		c.Engine = "echo"
@@ -141,36 +141,6 @@ func (c ModelConfig) Render(name string) string {
 	if c.DefaultPriority == 0 {
 		c.DefaultPriority = c.PriorityLevels
 	}
-	if c.Instances == 0 {
-		c.Instances = 1
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "name: %q\nbackend: \"python\"\nmax_batch_size: %d\n", name, c.MaxBatchSize)
-	fmt.Fprintf(&b, "input [\n  { name: \"audio\" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: %v },\n", !c.Buckets)
-	b.WriteString("  { name: \"timestamps\" data_type: TYPE_BOOL dims: [ 1 ] optional: true },\n")
-	fmt.Fprintf(&b, "  { name: \"audio_length\" data_type: TYPE_INT32 dims: [ 1 ] optional: %v }\n]\n", !c.Buckets)
-	b.WriteString("output [\n  { name: \"text\" data_type: TYPE_STRING dims: [ 1 ] },\n")
-	b.WriteString("  { name: \"word_timestamps\" data_type: TYPE_STRING dims: [ -1 ] },\n")
-	b.WriteString("  { name: \"num_words\" data_type: TYPE_INT32 dims: [ 1 ] }\n]\n")
-	b.WriteString("dynamic_batching {\n")
-	if len(c.PreferredBatchSizes) > 0 {
-		s := make([]string, len(c.PreferredBatchSizes))
-		for i, n := range c.PreferredBatchSizes {
-			s[i] = strconv.Itoa(n)
-		}
-		fmt.Fprintf(&b, "  preferred_batch_size: [ %s ]\n", strings.Join(s, ", "))
-	}
-	fmt.Fprintf(&b, "  max_queue_delay_microseconds: %d\n", c.MaxQueueDelay.Microseconds())
-	fmt.Fprintf(&b, "  priority_levels: %d\n  default_priority_level: %d\n", c.PriorityLevels, c.DefaultPriority)
-	b.WriteString("  default_queue_policy {\n    timeout_action: REJECT\n    allow_timeout_override: true\n")
-	if c.QueueTimeout > 0 {
-		fmt.Fprintf(&b, "    default_timeout_microseconds: %d\n", c.QueueTimeout.Microseconds())
-	}
-	if c.MaxQueueSize > 0 {
-		fmt.Fprintf(&b, "    max_queue_size: %d\n", c.MaxQueueSize)
-	}
-	b.WriteString("  }\n}\n")
-	fmt.Fprintf(&b, "instance_group [ { count: %d kind: KIND_CPU } ]\n", c.Instances)
 	params := map[string]string{"engine": c.Engine}
 	if c.BatchDelay > 0 {
 		params["batch_delay_ms"] = strconv.FormatFloat(float64(c.BatchDelay)/float64(time.Millisecond), 'f', -1, 64)
@@ -178,18 +148,15 @@ func (c ModelConfig) Render(name string) string {
 	if c.RowDelay > 0 {
 		params["row_delay_ms"] = strconv.FormatFloat(float64(c.RowDelay)/float64(time.Millisecond), 'f', -1, 64)
 	}
-	for k, v := range c.Parameters {
-		params[k] = v
-	}
-	keys := make([]string, 0, len(params))
-	for k := range params {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, "parameters: { key: %q value: { string_value: %q } }\n", k, params[k])
-	}
-	return b.String()
+	return modelspec.Config{
+		Model: name, Backend: "python", MaxBatch: c.MaxBatchSize, Buckets: c.Buckets,
+		Batching: modelspec.Batching{
+			Preferred: c.PreferredBatchSizes, MaxQueueDelay: c.MaxQueueDelay,
+			PriorityLevels: c.PriorityLevels, DefaultPriority: c.DefaultPriority,
+			QueueTimeout: c.QueueTimeout, MaxQueueSize: c.MaxQueueSize,
+		},
+		Instances: max(c.Instances, 1), Kind: "KIND_CPU",
+	}.WithParameters(params).WithParameters(c.Parameters).Render()
 }
 
 // WriteRepo writes a model repository in dir: one folder per model with

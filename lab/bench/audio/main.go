@@ -28,6 +28,8 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/lab/procstat"
+	"github.com/fleetscribe/fleetscribe/modelspec"
+	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 func main() {
@@ -112,13 +114,13 @@ func stream(path string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	s, err := audio.OpenStream(context.Background(), f, st.Size(), audio.DefaultFFmpeg)
+	s, err := audio.OpenStream(context.Background(), f, st.Size(), audio.PathFFmpeg())
 	if err != nil {
 		return 0, err
 	}
 	defer s.Close()
-	rs := audio.NewResampler(s.Rate(), 16000)
-	sp := audio.NewSplitter(audio.SplitConfig{Max: 30 * 16000, Frame: 480, Overlap: 16000})
+	rs := audio.NewResampler(s.Rate(), modelspec.SampleRate)
+	sp := audio.NewSplitter(worker.SplitPolicy(30, true))
 	var held [inFlight][]float32
 	block := make([]float32, 1<<15)
 	var out []float32

@@ -22,9 +22,11 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/lab/synth"
+	"github.com/fleetscribe/fleetscribe/modelspec"
+	"github.com/fleetscribe/fleetscribe/worker"
 )
 
-const rate = 16000
+const rate = modelspec.SampleRate
 
 func main() {
 	recordings := flag.Int("recordings", 150, "recordings in the mix")
@@ -41,7 +43,7 @@ func main() {
 		sec := synth.RecordingSeconds(rng)
 		total += sec
 		x := synth.SpeechLike(rng, int(sec*rate), rate)
-		for _, c := range audio.Split(x, audio.SplitConfig{Max: int(*chunkSeconds * rate), Frame: rate * 30 / 1000}) {
+		for _, c := range audio.Split(x, worker.SplitPolicy(*chunkSeconds, false)) {
 			lengths = append(lengths, len(c.Samples))
 		}
 	}

@@ -94,7 +94,7 @@ arrangements() { # workload list extra-args...
   mkdir -p /tmp/fleetscribe-mps-pipe /tmp/fleetscribe-mps-log
   # shellcheck disable=SC2086
   "$bench" run -worker "$worker" -tritonserver "$root/scripts/tritonserver" -mps-control "${mpsbin:-nvidia-cuda-mps-control}" \
-    -model-config "$root/deploy/triton/models/asr/config.pbtxt" -model-dir "$root/deploy/triton/models/asr/1" \
+    -model-dir "$root/deploy/triton/models/asr/1" \
     -gpus "$gpus" -instance-kind "${INSTANCE_KIND:-KIND_GPU}" -workload "$workload" -concurrency "$c" -duration "$dur" -warmup "$warm" \
     -out "$out/results.csv" -log "$out/partitions" -ready-timeout "${READY_TIMEOUT:-5m}" ${PARAMS:+-param "$PARAMS"} "$@" ${list//,/ } 2>&1 | tee -a "$out/run.log" ||
     log "$workload: some arrangements failed (above); the others were measured"

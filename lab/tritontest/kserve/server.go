@@ -25,12 +25,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )
 
-// SampleRate is the only rate the model accepts.
-const SampleRate = 16000
+// SampleRate is the only rate the model accepts (the contract's).
+const SampleRate = modelspec.SampleRate
 
 // Recognizer transcribes 16 kHz mono samples in [-1, 1]. It must be safe
 // for concurrent use. Errors carrying a gRPC status are returned as they

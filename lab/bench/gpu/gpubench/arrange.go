@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/mps"
 )
 
@@ -131,63 +131,27 @@ func (a arrangement) planFlags(gpus []int, basePort int) []string {
 	return append(flags, "-sharing", mps.SharingTimeSliced)
 }
 
-var instanceGroupRE = regexp.MustCompile(`(?s)instance_group\s*\[.*?\]`)
-
 // writeRepo writes a model repository in dir whose model is the shipped
-// configuration (shipped, a config.pbtxt) with the arrangement's instance
-// group and the engine's parameters, and whose version 1 is the shipped
-// model.py: the batching the benchmark measures is the batching that ships.
-func writeRepo(dir, shipped, modelDir, kind string, a arrangement, params map[string]string) error {
-	b, err := os.ReadFile(shipped)
-	if err != nil {
-		return err
-	}
-	cfg := string(b)
-	if !instanceGroupRE.MatchString(cfg) {
-		return fmt.Errorf("%s: no instance_group to replace", shipped)
-	}
-	cfg = instanceGroupRE.ReplaceAllString(cfg, fmt.Sprintf("instance_group [ { count: %d kind: %s } ]", a.instances, kind))
-	if a.unbatched {
-		cfg = strings.Replace(cfg, "allow_ragged_batch: true", "allow_ragged_batch: false", 1)
-	}
+// GPU configuration (modelspec.GPU, what deploy/triton/models ships) with
+// the arrangement's instance group, batching mode and maximum batch, and
+// params as its parameters, and whose version 1 is the shipped model.py's
+// folder: the batching the benchmark measures is the batching that ships.
+func writeRepo(dir, modelDir, kind string, a arrangement, params map[string]string) error {
+	cfg := modelspec.GPU()
+	cfg.Header, cfg.Batching.Comment, cfg.InstanceComment = "", "", ""
+	cfg.Instances, cfg.Kind = a.instances, kind
+	cfg.Unragged = a.unbatched
 	if a.maxBatch > 0 {
-		cfg = withMaxBatch(cfg, a.maxBatch)
+		cfg = cfg.WithMaxBatch(a.maxBatch)
 	}
-	if strings.Contains(cfg, "parameters") {
-		return fmt.Errorf("%s: has parameters of its own; the benchmark sets engine and decoder", shipped)
-	}
-	var p strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(params)) {
-		fmt.Fprintf(&p, "parameters: { key: %q value: { string_value: %q } }\n", k, params[k])
-	}
-	md := filepath.Join(dir, "asr")
+	md := filepath.Join(dir, modelspec.Name)
 	if err := os.MkdirAll(md, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(md, "config.pbtxt"), []byte(cfg+"\n"+p.String()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(md, "config.pbtxt"), []byte(cfg.WithParameters(params).Render()), 0o644); err != nil {
 		return err
 	}
 	return os.Symlink(modelDir, filepath.Join(md, "1"))
-}
-
-var (
-	maxBatchSizeRE  = regexp.MustCompile(`max_batch_size:\s*\d+`)
-	preferredSizeRE = regexp.MustCompile(`preferred_batch_size:\s*\[([^\]]*)\]`)
-)
-
-// withMaxBatch sets max_batch_size to n and keeps the preferred sizes up to
-// n (n itself among them).
-func withMaxBatch(cfg string, n int) string {
-	cfg = maxBatchSizeRE.ReplaceAllString(cfg, fmt.Sprintf("max_batch_size: %d", n))
-	return preferredSizeRE.ReplaceAllStringFunc(cfg, func(m string) string {
-		var keep []string
-		for _, f := range strings.Split(preferredSizeRE.FindStringSubmatch(m)[1], ",") {
-			if v, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && v < n {
-				keep = append(keep, strconv.Itoa(v))
-			}
-		}
-		return fmt.Sprintf("preferred_batch_size: [ %s ]", strings.Join(append(keep, strconv.Itoa(n)), ", "))
-	})
 }
 
 // host runs an arrangement's partitions through `worker mps run` (the

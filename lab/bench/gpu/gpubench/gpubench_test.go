@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/mps"
 )
 
@@ -96,15 +97,10 @@ func TestParseParams(t *testing.T) {
 }
 
 func TestWriteRepo(t *testing.T) {
-	shipped, _ := filepath.Abs("../../../../deploy/triton/models/asr/config.pbtxt")
 	modelDir, _ := filepath.Abs("../../../../deploy/triton/models/asr/1")
-	orig, err := os.ReadFile(shipped)
-	if err != nil {
-		t.Fatal(err)
-	}
 	a, _ := parseArrangement("instances-4/unbatched/maxbatch16")
 	dir := t.TempDir()
-	if err := writeRepo(dir, shipped, modelDir, "KIND_GPU", a, map[string]string{"engine": "module", "decoder": "eager"}); err != nil {
+	if err := writeRepo(dir, modelDir, "KIND_GPU", a, map[string]string{"engine": "module", "decoder": "eager"}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "asr", "config.pbtxt"))
@@ -114,7 +110,6 @@ func TestWriteRepo(t *testing.T) {
 	cfg := string(b)
 	for _, want := range []string{
 		"instance_group [ { count: 4 kind: KIND_GPU } ]",
-		"allow_ragged_batch: false",
 		"max_batch_size: 16",
 		"preferred_batch_size: [ 8, 16 ]",
 		`parameters: { key: "decoder" value: { string_value: "eager" } }`,
@@ -125,22 +120,14 @@ func TestWriteRepo(t *testing.T) {
 			t.Errorf("repository config lacks %q:\n%s", want, cfg)
 		}
 	}
-	if strings.Count(cfg, "instance_group") != 1 {
-		t.Errorf("instance groups:\n%s", cfg)
+	if strings.Contains(cfg, "allow_ragged_batch") || strings.Count(cfg, "optional: true") != 2 {
+		t.Errorf("/unbatched: audio not ragged, audio_length still optional:\n%s", cfg)
 	}
 	if link, err := os.Readlink(filepath.Join(dir, "asr", "1")); err != nil || link != modelDir {
 		t.Errorf("version 1 is %q (%v), want the shipped %s", link, err, modelDir)
 	}
-	if strings.Contains(string(orig), "allow_ragged_batch: false") {
+	if !strings.Contains(modelspec.GPU().Render(), "allow_ragged_batch: true") {
 		t.Fatal("the shipped configuration is not ragged any more; the test's premise is gone")
-	}
-	// A configuration with parameters of its own is refused, not merged.
-	withParams := filepath.Join(t.TempDir(), "config.pbtxt")
-	if err := os.WriteFile(withParams, append(orig, []byte("\nparameters: { key: \"engine\" value: { string_value: \"parakeet\" } }\n")...), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeRepo(t.TempDir(), withParams, modelDir, "KIND_GPU", a, nil); err == nil {
-		t.Error("a configuration with parameters: want an error")
 	}
 }
 
@@ -198,7 +185,7 @@ func TestRunOnRealTriton(t *testing.T) {
 	root, _ := tritonproc.Root()
 	out := filepath.Join(dir, "results.csv")
 	err = runCmd([]string{"-worker", worker, "-tritonserver", filepath.Join(root, "scripts", "tritonserver"), "-base-port", strconv.Itoa(base),
-		"-model-config", filepath.Join(root, "deploy/triton/models/asr/config.pbtxt"), "-model-dir", filepath.Join(root, "deploy/triton/models/asr/1"),
+		"-model-dir", filepath.Join(root, "deploy/triton/models/asr/1"),
 		"-instance-kind", "KIND_CPU", "-engine", "", "-param", "engine=echo,batch_delay_ms=20",
 		"-clip-seconds", "2", "-concurrency", "4", "-duration", "1500ms", "-warmup", "500ms", "-out", out,
 		"single", "timesliced-2"})
@@ -288,13 +275,12 @@ func TestCompileCacheState(t *testing.T) {
 
 // An arrangement's KEY=VALUE suffixes are model parameters over the run's.
 func TestArrangementParamsOverTheRuns(t *testing.T) {
-	shipped, _ := filepath.Abs("../../../../deploy/triton/models/asr/config.pbtxt")
 	modelDir, _ := filepath.Abs("../../../../deploy/triton/models/asr/1")
 	a, err := parseArrangement("mps25-8/cuda_sync=blocking/cpu_threads=2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := modelFlags{shipped: shipped, modelDir: modelDir, kind: "KIND_GPU"}
+	m := modelFlags{modelDir: modelDir, kind: "KIND_GPU"}
 	dir := t.TempDir()
 	if err := m.write(dir, a, map[string]string{"cuda_sync": "spin", "length_buckets": "30,45"}); err != nil {
 		t.Fatal(err)

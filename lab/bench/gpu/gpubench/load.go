@@ -25,11 +25,13 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/lab/synth"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
+	"github.com/fleetscribe/fleetscribe/worker"
 )
 
-const rate = 16000
+const rate = modelspec.SampleRate
 
 // Columns of the results CSV.
 var columns = []string{"arrangement", "kind", "decoder", "workload", "concurrency", "completed", "seconds", "req_per_s",
@@ -146,11 +148,11 @@ func clipRequest(pool *triton.Pool, clip []float32) func(context.Context, int, *
 // does: split at quiet points into chunks of at most chunkSeconds
 // (overlapping by a second where there is no pause), par chunks in flight.
 func mixJob(pool *triton.Pool, chunkSeconds float64, par int) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
-	return func(ctx context.Context, worker int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
-		rng := rand.New(rand.NewPCG(uint64(worker), uint64(time.Now().UnixNano())))
+	return func(ctx context.Context, client int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
+		rng := rand.New(rand.NewPCG(uint64(client), uint64(time.Now().UnixNano())))
 		sec := synth.RecordingSeconds(rng)
 		x := synth.SpeechLike(rng, int(sec*rate), rate)
-		chunks := audio.Split(x, audio.SplitConfig{Max: int(chunkSeconds * rate), Frame: rate * 30 / 1000, Overlap: rate})
+		chunks := audio.Split(x, worker.SplitPolicy(chunkSeconds, true))
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(par)
 		for _, c := range chunks {

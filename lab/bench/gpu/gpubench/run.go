@@ -254,12 +254,11 @@ func sweepCmd(args []string) error {
 // modelFlags say what model repository to write: the shipped
 // configuration and model.py, with the benchmark's engine.
 type modelFlags struct {
-	shipped, modelDir, engine, kind string
-	params                          flagext.StringSliceCSV
+	modelDir, engine, kind string
+	params                 flagext.StringSliceCSV
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&m.shipped, "model-config", "deploy/triton/models/asr/config.pbtxt", "the shipped model configuration the repository is made of")
 	fs.StringVar(&m.modelDir, "model-dir", "deploy/triton/models/asr/1", "the shipped model.py's folder")
 	fs.StringVar(&m.engine, "engine", "lab/bench/gpu/standin.py", "the model's engine (model.py engine=module); empty: the shipped engine (parakeet) with -param model=FILE.nemo")
 	fs.Var(&m.params, "param", "further model parameters, key=value,... (a value may hold commas: length_buckets=30,45)")
@@ -269,10 +268,8 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 // resolve makes the paths absolute and returns the model parameters.
 func (m *modelFlags) resolve() (map[string]string, error) {
 	var err error
-	for _, p := range []*string{&m.shipped, &m.modelDir} {
-		if *p, err = filepath.Abs(*p); err != nil {
-			return nil, err
-		}
+	if m.modelDir, err = filepath.Abs(m.modelDir); err != nil {
+		return nil, err
 	}
 	params := map[string]string{}
 	if m.engine != "" {
@@ -318,7 +315,7 @@ func (m *modelFlags) write(dir string, a arrangement, base map[string]string) er
 			params[k] = v
 		}
 	}
-	return writeRepo(dir, m.shipped, m.modelDir, m.kind, a, params)
+	return writeRepo(dir, m.modelDir, m.kind, a, params)
 }
 
 // repoCmd is `gpubench repo -dir D [flags]`: the repository one partition
