@@ -16,6 +16,8 @@ package conformance
 
 import (
 	"time"
+
+	"github.com/fleetscribe/fleetscribe/modelspec"
 )
 
 // Model is the model a scenario needs: Triton's batching and queue policy,
@@ -32,6 +34,24 @@ type Model struct {
 	QueueTimeout    time.Duration
 	BatchDelay      time.Duration
 	RowDelay        time.Duration
+}
+
+// Spec is m as the model contract: the batching and queue policy both
+// targets serve (the real server renders it, the fake batches by it).
+func (m Model) Spec() modelspec.Config {
+	levels := m.PriorityLevels
+	if levels == 0 {
+		levels = 2
+	}
+	def := m.DefaultPriority
+	if def == 0 {
+		def = levels
+	}
+	return modelspec.Config{
+		Backend: "python", MaxBatch: m.MaxBatchSize, Buckets: m.Buckets, Instances: 1,
+		Batching: modelspec.Batching{MaxQueueDelay: m.MaxQueueDelay, PriorityLevels: levels, DefaultPriority: def,
+			QueueTimeout: m.QueueTimeout, MaxQueueSize: m.MaxQueueSize},
+	}
 }
 
 // Server is a running server under test, serving one model named "asr".

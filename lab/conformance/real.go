@@ -18,13 +18,14 @@ func (Real) Name() string { return "real" }
 
 // ModelConfig returns the Triton model configuration of m.
 func ModelConfig(m Model) tritonproc.ModelConfig {
-	delay := m.MaxQueueDelay
+	s := m.Spec()
+	delay := s.Batching.MaxQueueDelay
 	if delay == 0 {
 		delay = -1 // none
 	}
-	return tritonproc.ModelConfig{Engine: "echo", MaxBatchSize: m.MaxBatchSize, Buckets: m.Buckets, MaxQueueDelay: delay,
-		PriorityLevels: m.PriorityLevels, DefaultPriority: m.DefaultPriority, MaxQueueSize: m.MaxQueueSize,
-		QueueTimeout: m.QueueTimeout, BatchDelay: m.BatchDelay, RowDelay: m.RowDelay}
+	return tritonproc.ModelConfig{Engine: "echo", MaxBatchSize: s.MaxBatch, Buckets: s.Buckets, MaxQueueDelay: delay,
+		PriorityLevels: s.Batching.PriorityLevels, DefaultPriority: s.Batching.DefaultPriority, MaxQueueSize: s.Batching.MaxQueueSize,
+		QueueTimeout: s.Batching.QueueTimeout, BatchDelay: m.BatchDelay, RowDelay: m.RowDelay}
 }
 
 // Start writes a repository and starts a server on free ports.

@@ -92,12 +92,7 @@ func (s *confServer) listen(addr string) error {
 	}
 	io := triton.DefaultModelIO()
 	srv := kserve.New(io, echoModel{batch: s.m.BatchDelay, row: s.m.RowDelay}, "tritontest")
-	levels := s.m.PriorityLevels
-	if levels == 0 {
-		levels = 2
-	}
-	srv.Batch = kserve.BatchConfig{MaxBatchSize: s.m.MaxBatchSize, MaxQueueDelay: s.m.MaxQueueDelay, MaxQueueSize: s.m.MaxQueueSize,
-		Ragged: !s.m.Buckets, Instances: 1, DefaultQueueTimeout: s.m.QueueTimeout, PriorityLevels: levels, DefaultPriority: s.m.DefaultPriority}
+	srv.Batch = kserve.BatchConfigOf(s.m.Spec())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(context.Background(), lis) }()
 	s.mu.Lock()

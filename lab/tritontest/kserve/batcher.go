@@ -10,10 +10,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetscribe/fleetscribe/triton"
+
+	"github.com/fleetscribe/fleetscribe/modelspec"
 )
 
 // BatchConfig is the model's batching, with the semantics of Triton's
-// dynamic batcher.
+// dynamic batcher (BatchConfigOf: the one a model configuration asks for).
 type BatchConfig struct {
 	// MaxBatchSize is the most rows one execution takes. 0 means the model
 	// does not batch: requests carry no batch dimension.
@@ -377,4 +379,15 @@ func (b *batcher) snapshot() BatchStats {
 		s.Sizes[k] = v
 	}
 	return s
+}
+
+// BatchConfigOf is the batcher Triton runs for the model configuration c:
+// its maximum and preferred batch sizes, queue delay, queue bound and
+// timeout, priority levels, ragged audio and instance count.
+func BatchConfigOf(c modelspec.Config) BatchConfig {
+	return BatchConfig{
+		MaxBatchSize: c.MaxBatch, PreferredSizes: c.Batching.Preferred, MaxQueueDelay: c.Batching.MaxQueueDelay,
+		MaxQueueSize: c.Batching.MaxQueueSize, PriorityLevels: c.Batching.PriorityLevels, DefaultPriority: c.Batching.DefaultPriority,
+		Ragged: c.Inputs()[0].Ragged, Instances: max(c.Instances, 1), DefaultQueueTimeout: c.Batching.QueueTimeout,
+	}
 }
