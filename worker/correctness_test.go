@@ -242,7 +242,7 @@ func (e *env) runFor(cfg worker.Config, d time.Duration) {
 func (e *env) runS3For(cfg worker.Config, s3c worker.S3API, d time.Duration) {
 	e.t.Helper()
 	e.wreg = prometheus.NewRegistry()
-	w, err := worker.New(cfg, "asr", e.recorder, s3c, e.pool, zerolog.New(io.Discard), e.wreg)
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.recorder, S3: s3c, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: e.wreg})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -503,7 +503,7 @@ func concurrentDuplicates(t *testing.T, srv *localaws.Server, maxDup int) {
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() {
-			w, err := worker.New(cfg, "asr", e.sqs, e.s3, e.pool, zerolog.New(io.Discard), prometheus.NewRegistry())
+			w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.sqs, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: prometheus.NewRegistry()})
 			if err != nil {
 				t.Error(err)
 				return
@@ -546,7 +546,7 @@ func TestPanicInChunkFailsOnlyTheJob(t *testing.T) {
 	e.sendJob("a.wav")
 	cfg := e.config()
 	cfg.Queues.MaxReceives = 1
-	w, err := worker.New(cfg, "asr", e.sqs, e.s3, panickingTranscriber{}, zerolog.New(io.Discard), prometheus.NewRegistry())
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.sqs, S3: e.s3, Transcriber: panickingTranscriber{}, Log: zerolog.New(io.Discard), Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -629,7 +629,7 @@ func TestShutdownDuringLongPollStrandsNothing(t *testing.T) {
 	cfg.Queues.WaitTime = 3 * time.Second
 	cfg.Jobs.ExitWhenIdle = 0
 	polling := make(chan struct{}, 1)
-	w, err := worker.New(cfg, "asr", signallingSQS{e.recorder, polling}, e.s3, e.pool, zerolog.New(io.Discard), prometheus.NewRegistry())
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: signallingSQS{e.recorder, polling}, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

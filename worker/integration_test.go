@@ -120,7 +120,7 @@ func (e *env) run(cfg worker.Config, sqsAPI worker.SQSAPI) {
 		sqsAPI = e.recorder
 	}
 	e.wreg = prometheus.NewRegistry()
-	w, err := worker.New(cfg, "asr", sqsAPI, e.s3, e.pool, zerolog.New(io.Discard), e.wreg)
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: sqsAPI, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: e.wreg})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -563,7 +563,7 @@ func TestErrorRecordsAreTaggedForExpiry(t *testing.T) {
 	e.send("not json")
 	rec := &taggingS3{S3API: e.s3, tags: map[string]string{}}
 	e.wreg = prometheus.NewRegistry()
-	w, err := worker.New(e.config(), "asr", e.recorder, rec, e.pool, zerolog.New(io.Discard), e.wreg)
+	w, err := worker.New(e.config(), worker.Deps{Model: "asr", SQS: e.recorder, S3: rec, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: e.wreg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -600,7 +600,7 @@ func TestUnwritableErrorRecordKeepsMessage(t *testing.T) {
 	cfg.Jobs.ExitWhenIdle = time.Second
 	cfg.Queues.RetryBackoff = 3 * time.Second // the first run is over before the message returns
 	e.wreg = prometheus.NewRegistry()
-	w, err := worker.New(cfg, "asr", e.recorder, failingErrorRecords{e.s3}, e.pool, zerolog.New(io.Discard), e.wreg)
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.recorder, S3: failingErrorRecords{e.s3}, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: e.wreg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -629,7 +629,7 @@ func TestMissingQueueIsAClearError(t *testing.T) {
 	e := newEnv(t, 1, 3)
 	cfg := e.config()
 	cfg.Queues.URL = e.queue.URL + "-nope"
-	w, err := worker.New(cfg, "asr", e.sqs, e.s3, e.pool, zerolog.New(io.Discard), prometheus.NewRegistry())
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.sqs, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestInterruptionFinishesWhatCanFinishAndReleasesTheRest(t *testing.T) {
 	cfg := e.config()
 	cfg.Audio.ChunkSeconds, cfg.Audio.ChunkParallelism, cfg.Jobs.ExitWhenIdle, cfg.Claims.Settle = 1, 1, 0, 0
 	reg := prometheus.NewRegistry()
-	w, err := worker.New(cfg, "asr", e.recorder, e.s3, e.pool, zerolog.New(io.Discard), reg)
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.recorder, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

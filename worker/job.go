@@ -370,7 +370,7 @@ func (t *task) transcribe(ctx context.Context) (contract.Transcript, error) {
 	var tr contract.Transcript
 	var err error
 	if t.streaming {
-		tr, err = t.w.transcribeStream(ctx, t)
+		tr, err = t.w.transcribeStream(ctx, streamed{job: t.job, in: &t.in, head: t.obj.head, info: t.info}, t.infer, t.opening)
 	} else {
 		tr, err = t.w.transcribeObject(ctx, t.obj.head[:t.in.Size], t.infer, t.opening)
 	}

@@ -125,5 +125,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // since observes the time from start in a stage's histogram.
 func (m *metrics) since(stage string, start time.Time) {
-	m.stages[stage].Observe(time.Since(start).Seconds())
+	m.observe(stage, time.Since(start))
+}
+
+// observe records d as the time a job spent in stage.
+func (m *metrics) observe(stage string, d time.Duration) {
+	m.stages[stage].Observe(d.Seconds())
 }

@@ -48,7 +48,7 @@ func (e *env) start(cfg worker.Config, s3c worker.S3API) *running {
 	e.t.Helper()
 	r := &running{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	var err error
-	if r.w, err = worker.New(cfg, "asr", e.recorder, s3c, e.pool, zerolog.New(io.Discard), r.reg); err != nil {
+	if r.w, err = worker.New(cfg, worker.Deps{Model: "asr", SQS: e.recorder, S3: s3c, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: r.reg}); err != nil {
 		e.t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -101,7 +101,7 @@ func TestRunMessageOutcomeIsRetryWithItsError(t *testing.T) {
 	if err := fs.Parse([]string{"-queue-url", "https://sqs.test/q", "-output-bucket", "out", "-input-buckets", "*"}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(cfg, "asr", nil, refusingS3{}, nil, zerolog.New(io.Discard), prometheus.NewRegistry())
+	w, err := New(cfg, Deps{Model: "asr", SQS: nil, S3: refusingS3{}, Transcriber: nil, Log: zerolog.New(io.Discard), Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

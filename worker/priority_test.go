@@ -121,7 +121,7 @@ func TestLiveBeforeBulkInOneWorker(t *testing.T) {
 	cfg.Jobs.Concurrency, cfg.Queues.LowerMinShare, cfg.Queues.Priorities = 8, 0.25, []uint64{1, 2}
 	cfg.Audio.ChunkParallelism, cfg.Jobs.ExitWhenIdle = 1, 2*time.Second
 	reg := prometheus.NewRegistry()
-	w, err := worker.New(cfg, "asr", e.sqs, e.s3, tr, zerolog.New(io.Discard), reg)
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.sqs, S3: e.s3, Transcriber: tr, Log: zerolog.New(io.Discard), Metrics: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestReadyNeedsEveryQueue(t *testing.T) {
 	cfg := e.config()
 	// Short polls: the live queue answers many times a second.
 	cfg.Queues.LowerURLs, cfg.Jobs.ExitWhenIdle, cfg.Queues.WaitTime = []string{bulkQ.URL}, 0, 0
-	w, err := worker.New(cfg, "asr", e.sqs, e.s3, e.pool, zerolog.New(io.Discard), prometheus.NewRegistry())
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.sqs, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,12 +29,22 @@ func (w *Worker) streamBytes() int64 {
 	return 3*chunk + 16*streamBlock + 2<<20
 }
 
+// streamed is what a streamed job reads: its job, its input (which the
+// reader keeps as it reads the rest), the object's first read and what
+// that read says the recording is.
+type streamed struct {
+	job  contract.Job
+	in   *contract.InputRef
+	head []byte
+	info audio.Info
+}
+
 // transcribeStream transcribes a job's input from its first read on,
-// reading the rest as it goes. The fetch stage is the first read's time
-// and the reads of the rest.
-func (w *Worker) transcribeStream(ctx context.Context, t *task) (contract.Transcript, error) {
-	in, info, opening := &t.in, t.info, t.opening
-	body := &inputReader{w: w, ctx: ctx, job: t.job, in: in, head: t.obj.head, spent: opening}
+// reading the rest as it goes. opening is how long the first read took:
+// the fetch stage is it and the reads of the rest.
+func (w *Worker) transcribeStream(ctx context.Context, s streamed, infer inference, opening time.Duration) (contract.Transcript, error) {
+	in, info := s.in, s.info
+	body := &inputReader{w: w, ctx: ctx, job: s.job, in: in, head: s.head, spent: opening}
 	defer body.close()
 	start := time.Now()
 	src, err := audio.OpenStream(ctx, body, in.Size, w.ffmpeg)
@@ -44,8 +54,8 @@ func (w *Worker) transcribeStream(ctx context.Context, t *task) (contract.Transc
 	defer func() { _ = src.Close() }()
 	rs := audio.NewResampler(src.Rate(), ModelRate)
 	sp := audio.NewSplitter(w.splitConfig())
-	f := w.newFanout(ctx, t.infer)
-	prog := t.infer.prog
+	f := w.newFanout(ctx, infer)
+	prog := infer.prog
 	// Chunks to come, from the header (an overestimate for formats whose
 	// length is guessed from their size), until the last is cut.
 	estimate := int64(min(info.Duration(), w.cfg.Inputs.MaxAudioSeconds)/w.cfg.Audio.ChunkSeconds) + 1
@@ -100,10 +110,10 @@ func (w *Worker) transcribeStream(ctx context.Context, t *task) (contract.Transc
 		return contract.Transcript{}, err
 	}
 	prog.total.Store(int64(len(f.spans)))
-	w.m.stages[StageFetch].Observe(body.spent.Seconds())
+	w.m.observe(StageFetch, body.spent)
 	// Decoding pulled the bytes it read: those reads are the fetch stage's.
-	w.m.stages[StageDecode].Observe(max(0, decoding-(body.spent-opening)).Seconds())
-	w.m.stages[StageResample].Observe(resampling.Seconds())
+	w.m.observe(StageDecode, max(0, decoding-(body.spent-opening)))
+	w.m.observe(StageResample, resampling)
 	if !inferring.IsZero() {
 		w.m.since(StageInfer, inferring)
 	}
@@ -197,7 +207,7 @@ func (r *inputReader) close() {
 // transcribeObject decodes, resamples and transcribes a whole input read
 // in one piece. opening is how long that read took.
 func (w *Worker) transcribeObject(ctx context.Context, data []byte, infer inference, opening time.Duration) (contract.Transcript, error) {
-	w.m.stages[StageFetch].Observe(opening.Seconds())
+	w.m.observe(StageFetch, opening)
 	start := time.Now()
 	clip, err := audio.DecodeContext(ctx, data, getFloats(len(data)/2), w.ffmpeg)
 	if err != nil {

@@ -70,15 +70,30 @@ type Worker struct {
 // receipt to their final action), for scale-in protection.
 func (w *Worker) InHand() int { return int(w.inHand.Load()) }
 
-// New returns a worker for the model that tr serves. Metrics are
-// registered on reg.
-func New(cfg Config, model string, sqsc SQSAPI, s3c S3API, tr Transcriber, log zerolog.Logger, reg prometheus.Registerer) (*Worker, error) {
+// Deps are what a worker works with: the model's name (in output keys and
+// records), the queue and object stores, the model's server, the log and
+// where its metrics are registered.
+type Deps struct {
+	Model       string
+	SQS         SQSAPI
+	S3          S3API
+	Transcriber Transcriber
+	Log         zerolog.Logger
+	Metrics     prometheus.Registerer
+}
+
+// New returns a worker for the model that d.Transcriber serves.
+func New(cfg Config, d Deps) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if model == "" {
+	if d.Model == "" {
 		return nil, errors.New("model name is required")
 	}
+	if d.Metrics == nil {
+		return nil, errors.New("a metrics registerer is required")
+	}
+	model, sqsc, s3c, tr, log, reg := d.Model, d.SQS, d.S3, d.Transcriber, d.Log, d.Metrics
 	if cfg.Jobs.MemoryBudget == 0 {
 		cfg.Jobs.MemoryBudget = DefaultMemoryBudget()
 	}

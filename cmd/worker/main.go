@@ -131,53 +131,22 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := cfg.worker.Validate(); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	if err := cfg.model.Validate(); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	if m := cfg.model.MaxChunk(); m > 0 && int(cfg.worker.Audio.ChunkSeconds*worker.ModelRate) > m {
-		return fmt.Errorf("config: -chunk-seconds %g is longer than the largest bucket (%gs): chunks must fit a bucket", cfg.worker.Audio.ChunkSeconds, float64(m)/worker.ModelRate)
-	}
-	if cfg.gpus < 1 {
-		return errors.New("config: -gpus must be at least 1")
-	}
-	if cfg.cpuProfile != "" {
-		f, err := os.Create(cfg.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
-	}
-	if cfg.memProfile != "" {
-		defer func() {
-			if f, err := os.Create(cfg.memProfile); err == nil {
-				_ = pprof.Lookup("allocs").WriteTo(f, 0)
-				_ = f.Close()
-			}
-		}()
-	}
-	// Every job in hand may have a request or two to S3 in flight, and
-	// each call past the idle pool would open a new connection.
-	cfg.aws.IdleConnsPerHost = 2*cfg.worker.Jobs.Concurrency + 16
-	level, err := zerolog.ParseLevel(cfg.logLevel)
+	level, err := cfg.validate()
 	if err != nil {
-		return fmt.Errorf("config: log level: %w", err)
+		return fmt.Errorf("config: %w", err)
 	}
+	cfg.derive(worker.MemoryLimit())
+	stop, err := cfg.profile()
+	if err != nil {
+		return err
+	}
+	defer stop()
 	log := zerolog.New(stderr).Level(level).With().Timestamp().Str("component", "worker").Logger()
 
 	reg := prometheus.NewRegistry()
 	registerProcessMetrics(reg, cfg)
-	cfg.pool.ChunkSamples = int(cfg.worker.Audio.ChunkSeconds * worker.ModelRate)
 	cfg.pool.OnSharedMemoryError = func(partition string, err error) {
 		log.Warn().Err(err).Str("partition", partition).Msg("shared memory unavailable for this partition; its chunks go in the gRPC request")
-	}
-	if cfg.pool.SharedMemoryBudget == 0 {
-		cfg.pool.SharedMemoryBudget = worker.MemoryLimit() / 4
 	}
 	pool, err := triton.NewPool(cfg.pool, cfg.model, reg)
 	if err != nil {
@@ -195,7 +164,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(cfg.worker, cfg.model.Model, sqsc, s3c, pool, log, reg)
+	w, err := worker.New(cfg.worker, worker.Deps{Model: cfg.model.Model, SQS: sqsc, S3: s3c, Transcriber: pool, Log: log, Metrics: reg})
 	if err != nil {
 		return err
 	}
@@ -217,29 +186,11 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	defer drain(nil)
 	parts := []part{{name: "triton health checks", run: pool.Run}}
 	if cfg.metricsAddr != "" {
-		lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.metricsAddr)
+		p, err := metricsPart(ctx, cfg, log, reg, w, pool, drain)
 		if err != nil {
-			return fmt.Errorf("metrics listener: %w", err)
+			return err
 		}
-		log.Info().Str("addr", lis.Addr().String()).Msg("metrics listening")
-		ready := func(local bool) error {
-			if !local {
-				if err := w.Ready(); err != nil {
-					return err
-				}
-			}
-			if pool.Healthy() == 0 {
-				return errors.New("no triton partition ready")
-			}
-			return nil
-		}
-		parts = append(parts, part{name: "metrics server", run: func(ctx context.Context) error {
-			detail := func() string { return triton.EngineSummary(pool.Engines(), len(cfg.pool.Addrs)) }
-			return serveMetrics(ctx, lis, reg, ready, detail, func() {
-				log.Info().Msg("drain requested over HTTP")
-				drain(errDrainRequested)
-			})
-		}})
+		parts = append(parts, p)
 	}
 	if p, err := fleetPart(ctx, cfg, log, w); err != nil {
 		return err
@@ -254,6 +205,104 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		parts = append(parts, p)
 	}
 	return runGroup(ctx, log, w.Run, parts...)
+}
+
+// validate checks the configuration as a whole, each section and what
+// spans sections (chunks must fit the model's largest bucket), and returns
+// the log level it names.
+func (c *config) validate() (zerolog.Level, error) {
+	if err := c.worker.Validate(); err != nil {
+		return 0, err
+	}
+	if err := c.model.Validate(); err != nil {
+		return 0, err
+	}
+	if m := c.model.MaxChunk(); m > 0 && int(c.worker.Audio.ChunkSeconds*worker.ModelRate) > m {
+		return 0, fmt.Errorf("-chunk-seconds %g is longer than the largest bucket (%gs): chunks must fit a bucket", c.worker.Audio.ChunkSeconds, float64(m)/worker.ModelRate)
+	}
+	if c.gpus < 1 {
+		return 0, errors.New("-gpus must be at least 1")
+	}
+	level, err := zerolog.ParseLevel(c.logLevel)
+	if err != nil {
+		return 0, fmt.Errorf("log level: %w", err)
+	}
+	return level, nil
+}
+
+// derive sets what follows from the rest, for a process whose memory
+// limit is limit: the S3 connections every job in hand may need, the
+// pool's chunk size, and its shared-memory budget (a quarter of the limit,
+// unless given).
+func (c *config) derive(limit int64) {
+	// Every job in hand may have a request or two to S3 in flight, and
+	// each call past the idle pool would open a new connection.
+	c.aws.IdleConnsPerHost = 2*c.worker.Jobs.Concurrency + 16
+	c.pool.ChunkSamples = int(c.worker.Audio.ChunkSeconds * worker.ModelRate)
+	if c.pool.SharedMemoryBudget == 0 {
+		c.pool.SharedMemoryBudget = limit / 4
+	}
+}
+
+// profile starts the CPU profile and arranges the allocation profile the
+// flags ask for; stop ends both.
+func (c *config) profile() (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return stop, fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return stop, fmt.Errorf("cpu profile: %w", err)
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); _ = f.Close() })
+	}
+	if path := c.memProfile; path != "" {
+		stops = append(stops, func() {
+			if f, err := os.Create(path); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				_ = f.Close()
+			}
+		})
+	}
+	return stop, nil
+}
+
+// metricsPart serves /metrics, /healthz, /readyz (the worker and a ready
+// partition; its detail, the engines the partitions run) and POST /drain,
+// which calls drain.
+func metricsPart(ctx context.Context, cfg config, log zerolog.Logger, reg *prometheus.Registry, w *worker.Worker, pool *triton.Pool,
+	drain context.CancelCauseFunc) (part, error) {
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.metricsAddr)
+	if err != nil {
+		return part{}, fmt.Errorf("metrics listener: %w", err)
+	}
+	log.Info().Str("addr", lis.Addr().String()).Msg("metrics listening")
+	ready := func(local bool) error {
+		if !local {
+			if err := w.Ready(); err != nil {
+				return err
+			}
+		}
+		if pool.Healthy() == 0 {
+			return errors.New("no triton partition ready")
+		}
+		return nil
+	}
+	return part{name: "metrics server", run: func(ctx context.Context) error {
+		detail := func() string { return triton.EngineSummary(pool.Engines(), len(cfg.pool.Addrs)) }
+		return serveMetrics(ctx, lis, reg, ready, detail, func() {
+			log.Info().Msg("drain requested over HTTP")
+			drain(errDrainRequested)
+		})
+	}}, nil
 }
 
 // registerProcessMetrics registers what the process exports besides the

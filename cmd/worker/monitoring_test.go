@@ -64,7 +64,7 @@ func exportedNames(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := worker.New(cfg.worker, cfg.model.Model, nil, nil, pool, zerolog.Nop(), reg); err != nil {
+	if _, err := worker.New(cfg.worker, worker.Deps{Model: cfg.model.Model, Transcriber: pool, Log: zerolog.Nop(), Metrics: reg}); err != nil {
 		t.Fatal(err)
 	}
 	return reg.names

@@ -134,7 +134,7 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 		Audio:   worker.AudioConfig{ChunkSeconds: 30, ChunkParallelism: parallel, Timestamps: false},
 	}
 	reg := prometheus.NewRegistry()
-	w, err := worker.New(cfg, "asr", sqsc, s3c, pool, zerolog.New(io.Discard), reg)
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: sqsc, S3: s3c, Transcriber: pool, Log: zerolog.New(io.Discard), Metrics: reg})
 	if err != nil {
 		return 0, triton.ServerStats{}, err
 	}
