@@ -178,7 +178,9 @@ func TestRunOnRealTriton(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", worker, "../../../../cmd/worker").CombinedOutput(); err != nil {
 		t.Fatalf("build worker: %v: %s", err, out)
 	}
-	base, err := tritonproc.FreePort()
+	// Two arrangements, 100 ports apart (gRPC, HTTP and metrics of each
+	// partition): every port they take free now, not only the first.
+	base, err := tritonproc.FreePortRange(106)
 	if err != nil {
 		t.Fatal(err)
 	}
