@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,20 +70,5 @@ func TestPythonSampleRateIsTheContracts(t *testing.T) {
 	want := fmt.Sprintf("\nSAMPLE_RATE = %d\n", SampleRate)
 	if !strings.Contains(string(b), want) {
 		t.Errorf("fleetscribe_asr/common.py does not say %q", strings.TrimSpace(want))
-	}
-}
-
-// modelspec is a leaf on the standard library: the worker, the client, the
-// fake and the lab all import it, and it imports none of them.
-func TestModelspecIsALeaf(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command")
-	}
-	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if deps := strings.Fields(string(out)); len(deps) != 1 {
-		t.Errorf("modelspec imports more than the standard library: %v", deps)
 	}
 }

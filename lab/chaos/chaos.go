@@ -41,6 +41,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/internal/shm"
 	"github.com/fleetscribe/fleetscribe/lab/localaws"
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
@@ -432,7 +433,7 @@ func upload(ctx context.Context, s3c *s3.Client, jobs []job, clips [][]byte) err
 		case KindCorrupt:
 			body = append([]byte("RIFF\x24\x00\x00\x00WAVEfmt "), []byte(strings.Repeat("\xff", 40))...)
 		case KindEmpty:
-			body = audio.EncodeWAV(audio.Clip{Rate: 16000})
+			body = audio.EncodeWAV(audio.Clip{Rate: modelspec.SampleRate})
 		case KindUnsupported:
 			// A WAV of format tag 0x1234: valid, but an encoding neither
 			// the Go decoder nor ffmpeg reads.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )
@@ -134,7 +135,7 @@ func raggedBatches(ctx context.Context, s Server) (Outcome, error) {
 // share batches, and each answer is of its true length.
 func bucketBatches(ctx context.Context, s Server) (Outcome, error) {
 	io := triton.DefaultModelIO()
-	io.Buckets = []int{16000}
+	io.Buckets = []int{modelspec.SampleRate}
 	return batchesForm(ctx, s, io, func(i int) int { return 4000 + 100*i })
 }
 
@@ -175,7 +176,7 @@ func batchesForm(ctx context.Context, s Server, io triton.ModelIO, length func(i
 // not two batches of two.
 func shapesApart(ctx context.Context, s Server) (Outcome, error) {
 	short, long := triton.DefaultModelIO(), triton.DefaultModelIO()
-	short.Buckets, long.Buckets = []int{8000}, []int{16000}
+	short.Buckets, long.Buckets = []int{modelspec.SampleRate / 2}, []int{modelspec.SampleRate}
 	cs, err := dial(s, short)
 	if err != nil {
 		return Outcome{}, err
@@ -253,7 +254,7 @@ func oneExecutionEach(ctx context.Context, c *triton.Client, errs []error, block
 // spacing apart, and are all queued before it ends.
 const (
 	blockerTime    = 2 * time.Second
-	blockerSamples = 30 * 16000
+	blockerSamples = 30 * modelspec.SampleRate
 	settle         = 300 * time.Millisecond
 	spacing        = 150 * time.Millisecond
 )
@@ -601,7 +602,7 @@ func sharedMemory(ctx context.Context, s Server) (Outcome, error) {
 		return Outcome{}, err
 	}
 	defer c.Close()
-	if err := c.UseSharedMemory(4, 16000); err != nil {
+	if err := c.UseSharedMemory(4, modelspec.SampleRate); err != nil {
 		return Outcome{}, err
 	}
 	r, err := c.Infer(ctx, triton.Request{Samples: samples(12345)})

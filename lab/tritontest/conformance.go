@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/lab/conformance"
 	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
@@ -51,7 +52,7 @@ func (e echoModel) RecognizeBatch(ctx context.Context, rows []kserve.Row) ([]tri
 	}
 	d := e.batch
 	for _, r := range rows {
-		d += time.Duration(float64(e.row) * float64(len(r.Samples)) / (30 * 16000))
+		d += time.Duration(float64(e.row) * float64(len(r.Samples)) / (30 * modelspec.SampleRate))
 	}
 	if d > 0 {
 		t := time.NewTimer(d)

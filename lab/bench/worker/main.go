@@ -50,6 +50,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/lab/localaws"
 	"github.com/fleetscribe/fleetscribe/lab/procstat"
 	"github.com/fleetscribe/fleetscribe/lab/tritontest"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
@@ -220,15 +221,15 @@ func run(o options) error {
 // prepare uploads the recordings (distinct keys, one shared body) and
 // queues one job each; with bulkURL, every other job goes to that queue.
 func prepare(ctx context.Context, s3c *s3.Client, sqsc *sqs.Client, queueURL, bulkURL string, o options) error {
-	n := int(o.clipSeconds * 16000)
+	n := int(o.clipSeconds * modelspec.SampleRate)
 	samples := make([]float32, n)
 	for i := range samples {
 		// Speech-like: a tone in bursts with pauses between.
 		if (i/8000)%3 != 2 {
-			samples[i] = 0.3 * float32(math.Sin(2*math.Pi*220*float64(i)/16000))
+			samples[i] = 0.3 * float32(math.Sin(2*math.Pi*220*float64(i)/modelspec.SampleRate))
 		}
 	}
-	body := audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: samples})
+	body := audio.EncodeWAV(audio.Clip{Rate: modelspec.SampleRate, Samples: samples})
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(32)
 	for i := range o.jobs {
