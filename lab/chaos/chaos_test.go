@@ -25,7 +25,7 @@ func TestChaosShort(t *testing.T) {
 	}
 	tritonproc.Require(t)
 	dir := t.TempDir()
-	root, _ := filepath.Abs("..")
+	root, _ := filepath.Abs("../..")
 	for _, b := range [][]string{
 		{"build", "-o", dir + "/", "./cmd/worker"},
 	} {
