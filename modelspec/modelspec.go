@@ -21,6 +21,14 @@ const (
 	Name = "asr"
 	// SampleRate is the only rate the model takes (mono float32 in [-1, 1]).
 	SampleRate = 16000
+
+	// The tensors' names: the client sends and reads these (triton.DefaultModelIO).
+	AudioInput      = "audio"
+	TimestampsInput = "timestamps"
+	LengthInput     = "audio_length"
+	TextOutput      = "text"
+	WordsOutput     = "word_timestamps"
+	NumWordsOutput  = "num_words"
 )
 
 // Tensor is one input or output of the model.
@@ -86,13 +94,13 @@ type Config struct {
 // (ragged unless c.Buckets), timestamps BOOL [1] (optional), audio_length
 // INT32 [1] (the true length of bucket-padded audio, required with buckets).
 func (c Config) Inputs() []Tensor {
-	length := Tensor{Name: "audio_length", DataType: "TYPE_INT32", Dims: []int{1}, Optional: !c.Buckets}
+	length := Tensor{Name: LengthInput, DataType: "TYPE_INT32", Dims: []int{1}, Optional: !c.Buckets}
 	if !c.Buckets {
 		length.Comment = "True length of bucket-padded audio; not sent in ragged mode."
 	}
 	return []Tensor{
-		{Name: "audio", DataType: "TYPE_FP32", Dims: []int{-1}, Ragged: !c.Buckets && !c.Unragged},
-		{Name: "timestamps", DataType: "TYPE_BOOL", Dims: []int{1}, Optional: true},
+		{Name: AudioInput, DataType: "TYPE_FP32", Dims: []int{-1}, Ragged: !c.Buckets && !c.Unragged},
+		{Name: TimestampsInput, DataType: "TYPE_BOOL", Dims: []int{1}, Optional: true},
 		length,
 	}
 }
@@ -101,9 +109,9 @@ func (c Config) Inputs() []Tensor {
 // [words] (one JSON object a word), num_words INT32 [1].
 func Outputs() []Tensor {
 	return []Tensor{
-		{Name: "text", DataType: "TYPE_STRING", Dims: []int{1}},
-		{Name: "word_timestamps", DataType: "TYPE_STRING", Dims: []int{-1}},
-		{Name: "num_words", DataType: "TYPE_INT32", Dims: []int{1}},
+		{Name: TextOutput, DataType: "TYPE_STRING", Dims: []int{1}},
+		{Name: WordsOutput, DataType: "TYPE_STRING", Dims: []int{-1}},
+		{Name: NumWordsOutput, DataType: "TYPE_INT32", Dims: []int{1}},
 	}
 }
 

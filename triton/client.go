@@ -70,16 +70,16 @@ func (m ModelIO) Bucket(n int) (padded int, ok bool) {
 // no limit).
 func (m ModelIO) MaxChunk() int { return slices.Max(append([]int{0}, m.Buckets...)) }
 
-// DefaultModelIO returns the tensor names of the documented model contract.
+// DefaultModelIO returns the tensor names of the model contract (modelspec).
 func DefaultModelIO() ModelIO {
 	return ModelIO{
-		Model:           "asr",
-		AudioInput:      "audio",
-		TimestampsInput: "timestamps",
-		TextOutput:      "text",
-		WordsOutput:     "word_timestamps",
-		NumWordsOutput:  "num_words",
-		LengthInput:     "audio_length",
+		Model:           modelspec.Name,
+		AudioInput:      modelspec.AudioInput,
+		TimestampsInput: modelspec.TimestampsInput,
+		TextOutput:      modelspec.TextOutput,
+		WordsOutput:     modelspec.WordsOutput,
+		NumWordsOutput:  modelspec.NumWordsOutput,
+		LengthInput:     modelspec.LengthInput,
 		BatchDim:        true,
 	}
 }
