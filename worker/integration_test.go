@@ -27,6 +27,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/enqueue"
 	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/testwait"
 	"github.com/fleetscribe/fleetscribe/lab/tritontest"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
@@ -502,6 +503,35 @@ func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
 	}
 	if rec, ok := e.errorRecord("a.wav"); ok {
 		t.Errorf("error record %+v left beside the transcript", rec)
+	}
+}
+
+// The queue counts a receive that never reaches a worker (its response lost
+// in transit) like any other; when it is the last one, the message goes to
+// the DLQ with no last attempt to leave a record. The attempt before the
+// last leaves one, so the job still has an outcome (the chaos suite once
+// found an exhausted job with none).
+func TestLastReceiveLostStillLeavesARecord(t *testing.T) {
+	e := newEnv(t, 1, 2)
+	e.servers[0].Fail(codes.Internal, 1000)
+	e.put("a.wav", tone(16000, 4000))
+	e.sendJob("a.wav")
+	cfg := e.config()
+	cfg.Queues.MaxReceives = 2
+	cfg.Queues.RetryBackoff = 5 * time.Second // the run is over before the message returns
+	cfg.Jobs.ExitWhenIdle = time.Second
+	e.run(cfg, nil)
+	if _, ok := e.errorRecord("a.wav"); !ok {
+		t.Fatal("no error record after the attempt before the last")
+	}
+	// The last receive, lost: taken from the queue and never handled.
+	testwait.For(t, "the last receive", func() bool {
+		out, err := e.sqs.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(e.queue.URL), WaitTimeSeconds: 1, VisibilityTimeout: 1})
+		return err == nil && len(out.Messages) == 1
+	})
+	rec, ok := e.errorRecord("a.wav")
+	if !ok || rec.Class != contract.ClassExhausted || rec.Final || rec.Attempt != 1 || !strings.Contains(rec.Message, "attempt 1 of 2 failed") {
+		t.Errorf("record %+v (%v), want retries_exhausted from attempt 1 of 2, not final", rec, ok)
 	}
 }
 

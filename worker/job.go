@@ -348,6 +348,27 @@ func (t *task) admit(ctx context.Context) error {
 	return nil
 }
 
+// beforeTheLast leaves an error record when the attempt before the last
+// fails and the job will be retried: a receive can be counted by the queue
+// and never reach a worker (a response lost in transit), and if that
+// receive is the last one the message goes to the DLQ with no attempt to
+// write the record provisional would have. The last attempt overwrites
+// this record, and a transcript removes it. A failed write only logs: the
+// job is retried either way.
+func (t *task) beforeTheLast(ctx context.Context, cause error) {
+	w := t.w
+	if t.d.attempt != w.cfg.Queues.MaxReceives-1 || t.keys.Error == "" || t.rejected || ctx.Err() != nil {
+		return
+	}
+	rec := contract.ErrorRecord{
+		Schema: contract.ErrorSchema, Input: t.in, Model: t.infer.model, Class: contract.ClassExhausted, Attempt: t.d.attempt, CreatedAt: w.now().UTC(),
+		Message: fmt.Sprintf("attempt %d of %d failed (%v); this record remains only if the last receive never reached a worker", t.d.attempt, w.cfg.Queues.MaxReceives, cause),
+	}
+	if err := w.out.errorRecord(ctx, t.keys.Error, rec); err != nil {
+		t.log.Warn().Err(err).Msg("error record before the last attempt not written")
+	}
+}
+
 // provisional leaves an error record before the last attempt: the queue
 // will not deliver this message again, so even an attempt that takes the
 // process down (out of memory, killed) ends with one. Success removes it;
@@ -428,6 +449,7 @@ func (t *task) fail(ctx context.Context, err error) (string, error) {
 		return OutcomeReleased, err // shutdown or heartbeat loss, not the job's fault
 	}
 	if !final && t.d.attempt < w.cfg.Queues.MaxReceives {
+		t.beforeTheLast(ctx, err)
 		log.Warn().Err(err).Msg("job failed; will retry")
 		return OutcomeRetry, err
 	}
