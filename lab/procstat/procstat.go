@@ -47,7 +47,16 @@ func statFields(pid int) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	return fieldsAfter(pid, b)
+}
+
+// fieldsAfter is statFields of pid's stat b.
+func fieldsAfter(pid int, b []byte) ([]string, error) {
+	end := bytes.LastIndexByte(b, ')')
+	if end < 0 || end+2 > len(b) {
+		return nil, fmt.Errorf("%s: no command name", path(pid, "stat"))
+	}
+	f := strings.Fields(string(b[end+2:]))
 	if len(f) < 13 {
 		return nil, fmt.Errorf("%s: %d fields", path(pid, "stat"), len(f))
 	}
@@ -60,6 +69,30 @@ func CPU(pid int) (user, sys time.Duration, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	return cpuOf(f)
+}
+
+// Named is the process's command name (as /proc/PID/stat gives it, cut to
+// 15 characters) and its user plus system time so far.
+func Named(pid int) (comm string, cpu time.Duration, err error) {
+	b, err := os.ReadFile(path(pid, "stat"))
+	if err != nil {
+		return "", 0, err
+	}
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return "", 0, fmt.Errorf("%s: no command name", path(pid, "stat"))
+	}
+	f, err := fieldsAfter(pid, b)
+	if err != nil {
+		return "", 0, err
+	}
+	user, sys, err := cpuOf(f)
+	return string(b[open+1 : end]), user + sys, err
+}
+
+// cpuOf is the user and system time of a process's stat fields.
+func cpuOf(f []string) (user, sys time.Duration, err error) {
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/lab/procstat"
 	"github.com/fleetscribe/fleetscribe/lab/synth"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
@@ -437,7 +437,7 @@ var cpuGroups = []struct{ comm, group string }{
 	{"nvidia-cuda-mps", "mps"},
 }
 
-// readProcs reads every process's CPU time from /proc/PID/stat.
+// readProcs reads every process's CPU time (procstat.Named).
 func readProcs() map[int]procCPU {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -449,30 +449,17 @@ func readProcs() map[int]procCPU {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		comm, cpu, err := procstat.Named(pid)
 		if err != nil {
 			continue // gone since the listing
 		}
-		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-		if open < 0 || end < open || end+2 > len(b) {
-			continue
-		}
-		f := strings.Fields(string(b[end+2:]))
-		if len(f) < 13 {
-			continue
-		}
-		u, err1 := strconv.ParseFloat(f[11], 64)
-		k, err2 := strconv.ParseFloat(f[12], 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		group, comm := "other", string(b[open+1:end])
+		group := "other"
 		for _, g := range cpuGroups {
 			if strings.HasPrefix(comm, g.comm) {
 				group = g.group
 			}
 		}
-		procs[pid] = procCPU{group, u + k}
+		procs[pid] = procCPU{group, cpu.Seconds() * 100} // jiffies (USER_HZ)
 	}
 	return procs
 }
