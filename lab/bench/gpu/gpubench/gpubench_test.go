@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetscribe/fleetscribe/lab/testwait"
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/mps"
@@ -314,11 +315,11 @@ func TestCPUByGroup(t *testing.T) {
 	if _, ok := before.procs[cmd.Process.Pid]; !ok {
 		t.Fatalf("the child %d is not among the processes read", cmd.Process.Pid)
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	var after cpuTimes
-	for after = readCPU(); after.procs[cmd.Process.Pid].ticks-before.procs[cmd.Process.Pid].ticks < 50 && time.Now().Before(deadline); after = readCPU() {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.For(t, "half a second of the child's CPU", func() bool {
+		after = readCPU()
+		return after.procs[cmd.Process.Pid].ticks-before.procs[cmd.Process.Pid].ticks >= 50
+	})
 	got := after.byGroup(before)
 	var servers, stubs, mpsCPU, other float64
 	if _, err := fmt.Sscanf(got, "servers %f, stubs %f, mps %f, other %f", &servers, &stubs, &mpsCPU, &other); err != nil {
