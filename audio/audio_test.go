@@ -222,6 +222,37 @@ func TestSplitCutsAtSilence(t *testing.T) {
 	}
 }
 
+// A cut is made in the last pause of the window, not its quietest point:
+// a chunk then fills as much of -chunk-seconds as the speech allows (the
+// compiled encoder pads every chunk to it). A quiet span shorter than a
+// pause (a stop consonant's closure) is not cut at.
+func TestSplitCutsAtTheLastPause(t *testing.T) {
+	rate := 16000
+	// tone to 3.2 s, digital silence to 3.7 s (the quietest), tone to
+	// 5.2 s, a quieter room tone to 5.6 s (a pause, louder than the
+	// silence), tone with a 60-ms gap at 5.8 s, to 10 s.
+	x := sine(rate, 300, 10)
+	quiet := func(from, to, amp float64) {
+		for i := int(from * float64(rate)); i < int(to*float64(rate)); i++ {
+			x[i] *= float32(amp)
+		}
+	}
+	quiet(3.2, 3.7, 0)
+	quiet(5.2, 5.6, 0.02)
+	quiet(5.8, 5.86, 0)
+	chunks := Split(x, SplitConfig{Max: 6 * rate, Frame: rate * 30 / 1000, Overlap: rate / 4})
+	if len(chunks) < 2 {
+		t.Fatalf("%d chunks, want at least 2", len(chunks))
+	}
+	end := float64(len(chunks[0].Samples)) / float64(rate)
+	if end < 5.2 || end > 5.6 {
+		t.Errorf("first chunk ends at %.2f s, want inside the last pause (5.2-5.6 s), not the deeper silence at 3.2-3.7 s or the gap at 5.8 s", end)
+	}
+	if chunks[1].Overlap != 0 {
+		t.Errorf("a cut in a pause overlaps the next chunk by %d samples, want none", chunks[1].Overlap)
+	}
+}
+
 // A WAV whose writer never came back to fill in the sizes (RIFF and data
 // size 0, as a crashed or streaming recorder leaves it) is decoded from the
 // data that is there.

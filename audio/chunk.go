@@ -29,8 +29,9 @@ type SplitConfig struct {
 const pauseRatio = 0.01
 
 // Split cuts x into chunks of at most cfg.Max samples. Each cut is made in
-// the quietest frame of the second half of the window, so words are rarely
-// cut in two. Where that frame is not a pause (continuous speech), the
+// the last pause of the second half of the window (else its quietest
+// frame), so words are rarely cut in two. Where there is no pause
+// (continuous speech), the
 // next chunk starts cfg.Overlap samples before the cut. The chunks cover
 // x, in order; each starts where the previous one ends, less its Overlap.
 // Their samples are x's own. A Splitter cuts a stream the same way.
@@ -109,13 +110,23 @@ func (s *Splitter) Next(final bool) (Chunk, bool) {
 	return chunk, true
 }
 
-// quietestCut returns the middle of the lowest-energy frame that lies
-// within [lo, hi), and whether that frame is a pause: far quieter than the
-// window's median frame.
+// minPause is how many frames long a pause must be for a cut to prefer
+// it (six 30-ms frames: 0.18 s). Shorter quiet spans are also inside words
+// (the closure before a stop consonant), and only the quietest of them is
+// cut at, as before.
+const minPause = 6
+
+// quietestCut returns where to cut within [lo, hi) and whether the cut is in
+// a pause: a span at least minPause frames long whose every frame is far
+// quieter than the window's median frame. The cut is the middle of the last
+// such span, so a chunk fills as much of its window as the speech allows
+// (a GPU pads every chunk to the longest); where there is none, it is the
+// middle of the lowest-energy frame, a pause only if that frame is.
 func quietestCut(x []float32, lo, hi, frame int) (int, bool) {
 	best, bestE := hi, math.Inf(1)
+	hop := max(1, frame/2)
 	var energies []float64
-	for f := lo; f+frame <= hi; f += max(1, frame/2) {
+	for f := lo; f+frame <= hi; f += hop {
 		var e float64
 		for _, s := range x[f : f+frame] {
 			e += float64(s) * float64(s)
@@ -128,7 +139,29 @@ func quietestCut(x []float32, lo, hi, frame int) (int, bool) {
 	if len(energies) == 0 {
 		return best, true
 	}
-	return best, bestE <= pauseRatio*median(energies)
+	quiet := pauseRatio * median(energies)
+	if cut, ok := lastPause(energies, quiet, lo, frame, hop); ok {
+		return cut, true
+	}
+	return best, bestE <= quiet
+}
+
+// lastPause returns the middle of the last run of frames (energies, the
+// first at lo, hop apart) no louder than quiet that spans minPause frames.
+func lastPause(energies []float64, quiet float64, lo, frame, hop int) (int, bool) {
+	end := len(energies) // one past the run's last frame
+	for i := len(energies) - 1; i >= -1; i-- {
+		if i >= 0 && energies[i] <= quiet {
+			continue
+		}
+		// frames i+1 .. end-1 are quiet
+		if first := i + 1; end > first && (end-1-first)*hop+frame >= minPause*frame {
+			startAt, stopAt := lo+first*hop, lo+(end-1)*hop+frame
+			return (startAt + stopAt) / 2, true
+		}
+		end = i
+	}
+	return 0, false
 }
 
 func median(v []float64) float64 {
