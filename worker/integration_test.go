@@ -535,6 +535,58 @@ func TestLastReceiveLostStillLeavesARecord(t *testing.T) {
 	}
 }
 
+// The record of the attempt before the last does not outlive a transcript
+// that another delivery of the same input wrote meanwhile (the other
+// delivery removed the record before this one wrote it).
+func TestRecordBeforeTheLastDoesNotOutliveATranscript(t *testing.T) {
+	e := newEnv(t, 1, 2)
+	e.servers[0].Fail(codes.Internal, 1000)
+	e.put("a.wav", tone(16000, 4000))
+	e.sendJob("a.wav")
+	cfg := e.config()
+	cfg.Queues.MaxReceives = 2
+	cfg.Queues.RetryBackoff = 5 * time.Second // the run is over before the message returns
+	cfg.Jobs.ExitWhenIdle = time.Second
+	elsewhere := &finishedElsewhereS3{S3API: e.s3}
+	e.wreg = prometheus.NewRegistry()
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.recorder, S3: elsewhere, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: e.wreg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !elsewhere.wrote.Load() {
+		t.Fatal("no error record was written before the last attempt")
+	}
+	outs := e.outputs("a.wav")
+	if _, ok := outs["json"]; !ok {
+		t.Fatal("the other delivery's transcript is gone")
+	}
+	if _, ok := outs["error.json"]; ok {
+		t.Error("an error record stayed beside the transcript")
+	}
+}
+
+// finishedElsewhereS3 writes a transcript just before the first error
+// record is written: another delivery of the same input finished then.
+type finishedElsewhereS3 struct {
+	worker.S3API
+	wrote atomic.Bool
+}
+
+func (f *finishedElsewhereS3) PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	if key := aws.ToString(in.Key); strings.HasSuffix(key, ".error.json") && f.wrote.CompareAndSwap(false, true) {
+		tr := &s3.PutObjectInput{Bucket: in.Bucket, Key: aws.String(strings.TrimSuffix(key, ".error.json") + ".json"), Body: strings.NewReader(`{"text":""}`)}
+		if _, err := f.S3API.PutObject(ctx, tr); err != nil {
+			return nil, err
+		}
+	}
+	return f.S3API.PutObject(ctx, in, opts...)
+}
+
 func TestRedeliveredJobIsNotDoneTwice(t *testing.T) {
 	e := newEnv(t, 1, 3)
 	e.put("a.wav", tone(16000, 4000))

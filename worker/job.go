@@ -366,6 +366,16 @@ func (t *task) beforeTheLast(ctx context.Context, cause error) {
 	}
 	if err := w.out.errorRecord(ctx, t.keys.Error, rec); err != nil {
 		t.log.Warn().Err(err).Msg("error record before the last attempt not written")
+		return
+	}
+	// Another delivery of the input may have written its transcript and
+	// removed the record before this one wrote it: looked for after the
+	// write, a transcript written at any time is seen, here or by the
+	// delivery that writes it.
+	if done, err := w.out.exists(ctx, t.keys.JSON); err == nil && done {
+		if err := w.out.remove(ctx, t.keys.Error); err != nil {
+			t.log.Warn().Err(err).Msg("delete error record failed; the transcript supersedes it")
+		}
 	}
 }
 
