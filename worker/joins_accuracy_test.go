@@ -17,6 +17,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
 	"github.com/fleetscribe/fleetscribe/lab/wer"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 )
 
 // cpuTriton serves real Triton with the CPU recogniser of
@@ -26,8 +27,9 @@ func cpuTriton(t *testing.T) *tritonproc.Server {
 	t.Helper()
 	tritonproc.Require(t)
 	repo := t.TempDir()
-	cpu := tritonproc.ModelConfig{Engine: *accuracyEngine, MaxBatchSize: 8, MaxQueueDelay: 2 * time.Millisecond, QueueTimeout: time.Hour, Instances: cpuInstances}
-	if err := tritonproc.WriteRepo(repo, map[string]tritonproc.ModelConfig{"asr": cpu}); err != nil {
+	cpu := tritonproc.Model(*accuracyEngine)
+	cpu.Batching.MaxQueueDelay, cpu.Batching.QueueTimeout, cpu.Instances = 2*time.Millisecond, time.Hour, cpuInstances
+	if err := tritonproc.WriteRepo(repo, map[string]modelspec.Config{"asr": cpu}); err != nil {
 		t.Fatal(err)
 	}
 	srv, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: repo})

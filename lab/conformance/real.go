@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 )
 
 // Real starts real Triton Inference Server processes (the pinned build)
@@ -16,16 +17,12 @@ type Real struct{ Dir string }
 // Name is "real".
 func (Real) Name() string { return "real" }
 
-// ModelConfig returns the Triton model configuration of m.
-func ModelConfig(m Model) tritonproc.ModelConfig {
+// ModelConfig returns the Triton model configuration of m: its Spec on one
+// CPU instance of model.py's echo engine, with m's delays.
+func ModelConfig(m Model) modelspec.Config {
 	s := m.Spec()
-	delay := s.Batching.MaxQueueDelay
-	if delay == 0 {
-		delay = -1 // none
-	}
-	return tritonproc.ModelConfig{Engine: "echo", MaxBatchSize: s.MaxBatch, Buckets: s.Buckets, MaxQueueDelay: delay,
-		PriorityLevels: s.Batching.PriorityLevels, DefaultPriority: s.Batching.DefaultPriority, MaxQueueSize: s.Batching.MaxQueueSize,
-		QueueTimeout: s.Batching.QueueTimeout, BatchDelay: m.BatchDelay, RowDelay: m.RowDelay}
+	s.Kind = "KIND_CPU"
+	return s.WithParameters(map[string]string{"engine": "echo"}).WithParameters(tritonproc.EchoDelays(m.BatchDelay, m.RowDelay))
 }
 
 // Start writes a repository and starts a server on free ports.
@@ -34,7 +31,7 @@ func (r Real) Start(m Model) (Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := tritonproc.WriteRepo(repo, map[string]tritonproc.ModelConfig{"asr": ModelConfig(m)}); err != nil {
+	if err := tritonproc.WriteRepo(repo, map[string]modelspec.Config{"asr": ModelConfig(m)}); err != nil {
 		return nil, err
 	}
 	s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: repo, ReadyTimeout: 90 * time.Second})

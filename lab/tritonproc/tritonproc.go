@@ -2,8 +2,8 @@
 // pinned build that `make deps` installs, through scripts/tritonserver) on
 // loopback, for the demo, the tests, the conformance suite and the chaos
 // suite. It writes model repositories whose models all run the shipped
-// deploy/triton/models/asr/1/model.py, with a configuration rendered from
-// ModelConfig, starts a server on free ports, waits until its models are
+// deploy/triton/models/asr/1/model.py, with configurations that modelspec
+// renders (Model is a test model's), starts a server on free ports, waits until its models are
 // ready, and kills or restarts it.
 //
 // Tests call Require first: on a laptop without `make deps`
@@ -88,80 +88,36 @@ func Require(t TB) {
 	}
 }
 
-// ModelConfig is one model of a repository. Zero values take the
-// defaults named on each field.
-type ModelConfig struct {
-	// Engine is model.py's engine: "echo" (default), "pocketsphinx" or
-	// "parakeet".
-	Engine string
-	// MaxBatchSize is Triton's max_batch_size (default 8).
-	MaxBatchSize int
-	// Buckets: audio is not ragged (only identical shapes share a batch)
-	// and audio_length is required, the shape of a fixed-shape engine.
-	Buckets bool
-	// PreferredBatchSizes are the batcher's preferred sizes (none: batches
-	// as large as can be formed).
-	PreferredBatchSizes []int
-	// MaxQueueDelay is max_queue_delay_microseconds (default 5 ms; -1: 0).
-	MaxQueueDelay time.Duration
-	// PriorityLevels (default 2) and DefaultPriority (default the last).
-	PriorityLevels, DefaultPriority int
-	// MaxQueueSize is each priority level's queue bound (0: unbounded).
-	MaxQueueSize int
-	// QueueTimeout is the queue policy's default timeout (0: none).
-	QueueTimeout time.Duration
-	// Instances is the instance_group count (default 1), always KIND_CPU.
-	Instances int
-	// BatchDelay and RowDelay make the echo engine take BatchDelay plus
-	// RowDelay for each 30 s of audio in a batch (each row's share scaled
-	// by its length).
-	BatchDelay, RowDelay time.Duration
-	// Parameters are further model parameters.
-	Parameters map[string]string
-}
-
-// Render returns the model's config.pbtxt, rendered by modelspec (the
-// renderer of the shipped configurations).
-func (c ModelConfig) Render(name string) string {
-	if c.Engine == "" {
-		c.Engine = "echo"
-	}
-	if c.MaxBatchSize == 0 {
-		c.MaxBatchSize = 8
-	}
-	if c.MaxQueueDelay == 0 {
-		c.MaxQueueDelay = 5 * time.Millisecond
-	}
-	if c.MaxQueueDelay < 0 {
-		c.MaxQueueDelay = 0
-	}
-	if c.PriorityLevels == 0 {
-		c.PriorityLevels = 2
-	}
-	if c.DefaultPriority == 0 {
-		c.DefaultPriority = c.PriorityLevels
-	}
-	params := map[string]string{"engine": c.Engine}
-	if c.BatchDelay > 0 {
-		params["batch_delay_ms"] = strconv.FormatFloat(float64(c.BatchDelay)/float64(time.Millisecond), 'f', -1, 64)
-	}
-	if c.RowDelay > 0 {
-		params["row_delay_ms"] = strconv.FormatFloat(float64(c.RowDelay)/float64(time.Millisecond), 'f', -1, 64)
-	}
+// Model is a model of a test repository: model.py's engine ("echo",
+// "pocketsphinx", "whisper", "module", ...) on one CPU instance, batches of
+// up to 8 formed within 5 ms, two priority levels (the default the last),
+// no queue bound or timeout. Callers change what they test on the
+// modelspec.Config it returns.
+func Model(engine string) modelspec.Config {
 	return modelspec.Config{
-		Model: name, Backend: "python", MaxBatch: c.MaxBatchSize, Buckets: c.Buckets,
-		Batching: modelspec.Batching{
-			Preferred: c.PreferredBatchSizes, MaxQueueDelay: c.MaxQueueDelay,
-			PriorityLevels: c.PriorityLevels, DefaultPriority: c.DefaultPriority,
-			QueueTimeout: c.QueueTimeout, MaxQueueSize: c.MaxQueueSize,
-		},
-		Instances: max(c.Instances, 1), Kind: "KIND_CPU",
-	}.WithParameters(params).WithParameters(c.Parameters).Render()
+		Backend: "python", MaxBatch: 8, Instances: 1, Kind: "KIND_CPU",
+		Batching:   modelspec.Batching{MaxQueueDelay: 5 * time.Millisecond, PriorityLevels: 2, DefaultPriority: 2},
+		Parameters: map[string]string{"engine": engine},
+	}
 }
 
-// WriteRepo writes a model repository in dir: one folder per model with
-// its config.pbtxt and version 1 linked to the shipped model.py.
-func WriteRepo(dir string, models map[string]ModelConfig) error {
+// EchoDelays are the echo engine's parameters that make it take batch
+// plus row for each 30 s of audio in a batch (each row's share scaled by
+// its length); zero leaves a delay out.
+func EchoDelays(batch, row time.Duration) map[string]string {
+	out := map[string]string{}
+	for k, d := range map[string]time.Duration{"batch_delay_ms": batch, "row_delay_ms": row} {
+		if d > 0 {
+			out[k] = strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64)
+		}
+	}
+	return out
+}
+
+// WriteRepo writes a model repository in dir: one folder per model (each
+// config rendered under its key's name) with version 1 linked to the
+// shipped model.py.
+func WriteRepo(dir string, models map[string]modelspec.Config) error {
 	src, err := ModelFile()
 	if err != nil {
 		return err
@@ -171,7 +127,8 @@ func WriteRepo(dir string, models map[string]ModelConfig) error {
 		if err := os.MkdirAll(md, 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(md, "config.pbtxt"), []byte(c.Render(name)), 0o644); err != nil {
+		c.Model = name
+		if err := os.WriteFile(filepath.Join(md, "config.pbtxt"), []byte(c.Render()), 0o644); err != nil {
 			return err
 		}
 		link := filepath.Join(md, "1")

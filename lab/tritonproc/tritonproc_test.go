@@ -20,6 +20,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/lab/leaktest"
 	"github.com/fleetscribe/fleetscribe/lab/syncbuf"
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
@@ -286,8 +287,8 @@ func TestPoisonInputOnRealTriton(t *testing.T) {
 		t.Fatal(err)
 	}
 	repo := filepath.Join(dir, "repo")
-	if err := tritonproc.WriteRepo(repo, map[string]tritonproc.ModelConfig{"asr": {Engine: "module",
-		Parameters: map[string]string{"module": module, "shipped_folder": shipped}}}); err != nil {
+	if err := tritonproc.WriteRepo(repo, map[string]modelspec.Config{"asr": tritonproc.Model("module").WithParameters(
+		map[string]string{"module": module, "shipped_folder": shipped})}); err != nil {
 		t.Fatal(err)
 	}
 	var addrs []string

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -182,7 +183,7 @@ func ours(path, warm string) (measured, error) {
 // ffmpegDecode runs the reference decode of path and returns its CPU time
 // (user+sys, from wait4).
 func ffmpegDecode(path string) (time.Duration, error) {
-	cmd := exec.Command("ffmpeg", "-nostdin", "-loglevel", "error", "-threads", "1", "-i", path, "-ar", "16000", "-ac", "1", "-f", "f32le", "-y", "/dev/null")
+	cmd := exec.Command("ffmpeg", "-nostdin", "-loglevel", "error", "-threads", "1", "-i", path, "-ar", strconv.Itoa(modelspec.SampleRate), "-ac", "1", "-f", "f32le", "-y", "/dev/null")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("ffmpeg %s: %w: %s", path, err, out)
 	}
@@ -300,12 +301,12 @@ func resampleQuality() (snr, alias float64) {
 		}
 		return x
 	}
-	y := audio.Resample(tone(1000), 44100, 16000)
+	y := audio.Resample(tone(1000), 44100, modelspec.SampleRate)
 	y = y[len(y)/4 : 3*len(y)/4]
 	// Least-squares fit of a 1 kHz sine; the residual is the noise.
 	var ss, sc, cc, ys, yc float64
 	for i, v := range y {
-		ph := 2 * math.Pi * 1000 * float64(i) / 16000
+		ph := 2 * math.Pi * 1000 * float64(i) / modelspec.SampleRate
 		s, c := math.Sin(ph), math.Cos(ph)
 		ss, sc, cc = ss+s*s, sc+s*c, cc+c*c
 		ys, yc = ys+float64(v)*s, yc+float64(v)*c
@@ -314,17 +315,17 @@ func resampleQuality() (snr, alias float64) {
 	a, b := (ys*cc-yc*sc)/det, (yc*ss-ys*sc)/det
 	var sig, noise float64
 	for i, v := range y {
-		ph := 2 * math.Pi * 1000 * float64(i) / 16000
+		ph := 2 * math.Pi * 1000 * float64(i) / modelspec.SampleRate
 		fit := a*math.Sin(ph) + b*math.Cos(ph)
 		sig += fit * fit
 		noise += (float64(v) - fit) * (float64(v) - fit)
 	}
 	snr = 10 * math.Log10(sig/noise)
-	z := audio.Resample(tone(9000), 44100, 16000)
+	z := audio.Resample(tone(9000), 44100, modelspec.SampleRate)
 	z = z[len(z)/4 : 3*len(z)/4]
 	var re, im float64
 	for i, v := range z {
-		ph := 2 * math.Pi * 7000 * float64(i) / 16000
+		ph := 2 * math.Pi * 7000 * float64(i) / modelspec.SampleRate
 		re += float64(v) * math.Cos(ph)
 		im += float64(v) * math.Sin(ph)
 	}

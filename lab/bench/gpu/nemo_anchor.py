@@ -64,13 +64,13 @@ def config(tokenizer_dir, size):
     pred, joint = (640, 640) if full else (32, 32)
     durations = [0, 1, 2, 3, 4]
     return OmegaConf.create({
-        "sample_rate": 16000,
+        "sample_rate": standin.SAMPLE_RATE,
         "model_defaults": {"enc_hidden": d_model, "pred_hidden": pred, "joint_hidden": joint,
                            "tdt_durations": durations, "num_tdt_durations": len(durations)},
         "tokenizer": {"dir": tokenizer_dir, "type": "bpe"},
         "preprocessor": {
             "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
-            "sample_rate": 16000, "normalize": "per_feature", "window_size": 0.025, "window_stride": 0.01,
+            "sample_rate": standin.SAMPLE_RATE, "normalize": "per_feature", "window_size": 0.025, "window_stride": 0.01,
             "window": "hann", "features": 128, "n_fft": 512, "log": True, "frame_splicing": 1, "dither": 0.0,
             "pad_to": 0, "pad_value": 0.0,
         },

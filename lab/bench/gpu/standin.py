@@ -32,6 +32,8 @@ As a Triton engine (deploy/triton/models/asr/1/model.py, engine "module"),
 load() builds it from the model's parameters; see lab/bench/gpu/gpubench.
 """
 import math
+import os
+import sys
 import time
 
 import numpy as np
@@ -39,7 +41,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-SAMPLE_RATE = 16000
+# The contract's rate, from the shipped model's package.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "deploy", "triton", "models", "asr", "1"))
+from fleetscribe_asr.common import SAMPLE_RATE  # noqa: E402
 HOP = 160  # 10 ms
 WIN = 400  # 25 ms
 N_FFT = 512

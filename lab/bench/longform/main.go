@@ -32,6 +32,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/lab/localaws"
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
@@ -97,9 +98,9 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 		return 0, triton.ServerStats{}, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	mcfg := tritonproc.ModelConfig{Engine: "echo", MaxBatchSize: 8, PreferredBatchSizes: []int{8}, MaxQueueDelay: 5 * time.Millisecond,
-		QueueTimeout: time.Hour, BatchDelay: model.fixed, RowDelay: model.perRow}
-	if err := tritonproc.WriteRepo(dir, map[string]tritonproc.ModelConfig{"asr": mcfg}); err != nil {
+	mcfg := tritonproc.Model("echo").WithMaxBatch(8).WithParameters(tritonproc.EchoDelays(model.fixed, model.perRow))
+	mcfg.Batching.QueueTimeout = time.Hour
+	if err := tritonproc.WriteRepo(dir, map[string]modelspec.Config{"asr": mcfg}); err != nil {
 		return 0, triton.ServerStats{}, err
 	}
 	var addrs []string
@@ -196,10 +197,12 @@ func once(ctx context.Context, sqsc *sqs.Client, s3c *s3.Client, queueURL, in, o
 	}
 }
 
-// recording is a 16 kHz 16-bit mono WAV of speech-like bursts (2-9 s)
-// with pauses between (0.3-1.2 s), as a long call has.
+const rate = modelspec.SampleRate
+
+// recording is a 16-bit mono WAV at the model's rate (no resampling) of
+// speech-like bursts (2-9 s) with pauses between (0.3-1.2 s), as a long call has.
 func recording(minutes float64) []byte {
-	n := int(minutes * 60 * 16000)
+	n := int(minutes * 60 * rate)
 	pcm := make([]byte, 44+2*n)
 	copy(pcm, "RIFF")
 	binary.LittleEndian.PutUint32(pcm[4:], uint32(36+2*n))
@@ -207,8 +210,8 @@ func recording(minutes float64) []byte {
 	binary.LittleEndian.PutUint32(pcm[16:], 16)
 	binary.LittleEndian.PutUint16(pcm[20:], 1)
 	binary.LittleEndian.PutUint16(pcm[22:], 1)
-	binary.LittleEndian.PutUint32(pcm[24:], 16000)
-	binary.LittleEndian.PutUint32(pcm[28:], 32000)
+	binary.LittleEndian.PutUint32(pcm[24:], rate)
+	binary.LittleEndian.PutUint32(pcm[28:], 2*rate)
 	binary.LittleEndian.PutUint16(pcm[32:], 2)
 	binary.LittleEndian.PutUint16(pcm[34:], 16)
 	copy(pcm[36:], "data")
@@ -216,12 +219,12 @@ func recording(minutes float64) []byte {
 	seed := uint32(1)
 	rnd := func() float64 { seed = seed*1664525 + 1013904223; return float64(seed>>8) / float64(1<<24) }
 	for i := 0; i < n; {
-		burst := int((2 + 7*rnd()) * 16000)
+		burst := int((2 + 7*rnd()) * rate)
 		for j := 0; j < burst && i < n; j, i = j+1, i+1 {
-			v := 0.3 * math.Sin(2*math.Pi*(200+100*math.Sin(float64(i)/8000))*float64(i)/16000)
+			v := 0.3 * math.Sin(2*math.Pi*(200+100*math.Sin(float64(i)/(rate/2)))*float64(i)/rate)
 			binary.LittleEndian.PutUint16(pcm[44+2*i:], uint16(int16(v*32767)))
 		}
-		i += int((0.3 + 0.9*rnd()) * 16000) // a pause: zeros
+		i += int((0.3 + 0.9*rnd()) * rate) // a pause: zeros
 	}
 	return pcm
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/lab/chaos"
 	"github.com/fleetscribe/fleetscribe/lab/localaws"
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 )
 
 // kinds of outage, by name.
@@ -171,7 +172,7 @@ func newBench(ctx context.Context, bin string) (*bench, error) {
 	// Two partitions of the echo engine with a GPU's batch time, on fixed
 	// ports so that restarted ones come back where the worker looks.
 	b.repo = filepath.Join(dir, "repo")
-	if err := tritonproc.WriteRepo(b.repo, map[string]tritonproc.ModelConfig{"asr": {MaxBatchSize: 8, BatchDelay: 50 * time.Millisecond, RowDelay: 20 * time.Millisecond}}); err != nil {
+	if err := tritonproc.WriteRepo(b.repo, map[string]modelspec.Config{"asr": tritonproc.Model("echo").WithParameters(tritonproc.EchoDelays(50*time.Millisecond, 20*time.Millisecond))}); err != nil {
 		return nil, err
 	}
 	for range 2 {
@@ -228,7 +229,7 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 	if err != nil {
 		return r, err
 	}
-	clip := wav(5 * 16000)
+	clip := wav(5 * modelspec.SampleRate)
 	for j := range n {
 		key := fmt.Sprintf("r%03d.wav", j)
 		if _, err := b.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(in), Key: aws.String(key), Body: strings.NewReader(string(clip))}); err != nil {
@@ -421,7 +422,7 @@ func scrape(addr string) (received, chunks float64, err error) {
 	return received, chunks, nil
 }
 
-// wav is n samples of a 440 Hz tone, 16 kHz mono 16-bit.
+// wav is n samples of a 440 Hz tone, mono 16-bit at the model's rate.
 func wav(n int) []byte {
 	b := make([]byte, 44+2*n)
 	copy(b, "RIFF")
@@ -429,13 +430,13 @@ func wav(n int) []byte {
 	copy(b[8:], "WAVEfmt ")
 	le32(b[16:], 16)
 	b[20], b[22] = 1, 1
-	le32(b[24:], 16000)
-	le32(b[28:], 32000)
+	le32(b[24:], modelspec.SampleRate)
+	le32(b[28:], 2*modelspec.SampleRate)
 	b[32], b[34] = 2, 16
 	copy(b[36:], "data")
 	le32(b[40:], uint32(2*n))
 	for i := range n {
-		v := int16(8000 * sinApprox(float64(i)*440/16000))
+		v := int16(8000 * sinApprox(float64(i)*440/modelspec.SampleRate))
 		b[44+2*i], b[45+2*i] = byte(v), byte(uint16(v)>>8)
 	}
 	return b
