@@ -109,13 +109,7 @@ class NemoSide:
     def __init__(self, mod, path, options, device):
         self.torch_model = mod.load_model(path, device)
         self.eager = mod.NemoEngine(self.torch_model, device, "bf16", mod.EncoderOptions())
-        self.variants = {name: mod.NemoEngine(self.torch_model, device, "bf16", o, source=path) for name, o in options.items() if name != "weights"}
-        self.weights_eager = None
-        if "weights" in options:
-            # precision bf16-weights casts the encoder it is given: a copy.
-            other = mod.load_model(path, device)
-            self.weights_eager = mod.NemoEngine(other, device, "bf16-weights", mod.EncoderOptions())
-            self.variants["weights"] = mod.NemoEngine(other, device, "bf16-weights", options["weights"], source=path)
+        self.variants = {name: mod.NemoEngine(self.torch_model, device, "bf16", o, source=path) for name, o in options.items()}
         self.time_dim = 2  # [B, D, T]
 
     def ctx(self):
@@ -167,8 +161,7 @@ class StandinSide:
         enc = self.model.encoder
         self.eager = standin.Engine(self.model, self.decode)
         self.variants = {name: standin.Engine(self.model, self.decode, compiled=o.encoder(enc.forward, device, key, [enc.sub, *enc.layers]))
-                         for name, o in options.items() if name != "weights"}  # its weights are bf16 already
-        self.weights_eager = None
+                         for name, o in options.items()}
         self.time_dim = 1  # [B, T, D]
 
     def encode(self, engine, audio):
@@ -213,10 +206,8 @@ def warm_only(args, mod, device):
 
 def options(args, mod):
     """The compiled variants: the shipped one (CUDA graphs, args.casts),
-    the same kernels launched one by one (nographs), the other casts
-    rule at the first batch size (othercasts), inductor's autotuning
-    (autotune), and NeMo's encoder with bf16 weights and no autocast
-    (weights: model.py's precision bf16-weights)."""
+    the same kernels launched one by one (nographs), and the other casts
+    rule at the first batch size (othercasts)."""
     lengths = mod.parse_buckets(args.buckets)
     batches = [int(x) for x in args.batches.split(",") if x]
     other = "eager" if args.casts == "fused" else "fused"
@@ -227,7 +218,7 @@ def options(args, mod):
 
     return {"compiled": o(batches, graphs=args.graphs == "on"), "nographs": o(batches, graphs=False),
             "othercasts": o(batches[:1], graphs=args.graphs == "on", casts=other),
-            "autotune": o(batches, graphs=args.graphs == "on", tuning="autotune"), "weights": o(batches, graphs=args.graphs == "on")}
+            "autotune": o(batches, graphs=args.graphs == "on", tuning="autotune")}
 
 
 def make_side(args, mod, device, only=None):
@@ -250,7 +241,7 @@ def numerics(side, audio, p):
     eo, ef = side.encode(side.eager, audio)
     ref = side.tokens(eo, ef)
     p["tokens_per_row"] = sum(len(r) for r in ref) / max(1, len(ref))
-    for name in ("compiled", "othercasts", "weights"):
+    for name in ("compiled", "othercasts"):
         if name not in side.variants:
             continue
         co, cf = side.encode(side.variants[name], audio)
@@ -260,8 +251,6 @@ def numerics(side, audio, p):
         p[pre + "token_agreement"], p[pre + "rows_differing"] = agreement(ref, side.tokens(co, cf))
         if name == "compiled":
             compiled_out, compiled_frames = co, cf
-        if name == "weights":
-            weights_out, weights_frames = co, cf
     diff = p["mean_rel_diff"]
     g = torch.Generator(device=eo.device).manual_seed(1)
     noise = torch.randn(eo.shape, generator=g, device=eo.device, dtype=torch.float32)
@@ -280,9 +269,6 @@ def numerics(side, audio, p):
         p["fp32_rel_diff_compiled"] = rel_diff(fo, compiled_out, ff, side.time_dim)
         p["eager_vs_fp32_token_agreement"], _ = agreement(ref32, ref)
         p["compiled_vs_fp32_token_agreement"], _ = agreement(ref32, side.tokens(compiled_out, compiled_frames))
-        if "weights" in side.variants:
-            p["fp32_rel_diff_weights"] = rel_diff(fo, weights_out, ff, side.time_dim)
-            p["weights_vs_fp32_token_agreement"], _ = agreement(ref32, side.tokens(weights_out, weights_frames))
 
 
 def main():
@@ -332,9 +318,6 @@ def main():
             p = {"encoder_eager_ms": 1000 * eager_s, "encoder_compiled_ms": 1000 * comp_s, "speedup": eager_s / comp_s, "rows": bs}
             if "nographs" in side.variants:
                 p["encoder_nographs_ms"] = 1000 * timed(lambda: side.encode(side.variants["nographs"], audio))  # noqa: B023
-            if "weights" in side.variants:
-                p["encoder_weights_eager_ms"] = 1000 * timed(lambda: side.encode(side.weights_eager, audio))  # noqa: B023
-                p["encoder_weights_ms"] = 1000 * timed(lambda: side.encode(side.variants["weights"], audio))  # noqa: B023
             if "autotune" in side.variants:
                 p["encoder_autotune_ms"] = 1000 * timed(lambda: side.encode(side.variants["autotune"], audio))  # noqa: B023
             line = "bucket %g s batch %3d: encoder eager %.1f ms, compiled %.1f ms (%.2fx)%s%s" % (
@@ -342,37 +325,24 @@ def main():
                 ", without CUDA graphs %.1f ms" % p["encoder_nographs_ms"] if "encoder_nographs_ms" in p else "",
                 ", autotuned %.1f ms (%.2fx)" % (p["encoder_autotune_ms"], 1000 * eager_s / p["encoder_autotune_ms"])
                 if "encoder_autotune_ms" in p else "")
-            if "encoder_weights_ms" in p:
-                line += "; bf16 weights: eager %.1f ms, compiled %.1f ms (%.2fx eager autocast)" % (
-                    p["encoder_weights_eager_ms"], p["encoder_weights_ms"], 1000 * eager_s / p["encoder_weights_ms"])
             if i == 0:
                 numerics(side, audio, p)
                 p["whole_eager_clips_per_s"] = bs / timed(lambda: side.whole(side.eager, audio), 2)  # noqa: B023
                 p["whole_compiled_clips_per_s"] = bs / timed(lambda: side.whole(side.variants["compiled"], audio), 2)  # noqa: B023
-                if "weights" in side.variants:
-                    p["whole_weights_clips_per_s"] = bs / timed(lambda: side.whole(side.variants["weights"], audio), 2)  # noqa: B023
                 line += "; mean rel diff %.4f; tokens %.4f agree (%d of %d rows differ); control (eager + noise of rel %.4f): %.4f agree (%d rows differ)" % (
                     p["mean_rel_diff"], p["token_agreement"], p["rows_differing"], bs, p["control_rel_diff"], p["control_token_agreement"],
                     p["control_rows_differing"])
-                if "weights_token_agreement" in p:
-                    line += "; bf16 weights: rel diff %.4f, tokens %.4f agree (%d rows differ)" % (
-                        p["weights_mean_rel_diff"], p["weights_token_agreement"], p["weights_rows_differing"])
                 if "othercasts_token_agreement" in p:
                     line += "; casts %s: rel diff %.4f, tokens %.4f agree" % (
                         "eager" if args.casts == "fused" else "fused", p["othercasts_mean_rel_diff"], p["othercasts_token_agreement"])
                 line += "; whole batch %.1f -> %.1f clips/s (%.1f tokens a row)" % (
                     p["whole_eager_clips_per_s"], p["whole_compiled_clips_per_s"], p["tokens_per_row"])
-                if "whole_weights_clips_per_s" in p:
-                    line += ", bf16 weights %.1f clips/s" % p["whole_weights_clips_per_s"]
             row["points"][str(bs)] = p
             print(line, flush=True)
             if "fp32_rel_diff_eager" in p:
                 print("  against eager fp32: rel diff eager bf16 %.4f, compiled %.4f; tokens agree eager bf16 %.4f, compiled %.4f" % (
                     p["fp32_rel_diff_eager"], p["fp32_rel_diff_compiled"], p["eager_vs_fp32_token_agreement"],
                     p["compiled_vs_fp32_token_agreement"]), flush=True)
-                if "fp32_rel_diff_weights" in p:
-                    print("  against eager fp32: bf16 weights rel diff %.4f, tokens agree %.4f" % (
-                        p["fp32_rel_diff_weights"], p["weights_vs_fp32_token_agreement"]), flush=True)
             if args.out:  # as it goes: a later point that fails loses only itself
                 with open(args.out, "w") as f:
                     json.dump(out, f, indent=2)

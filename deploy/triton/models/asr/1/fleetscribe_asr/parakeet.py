@@ -16,14 +16,6 @@ from .compiled import CompiledEncoder, Encoded, EncoderOptions, Tensor, compiles
 
 DEFAULT_MODEL = "nvidia/parakeet-tdt-0.6b-v2"
 
-# The model parameter precision on a GPU: bf16 runs the model under bf16
-# autocast (fp32 weights, cast for each matrix multiply; normalisations,
-# softmax and the residual stream in fp32); bf16-weights keeps the
-# encoder's weights in bf16 and runs it without autocast (every activation
-# in bf16; the preprocessor and the decoder as under bf16); fp32 runs none
-# of it in bf16. On a CPU the model runs in fp32 whatever it says.
-PRECISIONS = ("bf16", "bf16-weights", "fp32")
-
 
 def load_model(source: str, device: str) -> Any:
     """Loads a NeMo ASR model from a .nemo path or a model name."""
@@ -51,8 +43,7 @@ class NemoEngine:
         self.model, self.device = model, device
         self.compiled: CompiledEncoder | None = None
         self.torch: Any = None
-        self.dtype: Any = None  # autocast's, or None for none
-        self.weights: Any = None  # the encoder's weights' dtype where not fp32
+        self.dtype: Any = None
         self.config = ""
         self.encoder_path = "none"
         self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
@@ -61,13 +52,7 @@ class NemoEngine:
             from omegaconf import open_dict
 
             self.torch = torch
-            if precision not in PRECISIONS:
-                raise ValueError(f"model parameter precision={precision!r}: want {' or '.join(PRECISIONS)}")
-            gpu = str(device).startswith("cuda")
-            self.dtype = torch.bfloat16 if precision != "fp32" and gpu else None
-            if precision == "bf16-weights" and gpu:
-                self.weights = torch.bfloat16
-                model.encoder.to(self.weights)
+            self.dtype = torch.bfloat16 if precision == "bf16" and str(device).startswith("cuda") else None
             cfg = model.cfg.decoding
             with open_dict(cfg):
                 cfg.compute_timestamps = True
@@ -93,7 +78,8 @@ class NemoEngine:
 
                 def encode(x: Tensor, lengths: Tensor) -> Encoded:
                     features, n = pre(input_signal=x, length=lengths)
-                    return self.run_encoder(enc.forward_internal, features, n)
+                    out: Encoded = enc.forward_internal(features, n)
+                    return out
 
                 # The conformer layers (one code, one compiled graph a shape
                 # for all 24) and the subsampling: nearly all the work.
@@ -138,22 +124,8 @@ class NemoEngine:
     def encode_eagerly(self, audio: list[Audio]) -> Encoded:
         x = self.batch(audio)
         lengths = self.torch.tensor([a.size for a in audio], device=self.device)
-        if self.weights is None:
-            out: Encoded = self.model.forward(input_signal=x, input_signal_length=lengths)
-            return out
-        features, n = self.model.preprocessor(input_signal=x, length=lengths)
-        return self.run_encoder(lambda f, k: self.model.encoder(audio_signal=f, length=k), features, n)
-
-    def run_encoder(self, fn: Callable[[Tensor, Tensor], Encoded], features: Tensor, n: Tensor) -> Encoded:
-        """fn(features, frames): the encoder as the precision says. With
-        bf16 weights, without autocast (it would run the normalisations in
-        fp32 again) and its output back in fp32, the dtype the decoder's
-        CUDA graphs were made for."""
-        if self.weights is None:
-            return fn(features, n)
-        with self.torch.autocast("cuda", enabled=False):
-            out, frames = fn(features.to(self.weights), n)
-        return out.float(), frames
+        out: Encoded = self.model.forward(input_signal=x, input_signal_length=lengths)
+        return out
 
     def warm(self, seconds: float, max_batch: int, timestamps: bool = True) -> None:
         """Compiles (or loads) and captures every static shape, then one
