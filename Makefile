@@ -206,6 +206,10 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	@echo "# The regional static encoder, measured beside eager in one session (CUDA's sync, torch's threads):"
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/regional/served.csv \
 	  -study docs/benchmarks/regional/encoder-nemo.json
+	@echo "# The length mix chunked at the last pause against the quietest point, side by side (one call):"
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/lastpause/side-by-side.csv | grep -v '^RESULT'
+	@echo "# The default plan with no parameters, chunks cut at the last pause (no eager row):"
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/lastpause/served.csv
 	@echo "# The same encoder as shipped: partitions that sleep while the GPU works, on 2 CPU threads (beside eager, one session):"
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/hostcpu/served.csv
 

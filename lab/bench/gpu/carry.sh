@@ -11,10 +11,12 @@
 #   nemosite.tar.xz          NeMo and what it needs (nemo-requirements.txt),
 #                            with an empty stand-in for Hugging Face datasets
 #                            (NeMo imports it; its pyarrow wants numpy 2)
-#   libpython3.12.so.1.0.xz  a shared libpython 3.12 (from nvidia-pytriton
-#                            0.5.5), used only where the machine has none
+#   libpython3.12.so.1.0.xz  with LIBPYTHON=1 only: a shared libpython 3.12
+#                            (from nvidia-pytriton 0.5.5), for a machine that
+#                            has none (the H200 machines had theirs)
 #
-# Needs make deps done here, Go, pip with network access, xz. About 64 MB.
+# Needs make deps done here, Go, pip with network access, xz. About 58 MB
+# (66 MB with LIBPYTHON=1).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out="$(mkdir -p "${1:-.gpu}" && cd "${1:-.gpu}" && pwd)"
@@ -65,6 +67,7 @@ PY
 echo "from datasets import __getattr__  # noqa: F401" >"$tmp/nemosite/datasets/distributed.py"
 (cd "$tmp/nemosite" && find . -name __pycache__ -prune -exec rm -rf {} + && tar -cf - . | xz -9 -T0 >"$out/nemosite.tar.xz")
 
+if [[ "${LIBPYTHON:-0}" == 1 ]]; then
 echo "carry: libpython 3.12"
 "${pip[@]}" download -q --no-deps --only-binary=:all: --python-version 3.11 --platform manylinux_2_35_x86_64 -d "$tmp/pt" nvidia-pytriton==0.5.5
 python3 - "$tmp"/pt/*.whl "$tmp/libpython3.12.so.1.0" <<'PY'
@@ -74,4 +77,5 @@ name = next(n for n in z.namelist() if "libpython3" in n and ".12.so" in n)
 open(sys.argv[2], "wb").write(z.read(name))
 PY
 xz -9 -T0 -c "$tmp/libpython3.12.so.1.0" >"$out/libpython3.12.so.1.0.xz"
+fi
 du -ch "$out"/* | tail -1

@@ -44,7 +44,8 @@
 # unpacks them first.
 #
 # DUR and WARM set each point's measured and warm-up time; CONC and MIX_CONC
-# the concurrencies; GPUS the plan's GPUs; INSTANCE_KIND=KIND_CPU checks the
+# the concurrencies; MIX_SPLIT=quietest chunks the mix by the rule before
+# the worker cut at the last pause (gpubench -split, workload mix-quietest); GPUS the plan's GPUs; INSTANCE_KIND=KIND_CPU checks the
 # steps on a host without GPUs (with a fake nvidia-smi, and PARAMS=size=tiny:
 # PARAMS are further model parameters, key=value,...).
 set -euo pipefail
@@ -89,14 +90,14 @@ check() {
 
 arrangements() { # workload list extra-args...
   local workload=$1 list=$2; shift 2
-  local c="$conc"; [[ $workload == mix ]] && c="$mixconc"
+  local c="$conc" split=(); [[ $workload == mix ]] && { c="$mixconc"; split=(-split "${MIX_SPLIT:-worker}"); }
   log "$workload: ${list//,/ }"
   mkdir -p /tmp/fleetscribe-mps-pipe /tmp/fleetscribe-mps-log
   # shellcheck disable=SC2086
   "$bench" run -worker "$worker" -tritonserver "$root/scripts/tritonserver" -mps-control "${mpsbin:-nvidia-cuda-mps-control}" \
     -model-dir "$root/deploy/triton/models/asr/1" \
     -gpus "$gpus" -instance-kind "${INSTANCE_KIND:-KIND_GPU}" -workload "$workload" -concurrency "$c" -duration "$dur" -warmup "$warm" \
-    -out "$out/results.csv" -log "$out/partitions" -ready-timeout "${READY_TIMEOUT:-5m}" ${PARAMS:+-param "$PARAMS"} "$@" ${list//,/ } 2>&1 | tee -a "$out/run.log" ||
+    -out "$out/results.csv" -log "$out/partitions" -ready-timeout "${READY_TIMEOUT:-5m}" ${PARAMS:+-param "$PARAMS"} "${split[@]}" "$@" ${list//,/ } 2>&1 | tee -a "$out/run.log" ||
     log "$workload: some arrangements failed (above); the others were measured"
 }
 

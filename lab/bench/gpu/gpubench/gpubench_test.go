@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/lab/testwait"
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
@@ -334,5 +336,41 @@ func TestCPUByGroup(t *testing.T) {
 	a := cpuTimes{at: at.Add(2 * time.Second), procs: map[int]procCPU{1: {"stubs", 300}, 2: {"stubs", 200}, 3: {"servers", 150}, 5: {"other", 900}}}
 	if got, want := a.byGroup(b), "servers 0.5, stubs 2.0, mps 0.0, other 0.0"; got != want {
 		t.Errorf("byGroup = %q, want %q", got, want)
+	}
+}
+
+// splitQuietest is the rule before audio.Split cut at the last pause: on
+// the same signal it cuts at the window's deepest silence where Split cuts
+// at its last pause, and its chunks cover the signal (overlapping where a
+// cut is not in a pause).
+func TestSplitQuietestIsTheRuleBefore(t *testing.T) {
+	x := make([]float32, 10*rate)
+	for i := range x {
+		x[i] = float32(0.5 * math.Sin(2*math.Pi*300*float64(i)/rate))
+	}
+	for i := int(3.2 * rate); i < int(3.7*rate); i++ {
+		x[i] = 0 // the deepest silence
+	}
+	for i := int(5.2 * rate); i < int(5.6*rate); i++ {
+		x[i] *= 0.02 // a later pause
+	}
+	cfg := audio.SplitConfig{Max: 6 * rate, Frame: rate * 30 / 1000, Overlap: rate / 4}
+	old, now := splitQuietest(x, cfg), audio.Split(x, cfg)
+	first := func(n int) float64 { return float64(n) / rate }
+	if got := first(len(old[0])); got < 3.2 || got > 3.7 {
+		t.Errorf("quietest: first chunk ends at %.2f s, want in the silence at 3.2-3.7 s", got)
+	}
+	if got := first(len(now[0].Samples)); got < 5.2 || got > 5.6 {
+		t.Errorf("audio.Split: first chunk ends at %.2f s, want in the last pause at 5.2-5.6 s", got)
+	}
+	n := 0
+	for _, c := range old {
+		if len(c) > cfg.Max {
+			t.Errorf("a chunk of %d samples, over %d", len(c), cfg.Max)
+		}
+		n += len(c)
+	}
+	if n < len(x) || n > len(x)+(len(old)-1)*cfg.Overlap {
+		t.Errorf("chunks hold %d samples of %d: want all, and at most an overlap a cut more", n, len(x))
 	}
 }

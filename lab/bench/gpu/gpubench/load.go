@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -50,6 +51,7 @@ type loadConfig struct {
 	chunkSeconds float64 // the worker's -chunk-seconds (mix)
 	chunkPar     int     // the worker's -chunk-parallelism (mix)
 	inflight     int     // the worker's -triton-max-inflight (mix): chunks past it wait in the pool, as the worker's do
+	quietest     bool    // the mix chunked by splitQuietest (workload mix-quietest), not the worker's audio.Split
 	warm, dur    time.Duration
 	concurrency  []int // requests (clips) or recordings (mix) in flight
 }
@@ -110,7 +112,17 @@ func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
 		work := clipRequest(pool, clip)
 		workload := fmt.Sprintf("clip%g", lc.clipSeconds)
 		if lc.mix {
-			work, workload = mixJob(pool, lc.chunkSeconds, lc.chunkPar), "mix"
+			split, name := func(x []float32, cfg audio.SplitConfig) [][]float32 {
+				var out [][]float32
+				for _, c := range audio.Split(x, cfg) {
+					out = append(out, c.Samples)
+				}
+				return out
+			}, "mix"
+			if lc.quietest {
+				split, name = splitQuietest, "mix-quietest"
+			}
+			work, workload = mixJob(pool, lc.chunkSeconds, lc.chunkPar, split), name
 		}
 		var before, after modelStats
 		var cpuBefore, cpuAfter cpuTimes
@@ -147,21 +159,21 @@ func clipRequest(pool *triton.Pool, clip []float32) func(context.Context, int, *
 // mixJob transcribes one recording from the length mix the way the worker
 // does: split at quiet points into chunks of at most chunkSeconds
 // (overlapping by a second where there is no pause), par chunks in flight.
-func mixJob(pool *triton.Pool, chunkSeconds float64, par int) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
+func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float32, audio.SplitConfig) [][]float32) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
 	return func(ctx context.Context, client int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
 		rng := rand.New(rand.NewPCG(uint64(client), uint64(time.Now().UnixNano())))
 		sec := synth.RecordingSeconds(rng)
 		x := synth.SpeechLike(rng, int(sec*rate), rate)
-		chunks := audio.Split(x, worker.SplitPolicy(chunkSeconds, true))
+		chunks := split(x, worker.SplitPolicy(chunkSeconds, true))
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(par)
 		for _, c := range chunks {
 			g.Go(func() error {
 				t0 := time.Now()
-				_, err := pool.Transcribe(gctx, triton.Request{Samples: c.Samples, Timestamps: true})
+				_, err := pool.Transcribe(gctx, triton.Request{Samples: c, Timestamps: true})
 				// Per chunk, in the window it completes in: a recording begun
 				// in the warm-up counts what it finishes in the measured one.
-				record(phase.Load(), mu, t0, err, float64(len(c.Samples))/rate)
+				record(phase.Load(), mu, t0, err, float64(len(c))/rate)
 				return err
 			})
 		}
@@ -529,4 +541,48 @@ func (t cpuTimes) selfCores(b cpuTimes) float64 {
 		return 0
 	}
 	return float64(t.self-b.self) / float64(wall)
+}
+
+// splitQuietest chunks x by the rule audio.Split had before it cut at the
+// last pause of each window: at the window's quietest frame, wherever in
+// its second half that is (chunks of 15-30 s, padded to 30 s by the
+// compiled encoder), overlapping where that frame is not a pause. Kept in
+// the lab only to measure the two rules side by side (-split quietest).
+func splitQuietest(x []float32, cfg audio.SplitConfig) [][]float32 {
+	frame := cfg.Frame
+	if frame <= 0 || frame > cfg.Max/4 {
+		frame = max(1, cfg.Max/64)
+	}
+	overlap := min(max(cfg.Overlap, 0), cfg.Max/4)
+	var out [][]float32
+	start := 0
+	for len(x)-start > cfg.Max {
+		lo, hi := start+cfg.Max/2, start+cfg.Max
+		best, bestE := hi, math.Inf(1)
+		var energies []float64
+		for f := lo; f+frame <= hi; f += max(1, frame/2) {
+			var e float64
+			for _, v := range x[f : f+frame] {
+				e += float64(v) * float64(v)
+			}
+			energies = append(energies, e)
+			if e < bestE {
+				best, bestE = f+frame/2, e
+			}
+		}
+		pause := true
+		if len(energies) > 0 {
+			sorted := slices.Clone(energies)
+			slices.Sort(sorted)
+			pause = bestE <= 0.01*sorted[len(sorted)/2]
+		}
+		cut := min(max(best, start+1), start+cfg.Max)
+		out = append(out, x[start:cut])
+		next := cut
+		if !pause && overlap > 0 && cut-overlap > start {
+			next = cut - overlap
+		}
+		start = next
+	}
+	return append(out, x[start:])
 }

@@ -25,6 +25,7 @@ type loadFlags struct {
 	chunkSeconds float64
 	chunkPar     int
 	inflight     int
+	split        string
 	warm, dur    time.Duration
 	out          string
 }
@@ -37,6 +38,7 @@ func (l *loadFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&l.chunkSeconds, "chunk-seconds", 30, "the worker's -chunk-seconds (workload mix)")
 	fs.IntVar(&l.chunkPar, "chunk-parallelism", 64, "the worker's -chunk-parallelism (workload mix)")
 	fs.IntVar(&l.inflight, "max-inflight", 16, "the worker's -triton-max-inflight: requests in flight a partition (workload mix; clips are as many as -concurrency)")
+	fs.StringVar(&l.split, "split", "worker", "how the mix is chunked: worker (audio.Split, as the worker does) or quietest (the rule before it cut at the last pause, for a side-by-side run; workload mix-quietest)")
 	fs.DurationVar(&l.dur, "duration", 5*time.Second, "measured time per point")
 	fs.DurationVar(&l.warm, "warmup", 2*time.Second, "unmeasured time before each point")
 	fs.StringVar(&l.out, "out", "results.csv", "CSV to append to")
@@ -46,8 +48,11 @@ func (l *loadFlags) config(addrs []string) (loadConfig, error) {
 	if l.workload != "clip" && l.workload != "mix" {
 		return loadConfig{}, fmt.Errorf("-workload %q: want clip or mix", l.workload)
 	}
+	if l.split != "worker" && l.split != "quietest" {
+		return loadConfig{}, fmt.Errorf("-split %q: want worker or quietest", l.split)
+	}
 	lc := loadConfig{addrs: addrs, mix: l.workload == "mix", clipSeconds: l.clipSeconds, chunkSeconds: l.chunkSeconds,
-		chunkPar: l.chunkPar, inflight: l.inflight, warm: l.warm, dur: l.dur}
+		chunkPar: l.chunkPar, inflight: l.inflight, quietest: l.split == "quietest", warm: l.warm, dur: l.dur}
 	if !lc.mix {
 		lc.chunkPar = 1
 	}
