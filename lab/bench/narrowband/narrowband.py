@@ -27,10 +27,12 @@ import wave
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "deploy", "triton", "tests"))
-import test_model  # noqa: E402 - the stand-in triton_python_backend_utils, and model.py
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "deploy", "triton", "tests"))
+import test_model  # noqa: E402, F401 - the stand-in triton_python_backend_utils, and model.py's folder on the path
+from fleetscribe_asr.common import SAMPLE_RATE  # noqa: E402 - model.py put its folder on the path
+from fleetscribe_asr.sphinx import SphinxModel  # noqa: E402
+from fleetscribe_asr.whisper import WhisperModel  # noqa: E402
 
-model = test_model.model
 
 SENTENCES = [
     "the patient was admitted to the hospital on monday morning",
@@ -93,12 +95,12 @@ def clips(work):
         for voice in VOICES:
             src = os.path.join(work, f"{i}{voice}.wav")
             ffmpeg("-f", "lavfi", "-i", f"flite=text='{text}':voice={voice}", "-af",
-                   f"adelay={int(LEAD * 1000)}|{int(LEAD * 1000)},apad=pad_dur=0.5", "-ar", "16000", "-ac", "1", src)
+                   f"adelay={int(LEAD * 1000)}|{int(LEAD * 1000)},apad=pad_dur=0.5", "-ar", str(SAMPLE_RATE), "-ac", "1", src)
             for cond, args in CONDITIONS.items():
                 enc = os.path.join(work, f"{i}{voice}-{cond}.wav")
                 dec = os.path.join(work, f"{i}{voice}-{cond}-16k.wav")
                 ffmpeg("-i", src, *args, "-ac", "1", enc)
-                ffmpeg("-i", enc, "-ar", "16000", "-ac", "1", "-c:a", "pcm_s16le", dec)
+                ffmpeg("-i", enc, "-ar", str(SAMPLE_RATE), "-ac", "1", "-c:a", "pcm_s16le", dec)
                 x = read16(dec)
                 if cond == "room":
                     x = x + (rng.standard_normal(len(x)) * 10 ** (-50 / 20)).astype(np.float32)
@@ -123,11 +125,11 @@ def measure(recogniser, data):
 def main():
     with tempfile.TemporaryDirectory() as work:
         data = clips(work)
-    before = model.SphinxModel({"sphinx_band_fill": "-1", "sphinx_speech_pad_ms": "-1"})
-    after = model.SphinxModel({})
+    before = SphinxModel({"sphinx_band_fill": "-1", "sphinx_speech_pad_ms": "-1"})
+    after = SphinxModel({})
     wb, ib = measure(before, data)
     wa, ia = measure(after, data)
-    ww, iw = measure(model.WhisperModel({}), data)
+    ww, iw = measure(WhisperModel({}), data)
     print(f"{'condition':<10} {'pocketsphinx before':>20} {'pocketsphinx after':>19} {'whisper':>8}")
     for cond in CONDITIONS:
         print(f"{cond:<10} {wb[cond]:>20.3f} {wa[cond]:>19.3f} {ww[cond]:>8.3f}")
