@@ -31,10 +31,10 @@ const pauseRatio = 0.01
 // Split cuts x into chunks of at most cfg.Max samples. Each cut is made in
 // the last pause of the second half of the window (else its quietest
 // frame), so words are rarely cut in two. Where there is no pause
-// (continuous speech), the
-// next chunk starts cfg.Overlap samples before the cut. The chunks cover
-// x, in order; each starts where the previous one ends, less its Overlap.
-// Their samples are x's own. A Splitter cuts a stream the same way.
+// (continuous speech), the next chunk starts cfg.Overlap samples before
+// the cut. The chunks cover x, in order; each starts where the previous
+// one ends, less its Overlap. Their samples are x's own. A Splitter cuts a
+// stream the same way.
 func Split(x []float32, cfg SplitConfig) []Chunk {
 	s := NewSplitter(cfg)
 	s.buf = x
@@ -96,7 +96,7 @@ func (s *Splitter) Next(final bool) (Chunk, bool) {
 		s.done = true
 		return Chunk{Offset: s.start, Samples: s.buf[s.start-s.off:], Overlap: s.shared}, true
 	}
-	c, pause := quietestCut(s.buf, s.start+s.max/2-s.off, s.start+s.max-s.off, s.frame)
+	c, pause := cutPoint(s.buf, s.start+s.max/2-s.off, s.start+s.max-s.off, s.frame)
 	c += s.off
 	// Always forward, never past Max (found by FuzzSplit: tiny bounds once
 	// looped forever).
@@ -116,13 +116,13 @@ func (s *Splitter) Next(final bool) (Chunk, bool) {
 // cut at, as before.
 const minPause = 6
 
-// quietestCut returns where to cut within [lo, hi) and whether the cut is in
+// cutPoint returns where to cut within [lo, hi) and whether the cut is in
 // a pause: a span at least minPause frames long whose every frame is far
 // quieter than the window's median frame. The cut is the middle of the last
 // such span, so a chunk fills as much of its window as the speech allows
 // (a GPU pads every chunk to the longest); where there is none, it is the
 // middle of the lowest-energy frame, a pause only if that frame is.
-func quietestCut(x []float32, lo, hi, frame int) (int, bool) {
+func cutPoint(x []float32, lo, hi, frame int) (int, bool) {
 	best, bestE := hi, math.Inf(1)
 	hop := max(1, frame/2)
 	var energies []float64

@@ -3,8 +3,8 @@
 // loopback, for the demo, the tests, the conformance suite and the chaos
 // suite. It writes model repositories whose models all run the shipped
 // deploy/triton/models/asr/1/model.py, with configurations that modelspec
-// renders (Model is a test model's), starts a server on free ports, waits until its models are
-// ready, and kills or restarts it.
+// renders (Model is a test model's), starts a server on free ports, waits
+// until its models are ready, and kills or restarts it.
 //
 // Tests call Require first: on a laptop without `make deps`
 // they are skipped, in `make test` (FLEETSCRIBE_REQUIRE_TRITON=1) a missing
