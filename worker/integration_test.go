@@ -462,13 +462,21 @@ func TestBadInputsGetErrorRecordsAndNoRedelivery(t *testing.T) {
 	}
 }
 
-func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
+// failingJob queues one job, a.wav, that its one partition always fails
+// (INTERNAL), under a configuration that allows it two receives.
+func failingJob(t *testing.T) (*env, worker.Config) {
+	t.Helper()
 	e := newEnv(t, 1, 2)
 	e.servers[0].Fail(codes.Internal, 1000)
 	e.put("a.wav", tone(16000, 4000))
 	e.sendJob("a.wav")
 	cfg := e.config()
 	cfg.Queues.MaxReceives = 2
+	return e, cfg
+}
+
+func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
+	e, cfg := failingJob(t)
 	cfg.Jobs.ExitWhenIdle = 4 * time.Second // longer than the 1 s and 2 s backoffs
 	e.run(cfg, nil)
 
@@ -512,12 +520,7 @@ func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
 // last leaves one, so the job still has an outcome (the chaos suite once
 // found an exhausted job with none).
 func TestLastReceiveLostStillLeavesARecord(t *testing.T) {
-	e := newEnv(t, 1, 2)
-	e.servers[0].Fail(codes.Internal, 1000)
-	e.put("a.wav", tone(16000, 4000))
-	e.sendJob("a.wav")
-	cfg := e.config()
-	cfg.Queues.MaxReceives = 2
+	e, cfg := failingJob(t)
 	cfg.Queues.RetryBackoff = 5 * time.Second // the run is over before the message returns
 	cfg.Jobs.ExitWhenIdle = time.Second
 	e.run(cfg, nil)
@@ -539,25 +542,11 @@ func TestLastReceiveLostStillLeavesARecord(t *testing.T) {
 // that another delivery of the same input wrote meanwhile (the other
 // delivery removed the record before this one wrote it).
 func TestRecordBeforeTheLastDoesNotOutliveATranscript(t *testing.T) {
-	e := newEnv(t, 1, 2)
-	e.servers[0].Fail(codes.Internal, 1000)
-	e.put("a.wav", tone(16000, 4000))
-	e.sendJob("a.wav")
-	cfg := e.config()
-	cfg.Queues.MaxReceives = 2
+	e, cfg := failingJob(t)
 	cfg.Queues.RetryBackoff = 5 * time.Second // the run is over before the message returns
 	cfg.Jobs.ExitWhenIdle = time.Second
 	elsewhere := &finishedElsewhereS3{S3API: e.s3}
-	e.wreg = prometheus.NewRegistry()
-	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.recorder, S3: elsewhere, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: e.wreg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := w.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.runS3For(cfg, elsewhere, 2*time.Minute)
 	if !elsewhere.wrote.Load() {
 		t.Fatal("no error record was written before the last attempt")
 	}
