@@ -45,8 +45,9 @@
 #
 # DUR and WARM set each point's measured and warm-up time; CONC and MIX_CONC
 # the concurrencies; MIX_SPLIT=quietest chunks the mix by the rule before
-# the worker cut at the last pause (gpubench -split, workload mix-quietest); GPUS the plan's GPUs; INSTANCE_KIND=KIND_CPU checks the
-# steps on a host without GPUs (with a fake nvidia-smi, and PARAMS=size=tiny:
+# the worker cut at the last pause (gpubench -split, workload mix-quietest);
+# GPUS the plan's GPUs; INSTANCE_KIND=KIND_CPU checks the steps on a host
+# without GPUs (with a fake nvidia-smi, and PARAMS=size=tiny:
 # PARAMS are further model parameters, key=value,...).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -112,13 +112,7 @@ func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
 		work := clipRequest(pool, clip)
 		workload := fmt.Sprintf("clip%g", lc.clipSeconds)
 		if lc.mix {
-			split, name := func(x []float32, cfg audio.SplitConfig) [][]float32 {
-				var out [][]float32
-				for _, c := range audio.Split(x, cfg) {
-					out = append(out, c.Samples)
-				}
-				return out
-			}, "mix"
+			split, name := workerChunks, "mix"
 			if lc.quietest {
 				split, name = splitQuietest, "mix-quietest"
 			}
@@ -157,8 +151,9 @@ func clipRequest(pool *triton.Pool, clip []float32) func(context.Context, int, *
 }
 
 // mixJob transcribes one recording from the length mix the way the worker
-// does: split at quiet points into chunks of at most chunkSeconds
-// (overlapping by a second where there is no pause), par chunks in flight.
+// does: cut by split (workerChunks, the worker's rule) into chunks of at
+// most chunkSeconds, overlapping by a second where a cut is not in a pause,
+// par chunks in flight.
 func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float32, audio.SplitConfig) [][]float32) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
 	return func(ctx context.Context, client int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
 		rng := rand.New(rand.NewPCG(uint64(client), uint64(time.Now().UnixNano())))
@@ -541,6 +536,16 @@ func (t cpuTimes) selfCores(b cpuTimes) float64 {
 		return 0
 	}
 	return float64(t.self-b.self) / float64(wall)
+}
+
+// workerChunks are the samples of the chunks audio.Split cuts, as the
+// worker cuts them.
+func workerChunks(x []float32, cfg audio.SplitConfig) [][]float32 {
+	var out [][]float32
+	for _, c := range audio.Split(x, cfg) {
+		out = append(out, c.Samples)
+	}
+	return out
 }
 
 // splitQuietest chunks x by the rule audio.Split had before it cut at the
