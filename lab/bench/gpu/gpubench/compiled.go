@@ -131,7 +131,7 @@ func compiledReport(args []string) error {
 	return nil
 }
 
-// ratioOrDash is a/b, or "-" where b was not measured.
+// ratioOrDash is a/b, or "-" where either was not measured.
 func ratioOrDash(a, b float64) string {
 	if a == 0 || b == 0 {
 		return "-"
