@@ -210,6 +210,9 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/lastpause/side-by-side.csv | grep -v '^RESULT'
 	@echo "# The default plan with no parameters, chunks cut at the last pause (no eager row):"
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/lastpause/served.csv
+	@echo "# Eight, four and two partitions side by side (one call), one partition of 64-row batches of 45 s run in two parts, and the encoder offline at 16-64 rows:"
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/rowlimit/served.csv \
+	  -study docs/benchmarks/rowlimit/encoder-nemo-45s-parts.json | grep -v '^RESULT'
 	@echo "# The same encoder as shipped: partitions that sleep while the GPU works, on 2 CPU threads (beside eager, one session):"
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/hostcpu/served.csv
 

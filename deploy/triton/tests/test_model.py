@@ -434,6 +434,31 @@ class StaticShapesTest(unittest.TestCase):
         self.assertIsNone(compiled.pick_shape(rows, lengths, 9, 100), "more rows than any shape")
         self.assertIsNone(compiled.pick_shape(rows, lengths, 1, 45 * 16000 + 1), "longer than any shape")
 
+    def test_a_length_that_holds_fewer_rows_runs_in_parts(self):
+        s30, s45 = 30 * 16000, 45 * 16000
+        by_length = compiled.rows_by_length([s30, s45], [1, 2, 4, 8, 16, 32, 64], lambda n: 58 if n == s45 else 87)
+        self.assertEqual(by_length, {s30: [1, 2, 4, 8, 16, 32, 64], s45: [1, 2, 4, 8, 16, 32]})
+        self.assertEqual(compiled.plan(by_length, 64, s30, 64), [(64, 64, s30)])
+        self.assertEqual(compiled.plan(by_length, 64, s30 + 1, 64), [(32, 32, s45), (32, 32, s45)])
+        self.assertEqual(compiled.plan(by_length, 40, s45, 64), [(32, 32, s45), (8, 8, s45)])
+        self.assertEqual(compiled.plan(by_length, 35, s45, 64), [(32, 32, s45), (3, 4, s45)])
+        self.assertEqual(compiled.plan(by_length, 5, s45, 64), [(5, 8, s45)])
+        self.assertIsNone(compiled.plan(by_length, 65, s30, 64), "more rows than any shape")
+        self.assertIsNone(compiled.plan(by_length, 1, s45 + 1, 64), "longer than any shape")
+        self.assertEqual(compiled.rows_by_length([s30], [4, 8], lambda n: 2), {s30: [2]}, "at least the limit itself")
+        self.assertEqual(compiled.rows_by_length([s30], [4, 8], None), {s30: [4, 8]})
+
+    def test_nemo_subsampling_limits_the_rows_of_long_shapes(self):
+        # Parakeet's subsampling: 256 channels, stride 2, 128 features, a
+        # 10-ms hop: NeMo splits a batch over 2**31 / 256 * 4 elements.
+        pre = types.SimpleNamespace(conv2d_subsampling=True, subsampling_conv_chunking_factor=1, _conv_channels=256, _stride=2,
+                                    _feat_in=128)
+        limit = parakeet.subsampling_row_limit(types.SimpleNamespace(encoder=types.SimpleNamespace(pre_encode=pre)), 160)
+        self.assertEqual((limit(30 * 16000), limit(45 * 16000)), (87, 58))
+        pre.subsampling_conv_chunking_factor = -1  # never splits
+        self.assertIsNone(parakeet.subsampling_row_limit(types.SimpleNamespace(encoder=types.SimpleNamespace(pre_encode=pre)), 160))
+        self.assertIsNone(parakeet.subsampling_row_limit(types.SimpleNamespace(encoder=object()), 160))
+
     def test_options_from_the_model_parameters(self):
         o = compiled.EncoderOptions.from_params({"length_buckets": "45", "batch_buckets": "4,16", "compile_cache": "/c"}, 16)
         self.assertEqual((o.mode, o.lengths, o.rows, o.graphs, o.casts, o.cache_dir), ("compiled", [45 * 16000], [4, 16], False, "fused", "/c"))

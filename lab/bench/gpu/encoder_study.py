@@ -6,7 +6,8 @@ batch_buckets makes them. For each, on speech-like clips filling the bucket:
 
   - the encoder's time eagerly, compiled as shipped (regional compile,
     static shapes, replayed as CUDA graphs on a GPU) and compiled without
-    CUDA graphs (the same kernels launched one by one);
+    CUDA graphs (the same kernels launched one by one); at the first batch
+    size also with the other rule of bf16 rounding (--casts);
   - at the first batch size: the compiled output's mean relative
     difference from eager's over the valid frames; the decoded tokens'
     agreement with eager's (1 - token edit distance / eager's tokens) and
@@ -318,6 +319,8 @@ def main():
             p = {"encoder_eager_ms": 1000 * eager_s, "encoder_compiled_ms": 1000 * comp_s, "speedup": eager_s / comp_s, "rows": bs}
             if "nographs" in side.variants:
                 p["encoder_nographs_ms"] = 1000 * timed(lambda: side.encode(side.variants["nographs"], audio))  # noqa: B023
+            if i == 0 and "othercasts" in side.variants:  # compiled at the first batch size only
+                p["encoder_othercasts_ms"] = 1000 * timed(lambda: side.encode(side.variants["othercasts"], audio))  # noqa: B023
             if "autotune" in side.variants:
                 p["encoder_autotune_ms"] = 1000 * timed(lambda: side.encode(side.variants["autotune"], audio))  # noqa: B023
             line = "bucket %g s batch %3d: encoder eager %.1f ms, compiled %.1f ms (%.2fx)%s%s" % (
@@ -325,6 +328,9 @@ def main():
                 ", without CUDA graphs %.1f ms" % p["encoder_nographs_ms"] if "encoder_nographs_ms" in p else "",
                 ", autotuned %.1f ms (%.2fx)" % (p["encoder_autotune_ms"], 1000 * eager_s / p["encoder_autotune_ms"])
                 if "encoder_autotune_ms" in p else "")
+            if "encoder_othercasts_ms" in p:
+                line += ", casts %s %.1f ms (%.2fx)" % ("eager" if args.casts == "fused" else "fused", p["encoder_othercasts_ms"],
+                                                       1000 * eager_s / p["encoder_othercasts_ms"])
             if i == 0:
                 numerics(side, audio, p)
                 p["whole_eager_clips_per_s"] = bs / timed(lambda: side.whole(side.eager, audio), 2)  # noqa: B023

@@ -103,6 +103,23 @@ class CompiledEncoderTest(unittest.TestCase):
         self.eager([np.zeros(20000, dtype=np.float32)] * 3)
         self.assertEqual(counters["stats"]["unique_graphs"], before, "the eager path compiled something")
 
+    def test_a_batch_over_its_lengths_rows_runs_in_parts(self):
+        # Where the engine limits a length's rows (NeMo's subsampling), a
+        # larger batch runs as parts of the shapes that length holds, and
+        # matches the batch run eagerly whole.
+        enc = self.model.encoder
+        limited = self.mod.EncoderOptions(mode="compiled", lengths=[16000], rows=[2, 4], graphs=True, cache_dir=self.cache).encoder(
+            enc.forward, self.device, "test", self.regions, row_limit=lambda n: 2)
+        with torch.no_grad():
+            limited.warm(lambda n, rows: limited([np.zeros(n, dtype=np.float32)] * rows))
+            got, frames = limited(self.audio)  # three rows: two, then one in the 2-row shape
+        self.assertEqual(sorted(limited.shapes), [(2, 16000)])
+        want, want_frames = self.eager(self.audio)
+        self.assertEqual(frames.tolist(), want_frames.tolist())
+        for i, n in enumerate(want_frames.tolist()):
+            err = (got[i, :n] - want[i, :n]).abs().max().item()
+            self.assertLess(err, 1e-3 * max(1.0, want[i, :n].abs().max().item()), "row %d" % i)
+
     def test_a_restart_loads_the_cache(self):
         enc = self.model.encoder
         again = self.mod.EncoderOptions(mode="compiled", lengths=[16000], rows=[2, 4], graphs=True, cache_dir=self.cache).encoder(

@@ -94,14 +94,21 @@ class EncoderOptions:
                    rows=parse_rows(params.get("batch_buckets"), max_batch), graphs=graphs == "on", casts=casts,
                    cache_dir=compile_cache_dir(params), tuning=params.get("encoder_tuning") or "default")
 
-    def encoder(self, fn: EncoderFn, device: str, key: str, regions: Sequence[Any] = ()) -> CompiledEncoder:
+    def encoder(self, fn: EncoderFn, device: str, key: str, regions: Sequence[Any] = (),
+                row_limit: Callable[[int], int] | None = None) -> CompiledEncoder:
         """fn compiled for these shapes (a CompiledEncoder), its compile
-        cache keyed by key and the options."""
+        cache keyed by key and the options; row_limit(n), where the engine
+        gives one, is the most rows a compiled shape of n samples may hold
+        (see rows_by_length)."""
+        by_length = rows_by_length(self.lengths, self.rows, row_limit)
         key = "%s|lengths %s|rows %s|graphs %s|casts %s" % (key, self.lengths, self.rows, self.graphs, self.casts)
         if self.tuning != "default":  # the keys of caches made before tuning existed stay as they were
             key += "|tuning %s" % self.tuning
+        if any(r != self.rows for r in by_length.values()):
+            key += "|rows by length %s" % sorted(by_length.items())
         return CompiledEncoder(fn, device, self.lengths, self.rows, self.cache_dir, key, regions, self.graphs,
-                               inductor={"emulate_precision_casts": self.casts == "eager", **self.TUNINGS[self.tuning]})
+                               inductor={"emulate_precision_casts": self.casts == "eager", **self.TUNINGS[self.tuning]},
+                               by_length=by_length)
 
 
 def source_identity(source: str) -> str:
@@ -184,20 +191,22 @@ class CompiledEncoder:
     of a host compiles under a lock, the others load."""
 
     def __init__(self, fn: EncoderFn, device: str, lengths: Sequence[int], rows: Sequence[int], cache_dir: str, key: str,
-                 regions: Sequence[Any] = (), graphs: bool = False, inductor: dict[str, bool] | None = None) -> None:
+                 regions: Sequence[Any] = (), graphs: bool = False, inductor: dict[str, bool] | None = None,
+                 by_length: dict[int, list[int]] | None = None) -> None:
         import torch
 
         self.torch = torch
         self.device = torch.device(device)
         self.lengths = sorted(lengths)
         self.rows = sorted(rows)
+        self.by_length = by_length or rows_by_length(self.lengths, self.rows, None)
         self.cache = CompileCache(cache_dir, key)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache_dir, "triton"))
         import torch._dynamo
 
         # Each code compiled keeps one entry a shape.
-        shapes = len(self.lengths) * len(self.rows)
+        shapes = sum(len(r) for r in self.by_length.values())
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, shapes + 8)
         self.fn = fn
         self.regions = [(m, torch.compile(m.forward, dynamic=False, options=inductor)) for m in regions]
@@ -228,13 +237,16 @@ class CompiledEncoder:
 
     def shape(self, rows: int, n: int) -> tuple[int, int] | None:
         """The static shape (rows, samples) that holds a batch of rows rows
-        of at most n samples, or None where none does."""
-        return pick_shape(self.rows, self.lengths, rows, n)
+        of at most n samples in one part, or None where none does."""
+        parts = plan(self.by_length, rows, n, self.rows[-1])
+        return (parts[0][1], parts[0][2]) if parts is not None and len(parts) == 1 else None
 
     def summary(self) -> str:
         """The shapes and how warm() got them, for a log line (numbers only)."""
-        return "lengths %s s, rows %s: %d compiled graphs %s in %.0f s, CUDA graphs %s" % (
-            ",".join("%g" % (b / SAMPLE_RATE) for b in self.lengths), ",".join(map(str, self.rows)), self.graphs,
+        fewer = ["%g s at most %d" % (n / SAMPLE_RATE, r[-1]) for n, r in sorted(self.by_length.items()) if r != self.rows]
+        return "lengths %s s, rows %s%s: %d compiled graphs %s in %.0f s, CUDA graphs %s" % (
+            ",".join("%g" % (b / SAMPLE_RATE) for b in self.lengths), ",".join(map(str, self.rows)),
+            " (%s a shape, larger batches in parts)" % ", ".join(fewer) if fewer else "", self.graphs,
             "compiled" if self.cold else "loaded from the cache", self.warm_seconds, "on" if self.graphs_on else "off")
 
     def encode(self, audio: list[Audio], eager: Callable[[list[Audio]], Encoded]) -> Encoded:
@@ -271,22 +283,40 @@ class CompiledEncoder:
 
     def __call__(self, audio: list[Audio]) -> Encoded | None:
         """(frames, frame lengths) of the rows of audio (1-D float32 arrays),
-        or None where no shape holds them."""
-        shape = self.shape(len(audio), max(a.size for a in audio))
-        if shape is None:
+        or None where no shape holds them; in parts where the length holds
+        fewer rows a shape (plan), joined along the rows."""
+        parts = plan(self.by_length, len(audio), max(a.size for a in audio), self.rows[-1])
+        if parts is None:
             return None
+        if len(parts) == 1:
+            return self.run_shape(audio, parts[0][1:])
+        encs, lens, at = [], [], 0
+        for rows, shape_rows, n in parts:  # one length: every part's frames have the same shape
+            enc, enc_len = self.run_shape(audio[at:at + rows], (shape_rows, n), at)
+            encs.append(enc.clone())  # a graph's outputs live until its next replay
+            lens.append(enc_len.clone())
+            at += rows
+        return self.torch.cat(encs), self.torch.cat(lens)
+
+    def run_shape(self, audio: list[Audio], shape: tuple[int, int], at: int = 0) -> Encoded:
+        """The rows of audio through the compiled shape (rows, samples)
+        that holds them, staged from row at of the pinned host buffer (a
+        batch's parts each have their own rows there: a part's copy to the
+        GPU may not have run when the next part is staged)."""
         s = self.shapes.get(shape) or self._make(*shape)
         rows, n = len(audio), shape[1]
-        host = self.staging[:rows * n].view(rows, n).numpy()
-        lens = self.staging_lengths[:rows].numpy()
+        staged = self.staging[at * n:(at + rows) * n].view(rows, n)
+        staged_lengths = self.staging_lengths[at:at + rows]
+        host = staged.numpy()
+        lens = staged_lengths.numpy()
         for i, a in enumerate(audio):
             host[i, :a.size] = a
             host[i, a.size:] = 0
             lens[i] = a.size
         cuda = self.device.type == "cuda"
-        s.x[:rows].copy_(self.staging[:rows * n].view(rows, n), non_blocking=cuda)
+        s.x[:rows].copy_(staged, non_blocking=cuda)
         s.x[rows:].zero_()
-        s.lengths[:rows].copy_(self.staging_lengths[:rows], non_blocking=cuda)
+        s.lengths[:rows].copy_(staged_lengths, non_blocking=cuda)
         s.lengths[rows:].fill_(n)
         if s.graph is not None and s.out is not None:
             s.graph.replay()
@@ -348,7 +378,7 @@ class CompiledEncoder:
 
         def every_shape() -> None:
             for n in reversed(self.lengths):
-                for rows in reversed(self.rows):
+                for rows in reversed(self.by_length[n]):
                     run(n, rows)
 
         self.cache.warm(every_shape)
@@ -367,6 +397,39 @@ class _Shape:
         self.x, self.lengths = x, lengths
         self.graph: Tensor = None
         self.out: Encoded | None = None
+
+
+def rows_by_length(lengths: Sequence[int], rows: Sequence[int], limit: Callable[[int], int] | None) -> dict[int, list[int]]:
+    """The row buckets compiled at each length: every bucket, but where
+    limit(n) says a shape of n samples holds fewer rows, only the buckets
+    up to it (at least one row). A batch of more rows at that length runs
+    as several parts (plan)."""
+    out = {}
+    for n in lengths:
+        most = max(1, limit(n)) if limit is not None else max(rows)
+        out[n] = [r for r in rows if r <= most] or [most]
+    return out
+
+
+def plan(by_length: dict[int, list[int]], rows: int, n: int, most: int) -> list[tuple[int, int, int]] | None:
+    """How a batch of rows rows of at most n samples runs: parts of (real
+    rows, the shape's rows, the shape's samples), in order; one part where
+    a shape holds the whole batch, several where its length holds fewer
+    rows (each as large as the length allows, the last the smallest shape
+    that holds what is left); None where no length holds n samples or the
+    batch has more than most rows (the row buckets' largest)."""
+    length = next((b for b in sorted(by_length) if n <= b), None)
+    if length is None or rows > most:
+        return None
+    buckets = by_length[length]
+    parts = []
+    while rows > 0:
+        take = min(rows, buckets[-1])
+        shape = pick_shape(buckets, [length], take, n)
+        assert shape is not None
+        parts.append((take, shape[0], length))
+        rows -= take
+    return parts
 
 
 def pick_shape(rows_buckets: Sequence[int], length_buckets: Sequence[int], rows: int, n: int) -> tuple[int, int] | None:

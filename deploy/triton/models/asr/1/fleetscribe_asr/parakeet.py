@@ -29,6 +29,29 @@ def load_model(source: str, device: str) -> Any:
     return model
 
 
+def subsampling_row_limit(model: Any, hop: int) -> Callable[[int], int] | None:
+    """The most rows a compiled shape of n samples may hold for model's
+    convolutional subsampling, or None where it sets no limit. NeMo splits
+    a batch whose subsampling input (rows x frames x features) exceeds
+    2**31 / channels x stride**2 elements, so that no convolution output
+    passes 32-bit indexing. Compiled, that split path corrupted GPU memory:
+    on an H200, NeMo's Parakeet-shaped model with its encoder compiled for
+    64 rows of 45 s (36.9 M elements, over the 33.6 M limit) ended in a CUDA
+    illegal memory access at the next kernels, in the offline study and in
+    every partition, while 64 rows of 30 s and 48 of 45 s (under it) ran
+    (docs/benchmarks.md). Larger batches run in parts instead (compiled.plan)."""
+    pre = getattr(getattr(model, "encoder", None), "pre_encode", None)
+    if pre is None or not getattr(pre, "conv2d_subsampling", False) or getattr(pre, "subsampling_conv_chunking_factor", -1) != 1:
+        return None
+    ceiling = 2**31 / pre._conv_channels * pre._stride * pre._stride
+    features = pre._feat_in
+
+    def limit(n: int) -> int:
+        return int(ceiling // ((n // hop + 1) * features))
+
+    return limit
+
+
 class NemoEngine:
     """A NeMo transducer model (Parakeet TDT) as Triton calls it. NeMo's
     transcribe() builds a dataloader for every call and changes the
@@ -85,7 +108,7 @@ class NemoEngine:
                 # for all 24) and the subsampling: nearly all the work.
                 regions = [m for m in [getattr(enc, "pre_encode", None), *getattr(enc, "layers", [])] if m is not None]
                 key = "nemo|%s|%s|%s|%s" % (source_identity(source), torch.__version__, device_name(device), precision)
-                self.compiled = options.encoder(encode, device, key, regions)
+                self.compiled = options.encoder(encode, device, key, regions, row_limit=subsampling_row_limit(model, hop))
             elif options.mode not in ("compiled", "eager"):
                 raise ValueError(f"model parameter encoder={options.mode!r}: want compiled or eager")
 
