@@ -235,12 +235,6 @@ class CompiledEncoder:
         graphs were asked for and their capture failed."""
         return "compiled_nographs" if self.graphs_asked and not self.graphs_on else "compiled"
 
-    def shape(self, rows: int, n: int) -> tuple[int, int] | None:
-        """The static shape (rows, samples) that holds a batch of rows rows
-        of at most n samples in one part, or None where none does."""
-        parts = plan(self.by_length, rows, n, self.rows[-1])
-        return (parts[0][1], parts[0][2]) if parts is not None and len(parts) == 1 else None
-
     def summary(self) -> str:
         """The shapes and how warm() got them, for a log line (numbers only)."""
         fewer = ["%g s at most %d" % (n / SAMPLE_RATE, r[-1]) for n, r in sorted(self.by_length.items()) if r != self.rows]
