@@ -31,6 +31,7 @@ var (
 	accuracyChunk   = flag.Float64("accuracy-chunk-seconds", 30, "the worker's -chunk-seconds in the long-form accuracy test")
 	accuracyEngine  = flag.String("accuracy-engine", "whisper", "the CPU recogniser: whisper (deploy/triton/cpu-whisper) or pocketsphinx (deploy/triton/cpu)")
 	accuracyJoin    = flag.String("accuracy-join", worker.JoinAlign, "the worker's -overlap-join: align or middle")
+	accuracyParams  = flag.String("accuracy-params", "", "further model parameters of the recogniser, key=value,... (such as whisper_beam=5)")
 )
 
 // sentences returns n sentences of everyday clinical speech, drawn from

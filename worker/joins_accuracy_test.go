@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
 	"github.com/fleetscribe/fleetscribe/lab/wer"
 	"github.com/fleetscribe/fleetscribe/modelspec"
+	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 // cpuTriton serves real Triton with the CPU recogniser of
@@ -28,6 +30,17 @@ func cpuTriton(t *testing.T) *tritonproc.Server {
 	tritonproc.Require(t)
 	repo := t.TempDir()
 	cpu := tritonproc.Model(*accuracyEngine)
+	if *accuracyParams != "" {
+		params := map[string]string{}
+		for _, kv := range strings.Split(*accuracyParams, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				t.Fatalf("-accuracy-params %q: want key=value,...", *accuracyParams)
+			}
+			params[k] = v
+		}
+		cpu = cpu.WithParameters(params)
+	}
 	cpu.Batching.MaxQueueDelay, cpu.Batching.QueueTimeout, cpu.Instances = 2*time.Millisecond, time.Hour, cpuInstances
 	if err := tritonproc.WriteRepo(repo, map[string]modelspec.Config{"asr": cpu}); err != nil {
 		t.Fatal(err)
@@ -105,13 +118,45 @@ func TestJoinErrorsPlacesErrors(t *testing.T) {
 	}
 }
 
+func TestWordErrorsChargesEachReferenceWord(t *testing.T) {
+	w := func(s string) contract.Word { return contract.Word{Word: s} }
+	ref := []string{"a", "b", "c", "d", "e"}
+	// x inserted before a (charged to a), b heard as y, c as said, then
+	// d and e heard as e and z: one error each, whether aligned as two
+	// substitutions or as d deleted and z inserted after e.
+	hyp := []contract.Word{w("x"), w("A"), w("y"), w("c"), w("e"), w("z")}
+	got := wordErrors(ref, hyp)
+	if want := []int{1, 1, 0, 1, 1}; !slices.Equal(got, want) {
+		t.Errorf("errors %v, want %v", got, want)
+	}
+}
+
+func TestJoinCostPairsTheSameWords(t *testing.T) {
+	times := []float64{1, 10, 20, 30}
+	errsA := []int{1, 2, 0, 1}
+	errsB := []int{0, 1, 1, 1}
+	// Word 1 is near A's join (10) and away from B's (20): joined 2, not 1.
+	// Word 2 is near B's join: joined 1 (B), not 0 (A). Word 3 is near
+	// both and word 0 near neither: not paired.
+	words, joined, unjoined := joinCost(times, errsA, errsB, []float64{10, 30}, []float64{20, 30.5})
+	if words != 2 || joined != 3 || unjoined != 1 {
+		t.Errorf("paired %d words, %d joined errors, %d not; want 2, 3, 1", words, joined, unjoined)
+	}
+}
+
 // Continuous noisy speech, with no pause to cut at: chunks overlap by a
 // second and their words are joined there. The error rate within 1.5 s of
-// a join, against elsewhere, shows what the joins cost.
+// a join, against elsewhere, shows what the joins cost; but the chunker
+// cuts at the quietest points between sentences, and which sentences (which
+// voices, how hard) lie near joins is not chance. So the same recording is
+// also transcribed in 11-s chunks, whose joins fall elsewhere (chunkers
+// cutting at the same lengths fall into step after their first common cut):
+// a word near a join of one run is compared with itself away from every
+// join of the other, both ways (the paired figures).
 func TestJoinAccuracy(t *testing.T) {
 	// Five minutes at most, uploaded as WAV (the emulator takes single
 	// uploads up to 11 MiB), in 15 s chunks: about 20 joins.
-	const chunkSeconds = 15
+	const chunkSeconds, otherSeconds = 15, 11
 	minutes := min(*accuracyMinutes, 5)
 	srv := cpuTriton(t)
 
@@ -120,6 +165,7 @@ func TestJoinAccuracy(t *testing.T) {
 	voices := []string{"rms", "slt", "kal16"}
 	var x []float32
 	var texts []string
+	var starts []int // where each sentence starts in x
 	for _, s := range sentences(rng, 100000) {
 		if float64(len(x)) >= minutes*60*16000 {
 			break
@@ -131,6 +177,7 @@ func TestJoinAccuracy(t *testing.T) {
 		for hi > lo && math.Abs(float64(y[hi-1])) < 0.01 {
 			hi--
 		}
+		starts = append(starts, len(x))
 		x = append(x, y[lo:hi]...)
 		texts = append(texts, s)
 	}
@@ -139,28 +186,83 @@ func TestJoinAccuracy(t *testing.T) {
 	}
 	e := newEnv(t, 0, 3)
 	e.startPool([]string{srv.Addr}, 5*time.Minute)
-	e.put("noisy.wav", audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: x}))
-	e.sendJob("noisy.wav")
-	cfg := e.config()
-	cfg.Audio.ChunkSeconds = chunkSeconds
-	cfg.Audio.OverlapJoin = *accuracyJoin
-	cfg.Jobs.Timeout = 30 * time.Minute
-	cfg.Queues.VisibilityTimeout = 2 * time.Minute
-	e.runFor(cfg, 30*time.Minute)
-	tr, ok := e.transcript("noisy.wav")
-	if !ok {
-		t.Fatal("no transcript")
+	wav := audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: x})
+	transcribe := func(key string, seconds float64) contract.Transcript {
+		e.put(key, wav)
+		e.sendJob(key)
+		cfg := e.config()
+		cfg.Audio.ChunkSeconds = seconds
+		cfg.Audio.OverlapJoin = *accuracyJoin
+		cfg.Jobs.Timeout = 30 * time.Minute
+		cfg.Queues.VisibilityTimeout = 2 * time.Minute
+		e.runFor(cfg, 30*time.Minute)
+		tr, ok := e.transcript(key)
+		if !ok {
+			t.Fatalf("no transcript of %s", key)
+		}
+		return tr
 	}
-	// The joins: where the worker's chunker (the same one) cut with an
-	// overlap, the middle of each overlap.
-	pcm := audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: x})
-	clip, err := audio.DecodeWAV(pcm)
+	tr := transcribe("noisy.wav", chunkSeconds)
+	tr2 := transcribe("noisy-other.wav", otherSeconds)
+	joins, overlapped := joinsOf(t, x, chunkSeconds)
+	joins2, _ := joinsOf(t, x, otherSeconds)
+	var ref []string
+	var times []float64 // each reference word's time in x, spread evenly over its sentence
+	var voice []string  // each reference word's voice
+	for i, s := range texts {
+		words := wer.Normalize(s)
+		end := len(x)
+		if i+1 < len(starts) {
+			end = starts[i+1]
+		}
+		for k := range words {
+			times = append(times, (float64(starts[i])+(float64(k)+0.5)*float64(end-starts[i])/float64(len(words)))/16000)
+			voice = append(voice, voices[i%len(voices)])
+		}
+		ref = append(ref, words...)
+	}
+	ne, nw, fe, fw := joinErrors(ref, tr.Words, joins)
+	all, words := wer.Errors(strings.Join(texts, " "), tr.Text)
+	errs := wordErrors(ref, tr.Words)
+	errs2 := wordErrors(ref, tr2.Words)
+	pw, pj, pu := joinCost(times, errs, errs2, joins, joins2)
+	// Which voice the words near this run's joins are: the chunker cuts
+	// at the quietest frames, which need not fall evenly among them.
+	nearVoice := map[string]int{}
+	nearAll := 0
+	for i, at := range times {
+		for _, j := range joins {
+			if math.Abs(at-j) <= joinWindow {
+				nearVoice[voice[i]]++
+				nearAll++
+				break
+			}
+		}
+	}
+	t.Logf("words within %.1f s of a join, by voice: %s %d, %s %d, %s %d (of %d; each voice speaks a third of the sentences)",
+		joinWindow, voices[0], nearVoice[voices[0]], voices[1], nearVoice[voices[1]], voices[2], nearVoice[voices[2]], nearAll)
+	t.Logf("%.1f min, %d chunks, %d joins (%d overlapped): WER %.3f; within %.1f s of a join %.3f (%d words), elsewhere %.3f (%d words); "+
+		"paired with %g-s chunks: %d words near a join of one run and away from the other's: %.3f joined, %.3f not (%.2fx)",
+		float64(len(x))/16000/60, tr.Chunks, len(joins), overlapped, float64(all)/float64(words), joinWindow,
+		float64(ne)/float64(max(nw, 1)), nw, float64(fe)/float64(max(fw, 1)), fw,
+		float64(otherSeconds), pw, float64(pj)/float64(max(pw, 1)), float64(pu)/float64(max(pw, 1)), float64(pj)/float64(max(pu, 1)))
+	fmt.Printf("RESULT engine=%s join=%s minutes=%.1f joins=%d overlapped=%d wer=%.3f wer_near_joins=%.3f wer_elsewhere=%.3f words_near=%d "+
+		"paired_words=%d wer_joined=%.3f wer_same_words_unjoined=%.3f join_cost=%.2f\n",
+		*accuracyEngine, *accuracyJoin, float64(len(x))/16000/60, len(joins), overlapped, float64(all)/float64(words), float64(ne)/float64(max(nw, 1)), float64(fe)/float64(max(fw, 1)), nw,
+		pw, float64(pj)/float64(max(pw, 1)), float64(pu)/float64(max(pw, 1)), float64(pj)/float64(max(pu, 1)))
+	_ = os.Remove(filepath.Join(dir, "s.wav"))
+}
+
+// joinsOf is where the worker's chunker cuts samples (as WAV carries
+// them) with an overlap: the middle of each overlap, in seconds; and how
+// many chunks overlap their predecessor.
+func joinsOf(t *testing.T, samples []float32, chunkSeconds float64) (joins []float64, overlapped int) {
+	t.Helper()
+	clip, err := audio.DecodeWAV(audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: samples}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var joins []float64
-	overlapped := 0
-	for _, c := range audio.Split(clip.Samples, audio.SplitConfig{Max: chunkSeconds * 16000, Frame: 480, Overlap: 16000}) {
+	for _, c := range audio.Split(clip.Samples, worker.SplitPolicy(chunkSeconds, true)) {
 		if c.Offset > 0 {
 			joins = append(joins, (float64(c.Offset)+float64(c.Overlap)/2)/16000)
 		}
@@ -168,16 +270,63 @@ func TestJoinAccuracy(t *testing.T) {
 			overlapped++
 		}
 	}
-	var ref []string
-	for _, s := range texts {
-		ref = append(ref, wer.Normalize(s)...)
+	return joins, overlapped
+}
+
+// wordErrors charges each reference word with its errors in hyp: one where
+// it was not heard as said (substituted or deleted), and one for each word
+// inserted after the hypothesis word it was heard as (before the first, to
+// the first reference word).
+func wordErrors(ref []string, hyp []contract.Word) []int {
+	names := make([]string, len(hyp))
+	for i, w := range hyp {
+		names[i] = strings.ToLower(w.Word)
 	}
-	ne, nw, fe, fw := joinErrors(ref, tr.Words, joins)
-	all, words := wer.Errors(strings.Join(texts, " "), tr.Text)
-	t.Logf("%.1f min, %d chunks, %d joins (%d overlapped): WER %.3f; within %.1f s of a join %.3f (%d words), elsewhere %.3f (%d words)",
-		float64(len(x))/16000/60, tr.Chunks, len(joins), overlapped, float64(all)/float64(words), joinWindow,
-		float64(ne)/float64(max(nw, 1)), nw, float64(fe)/float64(max(fw, 1)), fw)
-	fmt.Printf("RESULT engine=%s join=%s minutes=%.1f joins=%d overlapped=%d wer=%.3f wer_near_joins=%.3f wer_elsewhere=%.3f words_near=%d\n",
-		*accuracyEngine, *accuracyJoin, float64(len(x))/16000/60, len(joins), overlapped, float64(all)/float64(words), float64(ne)/float64(max(nw, 1)), float64(fe)/float64(max(fw, 1)), nw)
-	_ = os.Remove(filepath.Join(dir, "s.wav"))
+	errs := make([]int, len(ref))
+	owner := make([]int, len(hyp)) // the reference word a hypothesis word was aligned with, or -1
+	for j := range owner {
+		owner[j] = -1
+	}
+	for i, j := range wer.Align(ref, names) {
+		if j < 0 || names[j] != ref[i] {
+			errs[i]++
+		}
+		if j >= 0 {
+			owner[j] = i
+		}
+	}
+	last := 0
+	for _, i := range owner {
+		if i >= 0 {
+			last = i
+		} else if len(errs) > 0 {
+			errs[last]++
+		}
+	}
+	return errs
+}
+
+// joinCost pairs the reference words (at times) near a join of one
+// recording and further than joinWindow from every join of the other:
+// their errors where joined (errsA near joinsA, or errsB near joinsB)
+// against the same words' errors in the other recording.
+func joinCost(times []float64, errsA, errsB []int, joinsA, joinsB []float64) (words, joined, unjoined int) {
+	near := func(t float64, joins []float64) bool {
+		for _, j := range joins {
+			if math.Abs(t-j) <= joinWindow {
+				return true
+			}
+		}
+		return false
+	}
+	for i, t := range times {
+		a, b := near(t, joinsA), near(t, joinsB)
+		switch {
+		case a && !b:
+			words, joined, unjoined = words+1, joined+errsA[i], unjoined+errsB[i]
+		case b && !a:
+			words, joined, unjoined = words+1, joined+errsB[i], unjoined+errsA[i]
+		}
+	}
+	return words, joined, unjoined
 }

@@ -56,6 +56,18 @@ class WhisperTest(unittest.TestCase):
                     self.assertTrue(0 < w["confidence"] <= 1, w)
                     last = w["end"]
 
+    def test_beam_width_from_the_parameters(self):
+        self.assertEqual(self.m.beam, 1, "greedy by default")
+        x = test_sphinx.flite("the heart rate is normal", "rms")
+        wide = whisper.WhisperModel({"whisper_beam": "5"})
+        asked = []
+        decode = wide.model.transcribe
+        wide.model.transcribe = lambda *a, **kw: asked.append(kw["beam_size"]) or decode(*a, **kw)
+        self.assertEqual(edits("the heart rate is normal".split(), words(wide.recognize(x, False).text)), 0)
+        self.assertEqual(asked, [5], "the beam reaches faster-whisper")
+        with self.assertRaises(ValueError):
+            whisper.WhisperModel({"whisper_beam": "0"})
+
     def test_no_words_over_silence_room_tone_or_noise(self):
         rng = np.random.default_rng(5)
         t = np.arange(20 * 16000) / 16000

