@@ -69,16 +69,8 @@ func joinErrors(ref []string, hyp []contract.Word, joins []float64) (nearErr, ne
 		names[i] = strings.ToLower(w.Word)
 	}
 	align := wer.Align(ref, names)
-	near := func(t float64) bool {
-		for _, j := range joins {
-			if math.Abs(t-j) <= joinWindow {
-				return true
-			}
-		}
-		return false
-	}
 	count := func(t float64, words, errs int) {
-		if near(t) {
+		if nearAJoin(t, joins) {
 			nearWords, nearErr = nearWords+words, nearErr+errs
 		} else {
 			farWords, farErr = farWords+words, farErr+errs
@@ -231,12 +223,9 @@ func TestJoinAccuracy(t *testing.T) {
 	nearVoice := map[string]int{}
 	nearAll := 0
 	for i, at := range times {
-		for _, j := range joins {
-			if math.Abs(at-j) <= joinWindow {
-				nearVoice[voice[i]]++
-				nearAll++
-				break
-			}
+		if nearAJoin(at, joins) {
+			nearVoice[voice[i]]++
+			nearAll++
 		}
 	}
 	t.Logf("words within %.1f s of a join, by voice: %s %d, %s %d, %s %d (of %d; each voice speaks a third of the sentences)",
@@ -311,16 +300,8 @@ func wordErrors(ref []string, hyp []contract.Word) []int {
 // their errors where joined (errsA near joinsA, or errsB near joinsB)
 // against the same words' errors in the other recording.
 func joinCost(times []float64, errsA, errsB []int, joinsA, joinsB []float64) (words, joined, unjoined int) {
-	near := func(t float64, joins []float64) bool {
-		for _, j := range joins {
-			if math.Abs(t-j) <= joinWindow {
-				return true
-			}
-		}
-		return false
-	}
 	for i, t := range times {
-		a, b := near(t, joinsA), near(t, joinsB)
+		a, b := nearAJoin(t, joinsA), nearAJoin(t, joinsB)
 		switch {
 		case a && !b:
 			words, joined, unjoined = words+1, joined+errsA[i], unjoined+errsB[i]
@@ -329,4 +310,14 @@ func joinCost(times []float64, errsA, errsB []int, joinsA, joinsB []float64) (wo
 		}
 	}
 	return words, joined, unjoined
+}
+
+// nearAJoin is whether t is within joinWindow seconds of one of joins.
+func nearAJoin(t float64, joins []float64) bool {
+	for _, j := range joins {
+		if math.Abs(t-j) <= joinWindow {
+			return true
+		}
+	}
+	return false
 }

@@ -161,7 +161,9 @@ class CompiledEncoder:
     frame lengths), compiled by torch.compile (inductor) for a finite set of
     static shapes: every length bucket (samples) times every row bucket.
     A batch is padded to the smallest shape that holds it (rows of zeros,
-    zeros past each row's length, which the encoder masks).
+    zeros past each row's length, which the encoder masks). Where the
+    engine limits the rows of a length (by_length: NeMo's subsampling), a
+    batch of more rows runs as parts, each in a shape of that length.
 
     Regional compilation: where the engine names regions (modules whose
     forward is most of the work: the conformer layers, the subsampling),
