@@ -48,7 +48,9 @@ prepare_carried() {
   [[ -d "$work/stubenv" ]] && export FLEETSCRIBE_TRITON_VENV="$work/stubenv"
   # The stub links libpython$ver.so.1.0: the machine's, or the carried one.
   local libdir; libdir=$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')
-  if ! ldconfig -p | grep -q "libpython$ver.so.1.0"; then
+  # grep reads the whole listing (no -q): under pipefail, a grep that stops
+  # at the first match fails the pipeline whenever ldconfig is still writing.
+  if ! ldconfig -p | grep "libpython$ver.so.1.0" >/dev/null; then
     if [[ -f "$libdir/libpython$ver.so.1.0" ]]; then
       export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     elif [[ -f "$carry/libpython$ver.so.1.0.xz" && -d "$work/triton" ]]; then
