@@ -129,6 +129,25 @@ func (c Config) WithMaxBatch(n int) Config {
 	return c
 }
 
+// AddParameters adds key=value pieces (a comma-separated list, split) to
+// params. A value may hold commas (length_buckets=30,45,batch_buckets=8,16):
+// a piece without "=" belongs to the value before it.
+func AddParameters(params map[string]string, pieces []string) error {
+	last := ""
+	for _, kv := range pieces {
+		k, v, ok := strings.Cut(kv, "=")
+		switch {
+		case ok:
+			params[k], last = v, k
+		case last != "":
+			params[last] += "," + kv
+		default:
+			return fmt.Errorf("model parameter %q: want key=value", kv)
+		}
+	}
+	return nil
+}
+
 // WithParameters is c with params over its own.
 func (c Config) WithParameters(params map[string]string) Config {
 	merged := make(map[string]string, len(c.Parameters)+len(params))

@@ -3,6 +3,7 @@ package modelspec
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,5 +71,20 @@ func TestPythonSampleRateIsTheContracts(t *testing.T) {
 	want := fmt.Sprintf("\nSAMPLE_RATE = %d\n", SampleRate)
 	if !strings.Contains(string(b), want) {
 		t.Errorf("fleetscribe_asr/common.py does not say %q", strings.TrimSpace(want))
+	}
+}
+
+// A value may hold commas: a piece without "=" belongs to the value before it.
+func TestAddParameters(t *testing.T) {
+	got := map[string]string{}
+	if err := AddParameters(got, []string{"model=/m.nemo", "length_buckets=30", "45", "batch_buckets=8", "16", "size=tiny"}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"model": "/m.nemo", "length_buckets": "30,45", "batch_buckets": "8,16", "size": "tiny"}
+	if !maps.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	if err := AddParameters(map[string]string{}, []string{"30"}); err == nil {
+		t.Error("a first piece without key= was taken")
 	}
 }

@@ -32,12 +32,8 @@ func cpuTriton(t *testing.T) *tritonproc.Server {
 	cpu := tritonproc.Model(*accuracyEngine)
 	if *accuracyParams != "" {
 		params := map[string]string{}
-		for _, kv := range strings.Split(*accuracyParams, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				t.Fatalf("-accuracy-params %q: want key=value,...", *accuracyParams)
-			}
-			params[k] = v
+		if err := modelspec.AddParameters(params, strings.Split(*accuracyParams, ",")); err != nil {
+			t.Fatalf("-accuracy-params: %v", err)
 		}
 		cpu = cpu.WithParameters(params)
 	}
@@ -64,10 +60,7 @@ const joinWindow = 1.5
 // reference words in each: an error is placed at its hypothesis word's
 // time (a deleted word between its aligned neighbours).
 func joinErrors(ref []string, hyp []contract.Word, joins []float64) (nearErr, nearWords, farErr, farWords int) {
-	names := make([]string, len(hyp))
-	for i, w := range hyp {
-		names[i] = strings.ToLower(w.Word)
-	}
+	names := lowerWords(hyp)
 	align := wer.Align(ref, names)
 	count := func(t float64, words, errs int) {
 		if nearAJoin(t, joins) {
@@ -196,8 +189,13 @@ func TestJoinAccuracy(t *testing.T) {
 	}
 	tr := transcribe("noisy.wav", chunkSeconds)
 	tr2 := transcribe("noisy-other.wav", otherSeconds)
-	joins, overlapped := joinsOf(t, x, chunkSeconds)
-	joins2, _ := joinsOf(t, x, otherSeconds)
+	// The joins are where the chunker cuts the samples the worker decodes.
+	sent, err := audio.DecodeWAV(wav)
+	if err != nil {
+		t.Fatal(err)
+	}
+	joins, overlapped := joinsOf(sent.Samples, chunkSeconds)
+	joins2, _ := joinsOf(sent.Samples, otherSeconds)
 	var ref []string
 	var times []float64 // each reference word's time in x, spread evenly over its sentence
 	var voice []string  // each reference word's voice
@@ -242,16 +240,11 @@ func TestJoinAccuracy(t *testing.T) {
 	_ = os.Remove(filepath.Join(dir, "s.wav"))
 }
 
-// joinsOf is where the worker's chunker cuts samples (as WAV carries
-// them) with an overlap: the middle of each overlap, in seconds; and how
-// many chunks overlap their predecessor.
-func joinsOf(t *testing.T, samples []float32, chunkSeconds float64) (joins []float64, overlapped int) {
-	t.Helper()
-	clip, err := audio.DecodeWAV(audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: samples}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range audio.Split(clip.Samples, worker.SplitPolicy(chunkSeconds, true)) {
+// joinsOf is where the worker's chunker cuts samples with an overlap: the
+// middle of each overlap, in seconds; and how many chunks overlap their
+// predecessor.
+func joinsOf(samples []float32, chunkSeconds float64) (joins []float64, overlapped int) {
+	for _, c := range audio.Split(samples, worker.SplitPolicy(chunkSeconds, true)) {
 		if c.Offset > 0 {
 			joins = append(joins, (float64(c.Offset)+float64(c.Overlap)/2)/16000)
 		}
@@ -267,10 +260,7 @@ func joinsOf(t *testing.T, samples []float32, chunkSeconds float64) (joins []flo
 // inserted after the hypothesis word it was heard as (before the first, to
 // the first reference word).
 func wordErrors(ref []string, hyp []contract.Word) []int {
-	names := make([]string, len(hyp))
-	for i, w := range hyp {
-		names[i] = strings.ToLower(w.Word)
-	}
+	names := lowerWords(hyp)
 	errs := make([]int, len(ref))
 	owner := make([]int, len(hyp)) // the reference word a hypothesis word was aligned with, or -1
 	for j := range owner {
@@ -320,4 +310,13 @@ func nearAJoin(t float64, joins []float64) bool {
 		}
 	}
 	return false
+}
+
+// lowerWords is hyp's words in lower case, as the reference is.
+func lowerWords(hyp []contract.Word) []string {
+	names := make([]string, len(hyp))
+	for i, w := range hyp {
+		names[i] = strings.ToLower(w.Word)
+	}
+	return names
 }

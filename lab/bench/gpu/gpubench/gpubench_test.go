@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/csv"
 	"fmt"
-	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -85,20 +84,6 @@ func TestArrangementPlanIsTheWorkersPlan(t *testing.T) {
 
 // The repository is the shipped configuration with only the instance
 // group, the engine's parameters and the named variations changed.
-func TestParseParams(t *testing.T) {
-	got := map[string]string{}
-	if err := parseParams([]string{"model=/m.nemo", "length_buckets=30", "45", "batch_buckets=8", "16", "size=tiny"}, got); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{"model": "/m.nemo", "length_buckets": "30,45", "batch_buckets": "8,16", "size": "tiny"}
-	if !maps.Equal(got, want) {
-		t.Errorf("got %v, want %v", got, want)
-	}
-	if err := parseParams([]string{"30"}, map[string]string{}); err == nil {
-		t.Error("a first piece without key= was taken")
-	}
-}
-
 func TestWriteRepo(t *testing.T) {
 	modelDir, _ := filepath.Abs("../../../../deploy/triton/models/asr/1")
 	a, _ := parseArrangement("instances-4/unbatched/maxbatch16")

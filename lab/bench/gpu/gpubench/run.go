@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/internal/flagext"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/mps"
 )
 
@@ -284,29 +285,10 @@ func (m *modelFlags) resolve() (map[string]string, error) {
 		}
 		params["engine"], params["module"] = "module", abs
 	}
-	if err := parseParams(m.params, params); err != nil {
-		return nil, err
+	if err := modelspec.AddParameters(params, m.params); err != nil {
+		return nil, fmt.Errorf("-param: %w", err)
 	}
 	return params, nil
-}
-
-// parseParams adds key=value pieces to params. A value may hold commas
-// (length_buckets=30,45,batch_buckets=8,16): a piece without "=" belongs
-// to the value before it.
-func parseParams(pieces []string, params map[string]string) error {
-	last := ""
-	for _, kv := range pieces {
-		k, v, ok := strings.Cut(kv, "=")
-		switch {
-		case ok:
-			params[k], last = v, k
-		case last != "":
-			params[last] += "," + kv
-		default:
-			return fmt.Errorf("-param %q: want key=value", kv)
-		}
-	}
-	return nil
 }
 
 // write writes the arrangement's repository in dir.
