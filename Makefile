@@ -213,8 +213,14 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	@echo "# Eight, four and two partitions side by side (one call), one partition of 64-row batches of 45 s run in two parts, and the encoder offline at 16-64 rows:"
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/rowlimit/served.csv \
 	  -study docs/benchmarks/rowlimit/encoder-nemo-45s-parts.json | grep -v '^RESULT'
-	@echo "# The same encoder as shipped: partitions that sleep while the GPU works, on 2 CPU threads (beside eager, one session):"
-	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/hostcpu/served.csv
+	@echo "# The same encoder: partitions that sleep while the GPU works, on 2 CPU threads (beside eager, one session):"
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static -results docs/benchmarks/hostcpu/served.csv | grep -v '^RESULT'
+	@echo "# SDPA attention, the default plan on another machine (cold start), and the encoder offline at 64 rows of 30 s:"
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa -results docs/benchmarks/sdpa/served-call2.csv \
+	  -study docs/benchmarks/sdpa/encoder-nemo-30s-64.json | grep -v '^RESULT'
+	@echo "# The shipped encoder (regional, static shapes, SDPA attention) beside NeMo's attention and eager, one machine:"
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa -results docs/benchmarks/sdpa/served.csv \
+	  -study docs/benchmarks/sdpa/encoder-nemo-45s.json
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (needs python3 with torch; on a GPU also CUDA-graph replay)

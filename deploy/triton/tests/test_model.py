@@ -319,10 +319,17 @@ class FakeNemoTDT:
     """A NeMo transducer model as NemoEngine configures it: its decoding
     config, and the config change_decoding_strategy was given."""
 
-    def __init__(self, strategy, graphs):
+    def __init__(self, strategy, graphs, sdpa_in_config=None):
         self.cfg = AttrDict(decoding=AttrDict(strategy=strategy, greedy=AttrDict(loop_labels=True, use_cuda_graph_decoder=graphs)))
+        if sdpa_in_config is not None:
+            self.cfg.encoder = AttrDict(use_pytorch_sdpa=sdpa_in_config)
         self.decoding = types.SimpleNamespace(rnnt_decoder_predictions_tensor=None)
         self.applied = None
+        # Two attention modules, as NeMo's conformer layers have, and one without.
+        self.attention = [types.SimpleNamespace(use_pytorch_sdpa=False) for _ in range(2)]
+
+    def modules(self):
+        return [self, *self.attention, types.SimpleNamespace()]
 
     def change_decoding_strategy(self, cfg, verbose):
         self.applied = AttrDict(cfg, greedy=AttrDict(cfg.greedy))
@@ -369,6 +376,23 @@ class NemoEngineTest(unittest.TestCase):
         self.assertIsNone(engine.compiled)
         self.assertEqual(engine.describe()[0], "eager")
         self.assertEqual(warmed, [2], "the decoder is still warmed")
+
+    def test_attention_through_sdpa_unless_asked_for_the_models_own(self):
+        # SDPA made the compiled encoder 1.23x faster on an H200; the model
+        # parameter encoder_attention=model keeps what the .nemo says.
+        fake = FakeNemoTDT("greedy_batch", graphs=True)
+        engine = parakeet.NemoEngine(fake, "cuda:0", "bf16")
+        self.assertEqual([m.use_pytorch_sdpa for m in fake.attention], [True, True])
+        self.assertIn("attention sdpa in 2 of 2 modules", engine.config)
+        own = parakeet.NemoEngine(fake, "cuda:0", "bf16", compiled.EncoderOptions(attention="model"))
+        self.assertEqual([m.use_pytorch_sdpa for m in fake.attention], [False, False])
+        self.assertIn("attention NeMo's matrix multiplies", own.config)
+        # Engines that share a model each put back their own choice.
+        engine.apply_attention()
+        self.assertEqual([m.use_pytorch_sdpa for m in fake.attention], [True, True])
+        configured = FakeNemoTDT("greedy_batch", graphs=True, sdpa_in_config=True)
+        parakeet.NemoEngine(configured, "cuda:0", "bf16", compiled.EncoderOptions(attention="model"))
+        self.assertEqual([m.use_pytorch_sdpa for m in configured.attention], [True, True])
 
     def test_other_strategies_left_alone(self):
         fake = FakeNemoTDT("beam", graphs=False)
@@ -465,9 +489,21 @@ class StaticShapesTest(unittest.TestCase):
         o = compiled.EncoderOptions.from_params({"encoder": "eager", "encoder_graphs": "on", "encoder_casts": "eager"}, 8)
         self.assertEqual((o.mode, o.rows, o.graphs, o.casts), ("eager", [1, 2, 4, 8], True, "eager"))
         self.assertEqual((o.tuning, compiled.EncoderOptions.from_params({"encoder_tuning": "autotune"}, 8).tuning), ("default", "autotune"))
-        for bad in ({"encoder_graphs": "yes"}, {"encoder_casts": "bf16"}, {"batch_buckets": "64"}, {"encoder_tuning": "max"}):
+        self.assertEqual((o.attention, compiled.EncoderOptions.from_params({"encoder_attention": "model"}, 8).attention), ("sdpa", "model"))
+        for bad in ({"encoder_graphs": "yes"}, {"encoder_casts": "bf16"}, {"batch_buckets": "64"}, {"encoder_tuning": "max"},
+                    {"encoder_attention": "flash"}):
             with self.assertRaises(ValueError):
                 compiled.EncoderOptions.from_params(bad, 32)
+
+
+    def test_the_attention_is_in_the_cache_key(self):
+        # Partitions of another attention compile their own graphs: under
+        # one key the first would find a marker and load nothing useful.
+        by_length = {45 * 16000: [8, 16]}
+        sdpa = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16]).cache_key("nemo", by_length)
+        own = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16], attention="model").cache_key("nemo", by_length)
+        self.assertNotEqual(sdpa, own)
+        self.assertEqual(own, "nemo|lengths [720000]|rows [8, 16]|graphs False|casts fused", "caches made before stay valid")
 
 
 def _warm_in_child(folder, results):

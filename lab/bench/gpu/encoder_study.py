@@ -4,10 +4,13 @@ nemo_anchor.py saves, --nemo) or the stand-in (--standin). Each batch size
 of --batches is one static shape of each length bucket, as model.py's
 batch_buckets makes them. For each, on speech-like clips filling the bucket:
 
-  - the encoder's time eagerly, compiled as shipped (regional compile,
-    static shapes, replayed as CUDA graphs on a GPU) and compiled without
-    CUDA graphs (the same kernels launched one by one); at the first batch
-    size also with the other rule of bf16 rounding (--casts);
+  - the encoder's time eagerly (NeMo's model: with its own attention, as
+    NeMo runs it, and through SDPA), compiled as shipped (regional compile,
+    static shapes, SDPA attention unless --attention model) and compiled
+    without CUDA graphs where they are on (the same kernels launched one by
+    one); with --variants modelattn also compiled with the model's own
+    attention; at the first batch size also with the other rule of bf16
+    rounding (--casts);
   - at the first batch size: the compiled output's mean relative
     difference from eager's over the valid frames; the decoded tokens'
     agreement with eager's (1 - token edit distance / eager's tokens) and
@@ -109,7 +112,9 @@ class NemoSide:
 
     def __init__(self, mod, path, options, device):
         self.torch_model = mod.load_model(path, device)
-        self.eager = mod.NemoEngine(self.torch_model, device, "bf16", mod.EncoderOptions())
+        # The reference: eager, the attention as the model file says (NeMo's default).
+        self.eager = mod.NemoEngine(self.torch_model, device, "bf16", mod.EncoderOptions(attention="model"))
+        self.eager_sdpa = mod.NemoEngine(self.torch_model, device, "bf16", mod.EncoderOptions(attention="sdpa"))
         self.variants = {name: mod.NemoEngine(self.torch_model, device, "bf16", o, source=path) for name, o in options.items()}
         self.time_dim = 2  # [B, D, T]
 
@@ -117,6 +122,7 @@ class NemoSide:
         return torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.cuda.is_available())
 
     def encode(self, engine, audio):
+        engine.apply_attention()  # the engines share one model
         a, b = self.ctx()
         with a, b:
             return engine.encode(audio)
@@ -124,6 +130,7 @@ class NemoSide:
     def encode_fp32(self, audio):
         """Eager's output without autocast: the reference both bf16 paths
         are measured against."""
+        self.eager.apply_attention()
         with torch.inference_mode():
             return self.eager.encode(audio)
 
@@ -134,15 +141,8 @@ class NemoSide:
         return [h.y_sequence.tolist() if hasattr(h.y_sequence, "tolist") else list(h.y_sequence) for h in hyps]
 
     def whole(self, engine, audio):
+        engine.apply_attention()
         engine.transcribe(audio, len(audio), False, False)
-
-    def sdpa(self, on):
-        n = 0
-        for m in self.torch_model.modules():
-            if hasattr(m, "use_pytorch_sdpa"):
-                m.use_pytorch_sdpa = on
-                n += 1
-        return n
 
 
 class StandinSide:
@@ -160,7 +160,7 @@ class StandinSide:
         standin.calibrate(self.model, self.decode)
         key = "standin|study|%s|%s" % (torch.__version__, dev.type)
         enc = self.model.encoder
-        self.eager = standin.Engine(self.model, self.decode)
+        self.eager = self.eager_sdpa = standin.Engine(self.model, self.decode)
         self.variants = {name: standin.Engine(self.model, self.decode, compiled=o.encoder(enc.forward, device, key, [enc.sub, *enc.layers]))
                          for name, o in options.items()}
         self.time_dim = 1  # [B, T, D]
@@ -179,9 +179,6 @@ class StandinSide:
 
     def whole(self, engine, audio):
         engine.transcribe(audio, len(audio), False, False)
-
-    def sdpa(self, on):
-        return 0  # the stand-in's attention is SDPA already
 
 
 def clips(n, count, seed):
@@ -213,13 +210,15 @@ def options(args, mod):
     batches = [int(x) for x in args.batches.split(",") if x]
     other = "eager" if args.casts == "fused" else "fused"
 
-    def o(rows, graphs=True, casts=args.casts, tuning="default"):
+    def o(rows, graphs=True, casts=args.casts, tuning="default", attention=args.attention):
         return mod.EncoderOptions(mode="compiled", lengths=lengths, rows=rows, graphs=graphs, casts=casts, cache_dir=args.cache,
-                                  tuning=tuning)
+                                  tuning=tuning, attention=attention)
 
+    other_attention = "model" if args.attention == "sdpa" else "sdpa"
     return {"compiled": o(batches, graphs=args.graphs == "on"), "nographs": o(batches, graphs=False),
             "othercasts": o(batches[:1], graphs=args.graphs == "on", casts=other),
-            "autotune": o(batches, graphs=args.graphs == "on", tuning="autotune")}
+            "autotune": o(batches, graphs=args.graphs == "on", tuning="autotune"),
+            "modelattn": o(batches, graphs=args.graphs == "on", attention=other_attention)}
 
 
 def make_side(args, mod, device, only=None):
@@ -281,19 +280,22 @@ def main():
     ap.add_argument("--batches", default="16,64", help="batch sizes, each a compiled shape (model.py's batch_buckets)")
     ap.add_argument("--casts", default="fused", choices=["fused", "eager"], help="the shipped encoder_casts")
     ap.add_argument("--graphs", default="off", choices=["on", "off"], help="the shipped encoder_graphs (on: experimental)")
+    ap.add_argument("--attention", default="sdpa", choices=["sdpa", "model"], help="the shipped encoder_attention")
     ap.add_argument("--variants", default="compiled,nographs,othercasts")
     ap.add_argument("--out", default="")
     ap.add_argument("--warm-only", action="store_true")
     ap.add_argument("--no-warm", action="store_true", help="skip the second process's warm start")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    other_attention = "model" if args.attention == "sdpa" else "sdpa"
     mod = shipped()
     if args.warm_only:
         warm_only(args, mod, device)
         return
     t0 = time.perf_counter()
     side = make_side(args, mod, device)
-    out = {"model": "standin" if args.standin else "nemo", "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+    out = {"model": "standin" if args.standin else "nemo", "attention": args.attention, "torch": torch.__version__,
+           "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
            "load_s": time.perf_counter() - t0, "casts": args.casts, "buckets": {}, "variants": {}, "warm": None}
     # Compile (or load) and capture every shape of every variant, as a
     # partition does before it is ready, timing each.
@@ -317,14 +319,22 @@ def main():
             eager_s = timed(lambda: side.encode(side.eager, audio))  # noqa: B023
             comp_s = timed(lambda: side.encode(side.variants["compiled"], audio))  # noqa: B023
             p = {"encoder_eager_ms": 1000 * eager_s, "encoder_compiled_ms": 1000 * comp_s, "speedup": eager_s / comp_s, "rows": bs}
+            if side.eager_sdpa is not side.eager:
+                p["encoder_eager_sdpa_ms"] = 1000 * timed(lambda: side.encode(side.eager_sdpa, audio))  # noqa: B023
+            if "modelattn" in side.variants:
+                p["encoder_modelattn_ms"] = 1000 * timed(lambda: side.encode(side.variants["modelattn"], audio))  # noqa: B023
             if "nographs" in side.variants:
                 p["encoder_nographs_ms"] = 1000 * timed(lambda: side.encode(side.variants["nographs"], audio))  # noqa: B023
             if i == 0 and "othercasts" in side.variants:  # compiled at the first batch size only
                 p["encoder_othercasts_ms"] = 1000 * timed(lambda: side.encode(side.variants["othercasts"], audio))  # noqa: B023
             if "autotune" in side.variants:
                 p["encoder_autotune_ms"] = 1000 * timed(lambda: side.encode(side.variants["autotune"], audio))  # noqa: B023
-            line = "bucket %g s batch %3d: encoder eager %.1f ms, compiled %.1f ms (%.2fx)%s%s" % (
-                sec, bs, 1000 * eager_s, 1000 * comp_s, eager_s / comp_s,
+            line = "bucket %g s batch %3d: encoder eager %.1f ms%s, compiled %.1f ms (%.2fx)%s%s%s" % (
+                sec, bs, 1000 * eager_s, " (SDPA %.1f ms)" % p["encoder_eager_sdpa_ms"] if "encoder_eager_sdpa_ms" in p else "",
+                1000 * comp_s, eager_s / comp_s,
+                ", compiled with %s attention %.1f ms (%.2fx)" % (
+                    other_attention, p["encoder_modelattn_ms"], 1000 * eager_s / p["encoder_modelattn_ms"])
+                if "encoder_modelattn_ms" in p else "",
                 ", without CUDA graphs %.1f ms" % p["encoder_nographs_ms"] if "encoder_nographs_ms" in p else "",
                 ", autotuned %.1f ms (%.2fx)" % (p["encoder_autotune_ms"], 1000 * eager_s / p["encoder_autotune_ms"])
                 if "encoder_autotune_ms" in p else "")
@@ -356,7 +366,8 @@ def main():
                 torch.cuda.empty_cache()
     if not args.no_warm:
         cmd = [sys.executable, os.path.abspath(__file__), "--warm-only", "--cache", args.cache, "--buckets", args.buckets,
-               "--batches", args.batches, "--casts", args.casts, "--graphs", args.graphs] + (["--standin"] if args.standin else ["--nemo", args.nemo])
+               "--batches", args.batches, "--casts", args.casts, "--graphs", args.graphs,
+               "--attention", args.attention] + (["--standin"] if args.standin else ["--nemo", args.nemo])
         r = subprocess.run(cmd, capture_output=True, text=True, check=False)
         lines = [line for line in r.stdout.splitlines() if line.startswith("{")]
         out["warm"] = json.loads(lines[-1]) if lines else {"error": r.stderr[-2000:]}

@@ -24,6 +24,8 @@
 #   study            the compiled encoder against eager offline, NeMo's model
 #                    (encoder_study.py; STUDY_BATCHES, STUDY_ARGS) -> OUTDIR/encoder-nemo.json
 #   study-standin    the same for the stand-in -> OUTDIR/encoder-standin.json
+#   profile          where the encoder's GPU time goes, eager and each way of
+#                    compiling it (encoder_profile.py; PROFILE_ARGS) -> OUTDIR/profile-nemo.json
 #   model            builds the NeMo model the nemo steps serve, if missing
 #   coldcache        empties the compile cache: the next arrangement starts cold
 #
@@ -141,6 +143,10 @@ for step in "$@"; do
       arrangements mix "${step#nemomix:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=30,length_buckets=30${PARAMS:+,$PARAMS}" ;;
     model) nemo_model ;;
     study) nemo_model; log "compiled encoder study: NeMo"; study --nemo "$NEMO_MODEL" --out "$out/encoder-nemo.json" || log "study failed" ;;
+    profile) nemo_model; log "encoder profile: NeMo"
+      PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/encoder_profile.py" --nemo "$NEMO_MODEL" \
+        --cache "$FLEETSCRIBE_COMPILE_CACHE" --out "$out/profile-nemo.json" ${PROFILE_ARGS:-} 2>&1 | tee -a "$out/profile.log" |
+        { grep -a -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log" || log "profile failed" ;;
     study-standin) log "compiled encoder study: stand-in"; study --standin --out "$out/encoder-standin.json" || log "study failed" ;;
     coldcache) log "compile cache emptied"; rm -rf "$FLEETSCRIBE_COMPILE_CACHE" ;;
     *) log "unknown step $step"; exit 2 ;;

@@ -22,6 +22,8 @@ type study struct {
 			EagerMs          float64 `json:"encoder_eager_ms"`
 			CompiledMs       float64 `json:"encoder_compiled_ms"`
 			NoGraphsMs       float64 `json:"encoder_nographs_ms"`
+			EagerSDPAMs      float64 `json:"encoder_eager_sdpa_ms"`
+			ModelAttnMs      float64 `json:"encoder_modelattn_ms"`
 			Speedup          float64 `json:"speedup"`
 			RelDiff          float64 `json:"mean_rel_diff"`
 			TokenAgreement   float64 `json:"token_agreement"`
@@ -31,7 +33,8 @@ type study struct {
 			OtherCasts       float64 `json:"othercasts_token_agreement"`
 		} `json:"points"`
 	} `json:"buckets"`
-	Casts string `json:"casts"`
+	Casts     string `json:"casts"`
+	Attention string `json:"attention"`
 }
 
 // compiledReport is `gpubench compiled`: the compiled encoder's served
@@ -112,6 +115,13 @@ func compiledReport(args []string) error {
 				line := fmt.Sprintf("offline, %s-s bucket, batch %s: encoder %.1f ms eagerly, %.1f ms compiled (%.2fx)", k, bs, p.EagerMs, p.CompiledMs, p.Speedup)
 				if p.NoGraphsMs > 0 {
 					line += fmt.Sprintf(", %.1f ms without CUDA graphs", p.NoGraphsMs)
+				}
+				if p.EagerSDPAMs > 0 {
+					line += fmt.Sprintf("; eagerly through SDPA %.1f ms (the compiled encoder %.2fx that)", p.EagerSDPAMs, p.EagerSDPAMs/p.CompiledMs)
+				}
+				if p.ModelAttnMs > 0 {
+					other := map[string]string{"sdpa": "the model's own", "model": "SDPA"}[st.Attention]
+					line += fmt.Sprintf("; compiled with %s attention %.1f ms (%.2fx)", orDash(other), p.ModelAttnMs, p.EagerMs/p.ModelAttnMs)
 				}
 				if p.TokenAgreement > 0 {
 					line += fmt.Sprintf("; mean relative difference %.4f; tokens agree %.3f (control, eager with noise of that size: %.3f)", p.RelDiff, p.TokenAgreement, p.ControlAgreement)

@@ -71,16 +71,22 @@ class EncoderOptions:
     them to bf16 where eager PyTorch would, for outputs closer to eager's),
     encoder_tuning (default: inductor's heuristics; autotune: it times
     candidate matrix-multiply and fused kernels for each shape and keeps the
-    fastest, a longer first compile) and compile_cache."""
+    fastest, a longer first compile), encoder_attention (sdpa, the
+    default: the engine's attention through PyTorch's fused
+    scaled_dot_product_attention, compiled or eager; model: as the model's
+    own configuration says) and compile_cache."""
 
     TUNINGS: ClassVar[dict[str, dict[str, bool]]] = {"default": {}, "autotune": {"max_autotune": True, "coordinate_descent_tuning": True}}
+    ATTENTIONS = ("sdpa", "model")
 
     def __init__(self, mode: str = "eager", lengths: Sequence[int] = (), rows: Sequence[int] = (), graphs: bool = False,
-                 casts: str = "fused", cache_dir: str = DEFAULT_COMPILE_CACHE, tuning: str = "default") -> None:
+                 casts: str = "fused", cache_dir: str = DEFAULT_COMPILE_CACHE, tuning: str = "default", attention: str = "sdpa") -> None:
         self.mode, self.lengths, self.rows, self.graphs, self.casts, self.cache_dir = mode, list(lengths), list(rows), graphs, casts, cache_dir
         if tuning not in self.TUNINGS:
             raise ValueError(f"model parameter encoder_tuning={tuning!r}: want {' or '.join(self.TUNINGS)}")
-        self.tuning = tuning
+        if attention not in self.ATTENTIONS:
+            raise ValueError(f"model parameter encoder_attention={attention!r}: want {' or '.join(self.ATTENTIONS)}")
+        self.tuning, self.attention = tuning, attention
 
     @classmethod
     def from_params(cls, params: Params, max_batch: int) -> EncoderOptions:
@@ -92,7 +98,20 @@ class EncoderOptions:
             raise ValueError(f"model parameter encoder_casts={casts!r}: want fused or eager")
         return cls(mode=params.get("encoder") or "compiled", lengths=parse_buckets(params.get("length_buckets")),
                    rows=parse_rows(params.get("batch_buckets"), max_batch), graphs=graphs == "on", casts=casts,
-                   cache_dir=compile_cache_dir(params), tuning=params.get("encoder_tuning") or "default")
+                   cache_dir=compile_cache_dir(params), tuning=params.get("encoder_tuning") or "default",
+                   attention=params.get("encoder_attention") or "sdpa")
+
+    def cache_key(self, key: str, by_length: dict[int, list[int]]) -> str:
+        """The compile cache's key for an engine's key and these options:
+        what changes the compiled graphs changes it."""
+        key = "%s|lengths %s|rows %s|graphs %s|casts %s" % (key, self.lengths, self.rows, self.graphs, self.casts)
+        if self.tuning != "default":  # the keys of caches made before tuning existed stay as they were
+            key += "|tuning %s" % self.tuning
+        if any(r != self.rows for r in by_length.values()):
+            key += "|rows by length %s" % sorted(by_length.items())
+        if self.attention != "model":  # nor those made before the attention was chosen
+            key += "|attention %s" % self.attention
+        return key
 
     def encoder(self, fn: EncoderFn, device: str, key: str, regions: Sequence[Any] = (),
                 row_limit: Callable[[int], int] | None = None) -> CompiledEncoder:
@@ -101,12 +120,7 @@ class EncoderOptions:
         gives one, is the most rows a compiled shape of n samples may hold
         (see rows_by_length)."""
         by_length = rows_by_length(self.lengths, self.rows, row_limit)
-        key = "%s|lengths %s|rows %s|graphs %s|casts %s" % (key, self.lengths, self.rows, self.graphs, self.casts)
-        if self.tuning != "default":  # the keys of caches made before tuning existed stay as they were
-            key += "|tuning %s" % self.tuning
-        if any(r != self.rows for r in by_length.values()):
-            key += "|rows by length %s" % sorted(by_length.items())
-        return CompiledEncoder(fn, device, self.lengths, self.rows, self.cache_dir, key, regions, self.graphs,
+        return CompiledEncoder(fn, device, self.lengths, self.rows, self.cache_dir, self.cache_key(key, by_length), regions, self.graphs,
                                inductor={"emulate_precision_casts": self.casts == "eager", **self.TUNINGS[self.tuning]},
                                by_length=by_length)
 

@@ -52,6 +52,22 @@ def subsampling_row_limit(model: Any, hop: int) -> Callable[[int], int] | None:
     return limit
 
 
+def attention_modules(model: Any) -> list[Any]:
+    """The modules of model whose attention can run through PyTorch's
+    scaled_dot_product_attention (NeMo's use_pytorch_sdpa: the conformer
+    layers' relative-position attention)."""
+    modules = getattr(model, "modules", None)
+    return [m for m in modules() if hasattr(m, "use_pytorch_sdpa")] if modules is not None else []
+
+
+def model_uses_sdpa(model: Any) -> bool:
+    """Whether model's own configuration runs its attention through SDPA
+    (NeMo's default: no)."""
+    enc: Any = getattr(getattr(model, "cfg", None), "encoder", None)
+    get = getattr(enc, "get", None)
+    return bool(get("use_pytorch_sdpa", False)) if callable(get) else False
+
+
 class NemoEngine:
     """A NeMo transducer model (Parakeet TDT) as Triton calls it. NeMo's
     transcribe() builds a dataloader for every call and changes the
@@ -59,7 +75,15 @@ class NemoEngine:
     the timestamps flag differs from the last call's; here the decoder is
     configured once, with word timestamps, and each batch is padded into one
     tensor and passed through the preprocessor, the encoder and the decoder.
-    Models without a transducer decoder go through transcribe()."""
+    Models without a transducer decoder go through transcribe().
+
+    The attention runs through PyTorch's fused scaled_dot_product_attention
+    (NeMo's use_pytorch_sdpa, with the relative positions as its additive
+    mask) unless the encoder_attention option is model (the model's own
+    configuration: NeMo's attention in separate matrix multiplies and a
+    softmax). On an H200, at 16 rows of 45 s, the compiled encoder took
+    52.9 ms with it and 64.9 without, eagerly 96.0 and 116.7
+    (docs/benchmarks.md)."""
 
     def __init__(self, model: Any, device: str, precision: str, options: EncoderOptions | None = None, source: str = "") -> None:
         options = options or EncoderOptions()
@@ -69,6 +93,9 @@ class NemoEngine:
         self.dtype: Any = None
         self.config = ""
         self.encoder_path = "none"
+        self.attention = options.attention
+        self.attention_modules = attention_modules(model)
+        self.apply_attention()
         self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
         if self.direct:
             import torch
@@ -86,9 +113,9 @@ class NemoEngine:
                     cfg.greedy.use_cuda_graph_decoder = True
             model.change_decoding_strategy(cfg, verbose=False)
             g = cfg.get("greedy", {})
-            self.config = "strategy %s, loop_labels %s, use_cuda_graph_decoder %s, %s" % (
+            self.config = "strategy %s, loop_labels %s, use_cuda_graph_decoder %s, %s; attention %s" % (
                 cfg.get("strategy"), g.get("loop_labels"), g.get("use_cuda_graph_decoder"),
-                type(getattr(model.decoding, "decoding", None)).__name__)
+                type(getattr(model.decoding, "decoding", None)).__name__, self.attention_name())
             self.staging = torch.empty(0)
             self.encoder_path = "eager"
             if options.mode == "compiled" and compiles_on(device) and hasattr(model.encoder, "forward_internal"):
@@ -111,6 +138,21 @@ class NemoEngine:
                 self.compiled = options.encoder(encode, device, key, regions, row_limit=subsampling_row_limit(model, hop))
             elif options.mode not in ("compiled", "eager"):
                 raise ValueError(f"model parameter encoder={options.mode!r}: want compiled or eager")
+
+    def apply_attention(self) -> None:
+        """Sets every attention module's path to this engine's choice
+        (engines that share one model, as the encoder study's do, call it
+        before each of their calls)."""
+        sdpa = self.attention == "sdpa" or model_uses_sdpa(self.model)
+        for m in self.attention_modules:
+            m.use_pytorch_sdpa = sdpa
+
+    def attention_name(self) -> str:
+        """The attention path, for the start-up log."""
+        if not self.attention_modules:
+            return "the model's own"
+        on = sum(bool(m.use_pytorch_sdpa) for m in self.attention_modules)
+        return "sdpa in %d of %d modules" % (on, len(self.attention_modules)) if on else "NeMo's matrix multiplies"
 
     def describe(self) -> tuple[str, str]:
         """(encoder path, decoder CUDA-graph mode), as the engine metric says them."""

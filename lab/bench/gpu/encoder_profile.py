@@ -1,0 +1,263 @@
+"""Where the encoder's GPU time goes, and what each way of running it
+saves: NeMo's Parakeet-shaped model (the .nemo nemo_anchor.py saves)
+through model.py's NemoEngine, one static shape (--rows x --seconds of
+speech-like audio). For each variant:
+
+  eager           the shipped eager path (NeMo's preprocessor and encoder)
+  regional        the shipped compiled encoder (each conformer layer and the
+                  subsampling compiled, static shapes: --rows and --small)
+  regional_dyn    the same regions compiled with the batch symbolic (torch's
+                  automatic dynamic shapes: static at the first call, the
+                  batch made symbolic at the second), no rows of padding
+  regional_pre    the same with NeMo's feature extractor compiled as well
+  regional_sdpa   the same with NeMo's SDPA path for its relative-position
+                  attention (use_pytorch_sdpa), and eager_sdpa its eager time
+  whole           the whole encoder function compiled as one graph
+  bf16w           the encoder's weights held in bf16 (no cast of every
+                  weight at every call), eagerly (eager_bf16w) and regional
+
+the median time of --reps calls, the mean relative difference of its
+output from eager's over the valid frames, and a kernel profile: GPU time
+by kind of kernel (matrix multiplies, convolutions, inductor's fused
+kernels, elementwise, reductions, normalisation, softmax, FFT, copies) and
+the longest kernels. Also the feature extractor's time alone. JSON to
+--out, a line a variant on stdout; a variant that fails is recorded with
+its error and the next one runs. Eager, regional and regional_dyn are
+also timed at --small rows and at --odd rows (which regional pads to
+--small): what padding a batch to its shape costs, and what a symbolic
+batch costs.
+
+    python lab/bench/gpu/encoder_profile.py --nemo MODEL.nemo --cache DIR --out profile.json
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import encoder_study  # noqa: E402 - model.py's engines, speech-like clips, rel_diff
+import standin  # noqa: E402
+
+KINDS = [  # (kind, substrings of a kernel's name), first match wins
+    ("fft", ("fft", "FFT")),
+    ("copy", ("Memcpy", "Memset", "copy_kernel", "CatArrayBatched", "cat_")),
+    ("matmul", ("gemm", "nvjet", "xmma", "cutlass", "s16816", "s1688", "Kernel2", "splitKreduce", "gemv", "dot_kernel")),
+    ("attention", ("sdpa", "flash", "fmha", "attention", "efficient")),  # before cuDNN's convolutions: its attention is cudnn_..._sdpa_...
+    ("convolution", ("conv", "cudnn", "implicit", "depthwise", "winograd")),
+    ("softmax", ("softmax", "Softmax")),
+    ("normalisation", ("layer_norm", "LayerNorm", "batch_norm", "BatchNorm", "welford", "norm_")),
+    ("inductor", ("triton_",)),
+    ("reduction", ("reduce_kernel", "reduce")),
+    ("elementwise", ("elementwise", "vectorized", "unrolled", "index", "where", "fill")),
+]
+
+
+def kind(name):
+    for k, subs in KINDS:
+        if any(s in name for s in subs):
+            return k
+    return "other"
+
+
+def kernel_profile(fn):
+    """GPU time by kind of kernel and the 12 longest kernels (ms, count) of one call of fn."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    encoder_study.sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        encoder_study.sync()
+    by_kind, by_name = defaultdict(float), defaultdict(lambda: [0.0, 0])
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = e.time_range.elapsed_us()
+        by_kind[kind(e.name)] += us / 1000
+        by_name[e.name][0] += us / 1000
+        by_name[e.name][1] += 1
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:12]
+    return {"gpu_ms": sum(by_kind.values()), "by_kind_ms": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+            "top": [{"name": n[:160], "ms": round(v[0], 3), "count": v[1], "kind": kind(n)} for n, v in top]}
+
+
+def set_sdpa(model, on):
+    for m in model.modules():
+        if hasattr(m, "use_pytorch_sdpa"):
+            m.use_pytorch_sdpa = on
+
+
+class DynamicEngine:
+    """The shipped regions compiled with the batch symbolic: no shapes, no
+    padding; warmed at each of rows, so that the second makes the batch
+    symbolic (torch's automatic dynamic shapes)."""
+
+    def __init__(self, model, regions, rows, n):
+        self.model, self.rows, self.n = model, rows, n
+        self.regions = [(m, torch.compile(m.forward)) for m in regions]
+        self.compiled = self
+
+    def describe(self):
+        return "compiled_symbolic_batch", ""
+
+    def warm(self, run):
+        for rows in self.rows:
+            run(self.n, rows)
+
+    def transcribe(self, audio, _rows, _timestamps, _verbose):
+        with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
+            self.encode(audio)
+
+    def encode(self, audio):
+        x = torch.from_numpy(np.stack(audio)).to("cuda")
+        lens = torch.tensor([a.size for a in audio], device="cuda")
+        for m, c in self.regions:
+            m.forward = c
+        try:
+            features, n = self.model.preprocessor(input_signal=x, length=lens)
+            return self.model.encoder.forward_internal(features, n)
+        finally:
+            for m, _ in self.regions:
+                del m.forward
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nemo", required=True)
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--seconds", type=float, default=45)
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--small", type=int, default=8)
+    ap.add_argument("--odd", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--variants", default="eager,regional,regional_dyn,regional_pre,regional_sdpa,whole,bf16w")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    device = "cuda"
+    mod = encoder_study.shipped()
+    from fleetscribe_asr import compiled, parakeet
+
+    model = mod.load_model(args.nemo, device)
+    n = round(args.seconds * standin.SAMPLE_RATE)
+    audio = encoder_study.clips(n, args.rows, 7 + args.rows)
+    lengths = compiled.parse_buckets("%g" % args.seconds)
+    out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "rows": args.rows, "seconds": args.seconds,
+           "variants": {}}
+    eager = mod.NemoEngine(model, device, "bf16", mod.EncoderOptions())
+
+    def encode(engine):
+        with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
+            return engine.encode(audio)
+
+    ref, ref_frames = encode(eager)
+    ref = ref.clone()
+
+    def options(rows=(args.rows,)):
+        return mod.EncoderOptions(mode="compiled", lengths=lengths, rows=list(rows), cache_dir=args.cache)
+
+    def engine_with(name, regions_of=None, whole=False, rows=(args.rows,)):
+        """A NemoEngine whose compiled encoder has the regions regions_of(model) gives (or none: whole)."""
+        e = mod.NemoEngine(model, device, "bf16", options(rows), source=args.nemo)
+        if regions_of is not None or whole:
+            pre, enc = model.preprocessor, model.encoder
+
+            def fn(x, lens):
+                features, m = pre(input_signal=x, length=lens)
+                return enc.forward_internal(features, m)
+
+            key = "nemo-profile|%s|%s|%s" % (name, parakeet.source_identity(args.nemo), torch.__version__)
+            e.compiled = options(rows).encoder(fn, device, key, [] if whole else regions_of(model))
+        return e
+
+    def shipped_regions(m):
+        return [m.encoder.pre_encode, *m.encoder.layers]
+
+    def sizes(name, engine):
+        """The encoder's time at --small and --odd rows (ms)."""
+        got = {}
+        for rows in (args.small, args.odd):
+            part = audio[:rows]
+
+            def call(part=part):
+                with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
+                    return engine.encode(part)
+
+            call()
+            got[str(rows)] = 1000 * encoder_study.timed(call, args.reps)
+        out.setdefault("sizes_ms", {})[name] = got
+        print("%-14s %s" % (name, ", ".join("%s rows %.1f ms" % kv for kv in got.items())), flush=True)
+
+    def measure(name, engine, setup=None, teardown=None, more=None):
+        t0 = time.perf_counter()
+        try:
+            if setup:
+                setup()
+            c = engine.compiled
+            if c is not None:
+                c.warm(lambda n_, rows: engine.transcribe([np.zeros(n_, dtype=np.float32)] * rows, rows, False, False))
+            warm_s = time.perf_counter() - t0
+            enc, _ = encode(engine)
+            diff = encoder_study.rel_diff(ref, enc.clone(), ref_frames, 2)
+            ms = 1000 * encoder_study.timed(lambda: encode(engine), args.reps)
+            prof = kernel_profile(lambda: encode(engine))
+            v = {"ms": ms, "warm_s": warm_s, "mean_rel_diff": diff, "path": engine.describe()[0], **prof}
+            if more:
+                more(name, engine)
+            print("%-14s %7.1f ms (GPU %.1f ms; %s), rel diff %.4f, warm %.0f s" % (
+                name, ms, prof["gpu_ms"], ", ".join("%s %.1f" % kv for kv in list(prof["by_kind_ms"].items())[:6]), diff, warm_s), flush=True)
+        except Exception as e:  # noqa: BLE001 - recorded; the next variant runs
+            v = {"error": "%s: %s" % (type(e).__name__, e), "trace": traceback.format_exc()[-3000:]}
+            print("%-14s failed: %s" % (name, v["error"]), flush=True)
+        finally:
+            if teardown:
+                teardown()
+        out["variants"][name] = v
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(out, f, indent=2)
+        torch.cuda.empty_cache()
+
+    want = set(args.variants.split(","))
+    # The feature extractor alone, eagerly.
+    x = torch.from_numpy(np.stack(audio)).to(device)
+    lens = torch.full((args.rows,), n, device=device, dtype=torch.int64)
+
+    def features():
+        with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
+            return model.preprocessor(input_signal=x, length=lens)
+
+    out["features_eager_ms"] = 1000 * encoder_study.timed(features, args.reps)
+    out["features_profile"] = kernel_profile(features)
+    print("features (eager) %.2f ms" % out["features_eager_ms"], flush=True)
+
+    if "eager" in want:
+        measure("eager", eager, more=sizes)
+    if "regional" in want:
+        measure("regional", engine_with("regional", shipped_regions, rows=(args.small, args.rows)), more=sizes)
+    if "regional_dyn" in want:
+        measure("regional_dyn", DynamicEngine(model, shipped_regions(model), [args.small, args.rows], n), more=sizes)
+    if "regional_pre" in want:
+        measure("regional_pre", engine_with("regional_pre", lambda m: [m.preprocessor.featurizer, *shipped_regions(m)]))
+    if "regional_sdpa" in want:
+        measure("eager_sdpa", eager, lambda: set_sdpa(model, True), lambda: set_sdpa(model, False))
+        measure("regional_sdpa", engine_with("regional_sdpa", shipped_regions), lambda: set_sdpa(model, True), lambda: set_sdpa(model, False))
+    if "whole" in want:
+        measure("whole", engine_with("whole", whole=True))
+    if "bf16w" in want:  # last: it changes the model's weights
+        model.encoder.to(torch.bfloat16)
+        measure("eager_bf16w", eager)
+        measure("bf16w", engine_with("bf16w", shipped_regions))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
