@@ -24,8 +24,9 @@ the longest kernels. Also the feature extractor's time alone. JSON to
 --out, a line a variant on stdout; a variant that fails is recorded with
 its error and the next one runs. Eager, regional and regional_dyn are
 also timed at --small rows and at --odd rows (which regional pads to
---small): what padding a batch to its shape costs, and what a symbolic
-batch costs.
+--small), wall clock and GPU time: what padding a batch to its shape
+costs, what a symbolic batch costs, and whether a small batch waits on
+the host.
 
     python lab/bench/gpu/encoder_profile.py --nemo MODEL.nemo --cache DIR --out profile.json
 """
@@ -191,8 +192,12 @@ def main():
 
             call()
             got[str(rows)] = 1000 * encoder_study.timed(call, args.reps)
+            # The GPU's busy time beside the wall clock: where the two part,
+            # the call waits on the host (launches, guards), not the GPU.
+            got[str(rows) + "_gpu"] = kernel_profile(call)["gpu_ms"]
         out.setdefault("sizes_ms", {})[name] = got
-        print("%-14s %s" % (name, ", ".join("%s rows %.1f ms" % kv for kv in got.items())), flush=True)
+        print("%-14s %s" % (name, ", ".join("%s rows %.1f ms (GPU %.1f)" % (r, got[str(r)], got[str(r) + "_gpu"])
+                                            for r in (args.small, args.odd))), flush=True)
 
     def measure(name, engine, setup=None, teardown=None, more=None):
         t0 = time.perf_counter()
