@@ -3,15 +3,18 @@ saves: NeMo's Parakeet-shaped model (the .nemo nemo_anchor.py saves)
 through model.py's NemoEngine, one static shape (--rows x --seconds of
 speech-like audio). For each variant:
 
-  eager           the shipped eager path (NeMo's preprocessor and encoder)
-  regional        the shipped compiled encoder (each conformer layer and the
-                  subsampling compiled, static shapes: --rows and --small)
+  eager           the eager path (NeMo's preprocessor and encoder), NeMo's
+                  own attention (encoder_attention=model): the reference
+  regional        the compiled encoder (each conformer layer and the
+                  subsampling compiled, static shapes: --rows and --small),
+                  NeMo's own attention, as shipped before SDPA
   regional_dyn    the same regions compiled with the batch symbolic (torch's
                   automatic dynamic shapes: static at the first call, the
                   batch made symbolic at the second), no rows of padding
   regional_pre    the same with NeMo's feature extractor compiled as well
   regional_sdpa   the same with NeMo's SDPA path for its relative-position
-                  attention (use_pytorch_sdpa), and eager_sdpa its eager time
+                  attention (encoder_attention=sdpa, as shipped now), and
+                  eager_sdpa its eager time
   whole           the whole encoder function compiled as one graph
   bf16w           the encoder's weights held in bf16 (no cast of every
                   weight at every call), eagerly (eager_bf16w) and regional
@@ -89,21 +92,17 @@ def kernel_profile(fn):
             "top": [{"name": n[:160], "ms": round(v[0], 3), "count": v[1], "kind": kind(n)} for n, v in top]}
 
 
-def set_sdpa(model, on):
-    for m in model.modules():
-        if hasattr(m, "use_pytorch_sdpa"):
-            m.use_pytorch_sdpa = on
-
-
 class DynamicEngine:
     """The shipped regions compiled with the batch symbolic: no shapes, no
     padding; warmed at each of rows, so that the second makes the batch
-    symbolic (torch's automatic dynamic shapes)."""
+    symbolic (torch's automatic dynamic shapes). Its attention is that of
+    like, a NemoEngine of the same model."""
 
-    def __init__(self, model, regions, rows, n):
+    def __init__(self, model, regions, rows, n, like):
         self.model, self.rows, self.n = model, rows, n
         self.regions = [(m, torch.compile(m.forward)) for m in regions]
         self.compiled = self
+        self.apply_attention = like.apply_attention
 
     def describe(self):
         return "compiled_symbolic_batch", ""
@@ -151,30 +150,25 @@ def main():
     lengths = compiled.parse_buckets("%g" % args.seconds)
     out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "rows": args.rows, "seconds": args.seconds,
            "variants": {}}
-    eager = mod.NemoEngine(model, device, "bf16", mod.EncoderOptions())
+    # Every engine shares the model: each puts back its own attention
+    # before it runs (encode).
+    eager = mod.NemoEngine(model, device, "bf16", mod.EncoderOptions(attention="model"))
 
-    def encode(engine):
+    def encode(engine, part=audio):
+        engine.apply_attention()
         with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
-            return engine.encode(audio)
+            return engine.encode(part)
 
     ref, ref_frames = encode(eager)
     ref = ref.clone()
 
-    def options(rows=(args.rows,)):
-        return mod.EncoderOptions(mode="compiled", lengths=lengths, rows=list(rows), cache_dir=args.cache)
-
-    def engine_with(name, regions_of=None, whole=False, rows=(args.rows,)):
+    def engine_with(name, regions_of=None, whole=False, rows=(args.rows,), attention="model"):
         """A NemoEngine whose compiled encoder has the regions regions_of(model) gives (or none: whole)."""
-        e = mod.NemoEngine(model, device, "bf16", options(rows), source=args.nemo)
+        o = mod.EncoderOptions(mode="compiled", lengths=lengths, rows=list(rows), cache_dir=args.cache, attention=attention)
+        e = mod.NemoEngine(model, device, "bf16", o, source=args.nemo)
         if regions_of is not None or whole:
-            pre, enc = model.preprocessor, model.encoder
-
-            def fn(x, lens):
-                features, m = pre(input_signal=x, length=lens)
-                return enc.forward_internal(features, m)
-
             key = "nemo-profile|%s|%s|%s" % (name, parakeet.source_identity(args.nemo), torch.__version__)
-            e.compiled = options(rows).encoder(fn, device, key, [] if whole else regions_of(model))
+            e.compiled = o.encoder(e.compiled.fn, device, key, [] if whole else regions_of(model))
         return e
 
     def shipped_regions(m):
@@ -184,11 +178,9 @@ def main():
         """The encoder's time at --small and --odd rows (ms)."""
         got = {}
         for rows in (args.small, args.odd):
-            part = audio[:rows]
 
-            def call(part=part):
-                with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
-                    return engine.encode(part)
+            def call(part=audio[:rows]):
+                return encode(engine, part)
 
             call()
             got[str(rows)] = 1000 * encoder_study.timed(call, args.reps)
@@ -199,11 +191,10 @@ def main():
         print("%-14s %s" % (name, ", ".join("%s rows %.1f ms (GPU %.1f)" % (r, got[str(r)], got[str(r) + "_gpu"])
                                             for r in (args.small, args.odd))), flush=True)
 
-    def measure(name, engine, setup=None, teardown=None, more=None):
+    def measure(name, engine, more=None):
         t0 = time.perf_counter()
         try:
-            if setup:
-                setup()
+            engine.apply_attention()
             c = engine.compiled
             if c is not None:
                 c.warm(lambda n_, rows: engine.transcribe([np.zeros(n_, dtype=np.float32)] * rows, rows, False, False))
@@ -220,9 +211,6 @@ def main():
         except Exception as e:  # noqa: BLE001 - recorded; the next variant runs
             v = {"error": "%s: %s" % (type(e).__name__, e), "trace": traceback.format_exc()[-3000:]}
             print("%-14s failed: %s" % (name, v["error"]), flush=True)
-        finally:
-            if teardown:
-                teardown()
         out["variants"][name] = v
         if args.out:
             with open(args.out, "w") as f:
@@ -247,12 +235,12 @@ def main():
     if "regional" in want:
         measure("regional", engine_with("regional", shipped_regions, rows=(args.small, args.rows)), more=sizes)
     if "regional_dyn" in want:
-        measure("regional_dyn", DynamicEngine(model, shipped_regions(model), [args.small, args.rows], n), more=sizes)
+        measure("regional_dyn", DynamicEngine(model, shipped_regions(model), [args.small, args.rows], n, eager), more=sizes)
     if "regional_pre" in want:
         measure("regional_pre", engine_with("regional_pre", lambda m: [m.preprocessor.featurizer, *shipped_regions(m)]))
     if "regional_sdpa" in want:
-        measure("eager_sdpa", eager, lambda: set_sdpa(model, True), lambda: set_sdpa(model, False))
-        measure("regional_sdpa", engine_with("regional_sdpa", shipped_regions), lambda: set_sdpa(model, True), lambda: set_sdpa(model, False))
+        measure("eager_sdpa", mod.NemoEngine(model, device, "bf16", mod.EncoderOptions(attention="sdpa")))
+        measure("regional_sdpa", engine_with("regional_sdpa", shipped_regions, attention="sdpa"))
     if "whole" in want:
         measure("whole", engine_with("whole", whole=True))
     if "bf16w" in want:  # last: it changes the model's weights
