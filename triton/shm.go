@@ -61,7 +61,7 @@ type sharedMemory struct {
 	retryAt    time.Time   // under mu: no registration before it
 	lastErr    error       // under mu: why the last registration failed
 	failures   int         // under mu: registrations failed in a row
-	onErr      func(error) // if set, hears each failed registration
+	onErr      func(error) // if set, hears each failed registration or unregistration
 }
 
 // SharedMemoryPrefix begins the name of every shared memory region a
@@ -230,6 +230,45 @@ func unknownRegion(err error) bool {
 	return ok && st.Code() == codes.NotFound && strings.Contains(st.Message(), "shared memory region")
 }
 
+// shmUnregisterWait bounds how long Close waits for a partition to let go
+// of the region; shmUnregisterRetry is the first pause between asks (it
+// doubles, up to shmUnregisterRetryMax).
+const (
+	shmUnregisterWait     = 2 * time.Second
+	shmUnregisterRetry    = 10 * time.Millisecond
+	shmUnregisterRetryMax = 200 * time.Millisecond
+)
+
+// regionInUse reports Triton's refusal to unregister a region that a
+// request still holds (INTERNAL, "it is currently in use"): the server lets
+// go of the region when it releases the request, which may be a moment
+// after the client has its response.
+func regionInUse(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Internal && strings.Contains(st.Message(), "currently in use")
+}
+
+// UnregisterSharedMemory asks a server to forget the named system shared
+// memory region, and asks again while a request still holds it, until ctx
+// ends. The error is the last answer's.
+func UnregisterSharedMemory(ctx context.Context, rpc pb.GRPCInferenceServiceClient, name string) error {
+	pause := shmUnregisterRetry
+	for {
+		_, err := rpc.SystemSharedMemoryUnregister(ctx, &pb.SystemSharedMemoryUnregisterRequest{Name: name})
+		if !regionInUse(err) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, shmUnregisterRetryMax)
+	}
+}
+
 // close unregisters the region (best effort) and unmaps and removes it
 // once no request uses it.
 func (s *sharedMemory) close(c *Client) {
@@ -239,9 +278,12 @@ func (s *sharedMemory) close(c *Client) {
 	idle := len(s.free) == s.slots
 	s.mu.Unlock()
 	if registered {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, _ = c.rpc.SystemSharedMemoryUnregister(ctx, &pb.SystemSharedMemoryUnregisterRequest{Name: s.name})
+		ctx, cancel := context.WithTimeout(context.Background(), shmUnregisterWait)
+		err := UnregisterSharedMemory(ctx, c.rpc, s.name)
 		cancel()
+		if err != nil && s.onErr != nil {
+			s.onErr(fmt.Errorf("unregister shared memory region %s with %s (the partition keeps it mapped until it restarts): %w", s.name, c.addr, err))
+		}
 	}
 	if idle {
 		_ = s.m.Close()

@@ -13,7 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetscribe/fleetscribe/internal/shm"
@@ -242,8 +244,10 @@ func TestSharedMemoryClose(t *testing.T) {
 	}
 }
 
-// Closed while a request holds a slot, the region goes once that request
-// has ended, not before and not never.
+// Closed while the server holds a request that reads the region, the
+// client asks again until the server lets go of it (as Triton refuses to
+// unregister a region in use), so the server forgets the region; the
+// object goes once that request has ended, not before and not never.
 func TestSharedMemoryCloseWhileInUse(t *testing.T) {
 	srv := shmServer(t, "127.0.0.1:0")
 	c, _ := shmClient(t, srv.Addr, triton.DefaultModelIO(), 1)
@@ -258,12 +262,20 @@ func TestSharedMemoryCloseWhileInUse(t *testing.T) {
 	}()
 	<-srv.Started() // the registering request
 	<-srv.Started() // the held one, in the only slot
+	rpc := pbClient(t, srv.Addr)
+	_, err := rpc.SystemSharedMemoryUnregister(context.Background(), &pb.SystemSharedMemoryUnregisterRequest{Name: region})
+	if st, _ := status.FromError(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "currently in use") {
+		t.Fatalf("unregister while a request reads the region: %v, want INTERNAL, currently in use", err)
+	}
+	time.AfterFunc(300*time.Millisecond, srv.Release)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err == nil {
-		t.Fatal("held request succeeded after Close")
+	regions, err := rpc.SystemSharedMemoryStatus(context.Background(), &pb.SystemSharedMemoryStatusRequest{})
+	if err != nil || len(regions.GetRegions()) != 0 {
+		t.Errorf("server's regions after Close: %v, %v (it would keep the region mapped)", regions, err)
 	}
+	<-done // served or cut off by Close: either way it has ended
 	if _, err := os.Stat(shm.Dir + "/" + region); !os.IsNotExist(err) {
 		t.Errorf("object after the last request ended: %v", err)
 	}

@@ -119,7 +119,7 @@ func Scenarios() []Scenario {
 		{Name: "request timeout only shortens", Model: blocked(1), Run: one(timeoutNeedsDefault)},
 		{Name: "unknown model", Model: Model{MaxBatchSize: 8}, Run: one(unknownModel)},
 		{Name: "invalid inputs", Model: Model{MaxBatchSize: 8}, Run: one(invalidInputs)},
-		{Name: "shared memory", Model: Model{MaxBatchSize: 8}, Run: one(sharedMemory)},
+		{Name: "shared memory", Model: Model{MaxBatchSize: 8, RowDelay: blockerTime}, Run: one(sharedMemory)},
 		{Name: "client gives up", Model: blocked(1), Run: one(clientGivesUp)},
 		{Name: "statistics: queue and compute", Model: Model{MaxBatchSize: 1, BatchDelay: 100 * time.Millisecond}, Run: one(statistics)},
 		{Name: "SIGKILL mid-batch, restart", Model: Model{MaxBatchSize: 8, MaxQueueDelay: 20 * time.Millisecond, BatchDelay: 300 * time.Millisecond}, Servers: 2, Run: killMidBatch},
@@ -594,7 +594,8 @@ func invalidInputs(ctx context.Context, s Server) (Outcome, error) {
 // sharedMemory: a chunk passed in a registered system shared memory
 // region is read from there; after a restart the client registers the
 // region again; a region too small for a tensor and an unknown region are
-// refused; unregistering works.
+// refused; a region that a queued request reads cannot be unregistered
+// until the request ends; then unregistering works.
 func sharedMemory(ctx context.Context, s Server) (Outcome, error) {
 	io := triton.DefaultModelIO()
 	c, err := dial(s, io)
@@ -672,7 +673,35 @@ func sharedMemory(ctx context.Context, s Server) (Outcome, error) {
 		return out, fmt.Errorf("not registered again after a restart: %q, %v, %+v", r.Text, err, c.SharedMemory())
 	}
 	// Unregister.
-	if _, err := rpc.SystemSharedMemoryUnregister(ctx, &pb.SystemSharedMemoryUnregisterRequest{Name: st.Region}); err != nil {
+	// A region that a queued request reads cannot be unregistered until
+	// that request ends.
+	wait, err := startBlocker(ctx, s, false)
+	if err != nil {
+		return out, err
+	}
+	queued := make(chan error, 1)
+	go func() {
+		r, err := c.Infer(ctx, triton.Request{Samples: samples(4323)})
+		if err == nil && r.Text != echo(4323) {
+			err = fmt.Errorf("queued request through shared memory: %q", r.Text)
+		}
+		queued <- err
+	}()
+	time.Sleep(settle) // queued behind the blocker
+	_, err = rpc.SystemSharedMemoryUnregister(ctx, &pb.SystemSharedMemoryUnregisterRequest{Name: st.Region})
+	out.Codes = append(out.Codes, status.Code(err))
+	if status.Code(err) != codes.Internal || !strings.Contains(status.Convert(err).Message(), "currently in use") {
+		return out, fmt.Errorf("unregister while a request reads the region: %v, want INTERNAL, currently in use", err)
+	}
+	if err := errors.Join(<-queued, wait()); err != nil {
+		return out, err
+	}
+	// The server may hold the region a moment after the response (until
+	// it releases the request): the client asks again while it is in use.
+	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = triton.UnregisterSharedMemory(uctx, rpc, st.Region)
+	cancel()
+	if err != nil {
 		return out, fmt.Errorf("unregister: %v", err)
 	}
 	status2, err := rpc.SystemSharedMemoryStatus(ctx, &pb.SystemSharedMemoryStatusRequest{})
@@ -684,7 +713,7 @@ func sharedMemory(ctx context.Context, s Server) (Outcome, error) {
 			return out, errors.New("region still listed after unregister")
 		}
 	}
-	out.Detail = "read, re-registered after restart, bounds and names checked"
+	out.Detail = "read, re-registered after restart, bounds, names and use checked"
 	return out, nil
 }
 

@@ -242,7 +242,7 @@ func (s *Server) rowsOf(name string, shape []int64) (batch int, per int64, err e
 
 // decodeInputs returns the decoded request, or an INVALID_ARGUMENT status
 // naming what is wrong, as Triton would.
-func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
+func (s *Server) decodeInputs(r *pb.ModelInferRequest, held *[]*shmRegion) (request, error) {
 	var (
 		out       request
 		audio     []float32
@@ -267,7 +267,7 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest) (request, error) {
 		case inShm && in.GetContents() != nil:
 			return invalid("unexpected 'content' provided when using shared memory for input tensor '%s' for model '%s'", in.GetName(), r.GetModelName())
 		case inShm:
-			if data, err = s.readShm(region, offset, size); err != nil {
+			if data, err = s.readShm(region, offset, size, held); err != nil {
 				return request{}, err
 			}
 			have = true
@@ -377,7 +377,9 @@ func (s *Server) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.M
 	if err := s.checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	req, err := s.decodeInputs(r)
+	var held []*shmRegion // the shared memory regions it reads: in use until it ends
+	defer func() { release(held) }()
+	req, err := s.decodeInputs(r, &held)
 	if err != nil {
 		return nil, err
 	}

@@ -2,8 +2,8 @@ package kserve
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,6 +21,7 @@ type shmRegion struct {
 	key            string
 	offset, length uint64
 	m              *shm.Mapping
+	users          atomic.Int32 // requests that read it and have not ended
 }
 
 // SystemSharedMemoryRegister implements GRPCInferenceService: it maps the
@@ -47,21 +48,38 @@ func (s *Server) SystemSharedMemoryRegister(_ context.Context, r *pb.SystemShare
 
 // SystemSharedMemoryUnregister implements GRPCInferenceService: it unmaps
 // the named region, or every region for an empty name. An unknown name is
-// not an error.
+// not an error; a region that a request still reads is refused, as Triton
+// refuses it until it releases the request.
 func (s *Server) SystemSharedMemoryUnregister(_ context.Context, r *pb.SystemSharedMemoryUnregisterRequest) (*pb.SystemSharedMemoryUnregisterResponse, error) {
+	if err := s.unregister(r.GetName(), false); err != nil {
+		return nil, err
+	}
+	return &pb.SystemSharedMemoryUnregisterResponse{}, nil
+}
+
+// unregister unmaps the named region, or every region for an empty name;
+// force unmaps those in use too.
+func (s *Server) unregister(name string, force bool) error {
 	s.shmMu.Lock()
 	defer s.shmMu.Unlock()
 	var errs []error
-	for name, reg := range s.regions {
-		if r.GetName() == "" || r.GetName() == name {
-			errs = append(errs, reg.m.Close())
-			delete(s.regions, name)
+	for n, reg := range s.regions {
+		if name != "" && name != n {
+			continue
 		}
+		if reg.users.Load() > 0 && !force {
+			errs = append(errs, status.Errorf(codes.Internal, "Cannot unregister shared memory region '%s', it is currently in use.", n))
+			continue
+		}
+		if err := reg.m.Close(); err != nil {
+			errs = append(errs, status.Errorf(codes.Internal, "failed to unregister shared memory region '%s': %v", n, err))
+		}
+		delete(s.regions, n)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, status.Errorf(codes.Internal, "failed to unregister shared memory region '%s': %v", r.GetName(), err)
+	if len(errs) > 0 {
+		return errs[0]
 	}
-	return &pb.SystemSharedMemoryUnregisterResponse{}, nil
+	return nil
 }
 
 // SystemSharedMemoryStatus implements GRPCInferenceService.
@@ -81,9 +99,7 @@ func (s *Server) SystemSharedMemoryStatus(_ context.Context, r *pb.SystemSharedM
 }
 
 // closeRegions unmaps every region (the server is stopping).
-func (s *Server) closeRegions() {
-	_, _ = s.SystemSharedMemoryUnregister(context.Background(), &pb.SystemSharedMemoryUnregisterRequest{})
-}
+func (s *Server) closeRegions() { _ = s.unregister("", true) }
 
 // shmParams reads an input's shared memory parameters, as Triton does:
 // a region name, a byte size with it, and an optional offset.
@@ -117,9 +133,11 @@ func shmParams(in *pb.ModelInferRequest_InferInputTensor) (region string, offset
 	return rp.GetStringParam(), op.GetInt64Param(), sp.GetInt64Param(), true, nil
 }
 
-// readShm copies size bytes from offset of a registered region (a copy:
-// the client may unregister the region while the request waits to run).
-func (s *Server) readShm(region string, offset, size int64) ([]byte, error) {
+// readShm copies size bytes from offset of a registered region and adds
+// the region to held: it stays in use until the request ends (release).
+// The bytes are a copy all the same, so that a forced unmap (the server
+// stopping) cannot pull them from under a request.
+func (s *Server) readShm(region string, offset, size int64, held *[]*shmRegion) ([]byte, error) {
 	s.shmMu.RLock()
 	defer s.shmMu.RUnlock()
 	reg, ok := s.regions[region]
@@ -131,5 +149,14 @@ func (s *Server) readShm(region string, offset, size int64) ([]byte, error) {
 	case size < 0 || size > int64(len(reg.m.Data))-offset:
 		return nil, status.Errorf(codes.InvalidArgument, "Invalid offset + byte size for shared memory region: '%s'", region)
 	}
+	reg.users.Add(1)
+	*held = append(*held, reg)
 	return append([]byte(nil), reg.m.Data[offset:offset+size]...), nil
+}
+
+// release lets go of the regions a request read.
+func release(held []*shmRegion) {
+	for _, reg := range held {
+		reg.users.Add(-1)
+	}
 }
