@@ -244,10 +244,14 @@ func (p *Pool) Close() error {
 	}
 	p.closed = true
 	p.broadcastLocked()
-	var errs []error
-	for _, part := range p.parts {
-		errs = append(errs, part.client.Close())
+	// Together: each may wait for its partition to let go of its shared
+	// memory region (up to shmUnregisterWait).
+	errs := make([]error, len(p.parts))
+	var wg sync.WaitGroup
+	for i, part := range p.parts {
+		wg.Go(func() { errs[i] = part.client.Close() })
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
