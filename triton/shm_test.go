@@ -61,10 +61,10 @@ func shmServer(t *testing.T, addr string) *tritontest.Server {
 	return srv
 }
 
-func shmClient(t *testing.T, addr string, io triton.ModelIO, slots int) (*triton.Client, *sizes) {
+func shmClient(t *testing.T, addr string, io triton.ModelIO, slots int, opts ...grpc.DialOption) (*triton.Client, *sizes) {
 	t.Helper()
 	var sz sizes
-	c, err := triton.Dial(addr, io, grpc.WithUnaryInterceptor(sz.interceptor))
+	c, err := triton.Dial(addr, io, append([]grpc.DialOption{grpc.WithUnaryInterceptor(sz.interceptor)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,11 +246,20 @@ func TestSharedMemoryClose(t *testing.T) {
 
 // Closed while the server holds a request that reads the region, the
 // client asks again until the server lets go of it (as Triton refuses to
-// unregister a region in use), so the server forgets the region; the
-// object goes once that request has ended, not before and not never.
+// unregister a region in use; here the server lets go once Close has been
+// refused), so the server forgets the region; the object goes once that
+// request has ended, not before and not never.
 func TestSharedMemoryCloseWhileInUse(t *testing.T) {
 	srv := shmServer(t, "127.0.0.1:0")
-	c, _ := shmClient(t, srv.Addr, triton.DefaultModelIO(), 1)
+	var refused sync.Once
+	releaseWhenRefused := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if strings.HasSuffix(method, "/SystemSharedMemoryUnregister") && status.Code(err) == codes.Internal {
+			refused.Do(srv.Release)
+		}
+		return err
+	}
+	c, _ := shmClient(t, srv.Addr, triton.DefaultModelIO(), 1, grpc.WithChainUnaryInterceptor(releaseWhenRefused))
 	inferAs(t, c, tone(100, 0.4)) // registers
 	region := c.SharedMemory().Region
 	srv.Hold()
@@ -267,7 +276,6 @@ func TestSharedMemoryCloseWhileInUse(t *testing.T) {
 	if st, _ := status.FromError(err); st.Code() != codes.Internal || !strings.Contains(st.Message(), "currently in use") {
 		t.Fatalf("unregister while a request reads the region: %v, want INTERNAL, currently in use", err)
 	}
-	time.AfterFunc(300*time.Millisecond, srv.Release)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -241,7 +241,8 @@ func (s *Server) rowsOf(name string, shape []int64) (batch int, per int64, err e
 }
 
 // decodeInputs returns the decoded request, or an INVALID_ARGUMENT status
-// naming what is wrong, as Triton would.
+// naming what is wrong, as Triton would. The shared memory regions it
+// reads are added to held, in use until the caller releases them.
 func (s *Server) decodeInputs(r *pb.ModelInferRequest, held *[]*shmRegion) (request, error) {
 	var (
 		out       request
