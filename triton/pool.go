@@ -54,7 +54,8 @@ type PoolConfig struct {
 	MetricsAddrs []string
 	// OnSharedMemoryError, if set, hears why a partition could not map its
 	// region, after each failed registration (a partition is asked again
-	// after 30 s, then at doubling intervals up to 16 minutes).
+	// after 30 s, then at doubling intervals up to 16 minutes), and why it
+	// still held the region when Close gave up unregistering it.
 	OnSharedMemoryError func(partition string, err error)
 }
 

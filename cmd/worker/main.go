@@ -146,7 +146,7 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	reg := prometheus.NewRegistry()
 	registerProcessMetrics(reg, cfg)
 	cfg.pool.OnSharedMemoryError = func(partition string, err error) {
-		log.Warn().Err(err).Str("partition", partition).Msg("shared memory unavailable for this partition; its chunks go in the gRPC request")
+		log.Warn().Err(err).Str("partition", partition).Msg("shared memory with this partition failed; while its region is not registered, its chunks go in the gRPC request")
 	}
 	pool, err := triton.NewPool(cfg.pool, cfg.model, reg)
 	if err != nil {
