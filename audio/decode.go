@@ -27,7 +27,7 @@ func DecodeContext(ctx context.Context, b []byte, buf []float32, ff *FFmpeg) (Cl
 	case isWAV(b):
 		c, err := decodeWAV(b, buf)
 		if forFFmpeg(err) {
-			s, err := compressedWAVStream(ctx, bytes.NewReader(b), int64(len(b)), ff, err)
+			s, err := compressedWAVStream(ctx, bytes.NewReader(b), int64(len(b)), ff, err, 0)
 			if err != nil {
 				return Clip{}, err
 			}

@@ -30,6 +30,12 @@ type Stream interface {
 // unsupported). Errors of r come back as they are (the recording is not
 // at fault); the recording's own are *FormatError.
 func OpenStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg) (Stream, error) {
+	return openStream(ctx, r, size, ff, 0)
+}
+
+// openStream is OpenStream of every channel mixed down (only 0) or of
+// channel only-1 alone (OpenChannel).
+func openStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg, only int) (Stream, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, err := br.Peek(64)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
@@ -46,7 +52,7 @@ func OpenStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg) (Strea
 		h, err := readWAVHeader(bytes.NewReader(start), size)
 		switch {
 		case forFFmpeg(err):
-			return compressedWAVStream(ctx, br, size, ff, err)
+			return compressedWAVStream(ctx, br, size, ff, err, only)
 		case errors.Is(err, errHeaderShort):
 			h, err = readWAVHeader(br, size)
 		case err == nil:
@@ -58,12 +64,17 @@ func OpenStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg) (Strea
 		if err != nil {
 			return nil, err
 		}
-		return &wavStream{r: br, f: h.format, left: h.dataLen}, nil
+		if err := checkChannel(h.format, only); err != nil {
+			return nil, err
+		}
+		return &wavStream{r: br, f: h.format, left: h.dataLen, only: only}, nil
 	}
 	name := sniff(head)
 	switch {
 	case name == "":
 		return nil, corrupt("unknown", "unrecognised audio container")
+	case !ff.usable() && only > 0:
+		return nil, unsupported(name, "splitting its channels needs ffmpeg, which is not installed")
 	case !ff.usable() && !hasGoDecoder(name):
 		return nil, unsupported(name, "decoding it needs ffmpeg, which is not installed")
 	}
@@ -71,7 +82,7 @@ func OpenStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg) (Strea
 	if err != nil {
 		return nil, err
 	}
-	s, err := openFile(ctx, path, name, ff)
+	s, err := openFile(ctx, path, name, ff, only)
 	if err != nil {
 		_ = os.Remove(path)
 		return nil, err
@@ -82,7 +93,7 @@ func OpenStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg) (Strea
 // compressedWAVStream streams a WAV whose samples the Go decoder cannot
 // read (refused with err) through ffmpeg. Without ffmpeg, or where ffmpeg
 // cannot start on it, err (which names the format tag) stands.
-func compressedWAVStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg, err error) (Stream, error) {
+func compressedWAVStream(ctx context.Context, r io.Reader, size int64, ff *FFmpeg, err error, only int) (Stream, error) {
 	if !ff.usable() {
 		return nil, withoutFFmpeg(err)
 	}
@@ -90,7 +101,7 @@ func compressedWAVStream(ctx context.Context, r io.Reader, size int64, ff *FFmpe
 	if serr != nil {
 		return nil, serr
 	}
-	s, oerr := openFile(ctx, path, "wav", ff)
+	s, oerr := openFile(ctx, path, "wav", ff, only)
 	if oerr != nil {
 		_ = os.Remove(path)
 		var fe *FormatError
@@ -135,15 +146,22 @@ func spool(r io.Reader, size int64) (string, error) {
 // closed: through ffmpeg where there is one, and for MP3 and FLAC through
 // the Go decoders where there is not, or where ffmpeg fails before its
 // first sample.
-func openFile(ctx context.Context, path, format string, ff *FFmpeg) (Stream, error) {
-	s := &fileStream{ctx: ctx, path: path, format: format}
+func openFile(ctx context.Context, path, format string, ff *FFmpeg, only int) (Stream, error) {
+	s := &fileStream{ctx: ctx, path: path, format: format, only: only}
 	if ff.usable() {
 		fs, err := ff.open(ctx, path, format)
+		if err == nil && only > 0 {
+			if err = checkChannel(fs.wav.f, only); err != nil {
+				_ = fs.Close()
+				return nil, err
+			}
+			fs.wav.only = only
+		}
 		if err == nil {
 			s.Stream, s.viaFFmpeg = fs, true
 			return s, nil
 		}
-		if !hasGoDecoder(format) || ctx.Err() != nil {
+		if !hasGoDecoder(format) || ctx.Err() != nil || only > 0 {
 			return nil, err
 		}
 	}
@@ -161,12 +179,13 @@ type fileStream struct {
 	ctx          context.Context
 	path, format string
 	viaFFmpeg    bool
+	only         int // a channel alone: no Go decoder to fall back on
 	samples      int64
 }
 
 func (s *fileStream) Read(p []float32) (int, error) {
 	n, err := s.Stream.Read(p)
-	if err != nil && s.samples == 0 && n == 0 && s.viaFFmpeg && hasGoDecoder(s.format) &&
+	if err != nil && s.samples == 0 && n == 0 && s.viaFFmpeg && hasGoDecoder(s.format) && s.only == 0 &&
 		!errors.Is(err, io.EOF) && !errors.Is(err, ErrTooLong) && s.ctx.Err() == nil {
 		// ffmpeg refused it before its first sample: the Go decoder's turn.
 		_ = s.Stream.Close()

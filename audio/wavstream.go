@@ -119,6 +119,7 @@ func decodeFrames(out []float32, data []byte, f wavFormat) {
 type wavStream struct {
 	r    io.Reader
 	f    wavFormat
+	only int   // 0: channels mixed down; n: channel n-1 alone (OpenChannel)
 	left int64 // bytes of samples not yet read
 	buf  []byte
 	err  error
@@ -150,7 +151,11 @@ func (s *wavStream) Read(p []float32) (int, error) {
 		s.left = 0
 	}
 	frames = int64(n / s.f.blockAlign)
-	decodeFrames(p[:frames], s.buf, s.f)
+	if s.only > 0 {
+		decodeChannel(p[:frames], s.buf, s.f, s.only-1)
+	} else {
+		decodeFrames(p[:frames], s.buf, s.f)
+	}
 	if frames == 0 {
 		s.err = io.EOF
 		return 0, s.err

@@ -38,6 +38,11 @@ type Job struct {
 	Model        string   `json:"model,omitempty"`         // overrides the worker's default
 	Priority     int      `json:"priority,omitempty"`      // informational; queues carry priority
 	Formats      []string `json:"formats,omitempty"`       // extra formats besides json
+	// Speakers asks for diarization (see SpeakerHints); nil: the queue's default.
+	Speakers *SpeakerHints `json:"speakers,omitempty"`
+	// Channels is "split" (one transcript a channel, each its own speaker),
+	// "mix" or empty (the queue's default).
+	Channels string `json:"channels,omitempty"`
 }
 
 // Validate reports a job that cannot be processed.
@@ -63,6 +68,17 @@ func (j Job) Validate() error {
 		if !slices.Contains(knownFormats, f) {
 			return fmt.Errorf("unknown output format %q (want one of %s)", f, strings.Join(knownFormats, ", "))
 		}
+	}
+	if err := CheckChannels(j.Channels); err != nil {
+		return err
+	}
+	if j.Speakers != nil {
+		if err := j.Speakers.Validate(); err != nil {
+			return err
+		}
+	}
+	if j.Speakers.On() && j.Channels == ChannelsSplit {
+		return errors.New(`a job asks for speakers or for channels "split", not both`)
 	}
 	return nil
 }

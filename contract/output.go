@@ -13,6 +13,11 @@ import (
 // Schemas of the records the worker writes.
 const (
 	TranscriptSchema = "fleetscribe.transcript/v1"
+	// TranscriptSchemaSpeakers is the schema of a transcript with
+	// speakers: v1's fields with the same meaning (a v1 reader reads it as
+	// it reads v1), and speakers on words and segments, speaker turns, a
+	// summary per speaker and how they were found.
+	TranscriptSchemaSpeakers = "fleetscribe.transcript/v2"
 	ErrorSchema      = "fleetscribe.error/v1"
 )
 
@@ -27,9 +32,10 @@ type InputRef struct {
 
 // Segment is a stretch of speech with its text, for subtitles and reading.
 type Segment struct {
-	Start float64 `json:"start"`
-	End   float64 `json:"end"`
-	Text  string  `json:"text"`
+	Start   float64 `json:"start"`
+	End     float64 `json:"end"`
+	Text    string  `json:"text"`
+	Speaker string  `json:"speaker,omitempty"` // v2: a segment is one speaker's
 }
 
 // Word is one recognised word and its time in the recording, in seconds.
@@ -38,6 +44,7 @@ type Word struct {
 	Start      float64 `json:"start"`
 	End        float64 `json:"end"`
 	Confidence float64 `json:"confidence,omitempty"`
+	Speaker    string  `json:"speaker,omitempty"` // v2: who said it
 }
 
 // Transcript is the JSON document written for a finished job.
@@ -53,6 +60,13 @@ type Transcript struct {
 	Chunks      int       `json:"chunks"`
 	Attempt     int       `json:"attempt"`
 	CreatedAt   time.Time `json:"created_at"`
+	// v2 (TranscriptSchemaSpeakers): the speakers, in order of first
+	// appearance; their turns, in time order (turns of two speakers may
+	// overlap); how they were found; or why a job that asked has none.
+	Speakers     []SpeakerSummary `json:"speakers,omitempty"`
+	SpeakerTurns []SpeakerTurn    `json:"speaker_turns,omitempty"`
+	Diarization  *Diarization     `json:"diarization,omitempty"`
+	SpeakerError *SpeakerError    `json:"speaker_error,omitempty"`
 }
 
 // ErrorRecord is the JSON document written where a failed job's transcript

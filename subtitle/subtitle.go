@@ -26,8 +26,9 @@ const (
 
 // BuildSegments groups words into subtitle cues: a new cue starts after a
 // pause, after a sentence end once the cue has been up long enough to
-// read, and when the next word would make the cue too long to read or to
-// fit its lines.
+// read, when the next word would make the cue too long to read or to
+// fit its lines, and when the speaker changes (a cue is one speaker's and
+// carries the speaker's label).
 func BuildSegments(words []contract.Word) []contract.Segment {
 	var (
 		out []contract.Segment
@@ -38,13 +39,13 @@ func BuildSegments(words []contract.Word) []contract.Segment {
 		if word == "" {
 			continue
 		}
-		if cur != nil && (w.Start-cur.End > cuePause || w.End-cur.Start > cueMaxSeconds ||
+		if cur != nil && (w.Start-cur.End > cuePause || w.End-cur.Start > cueMaxSeconds || w.Speaker != cur.Speaker ||
 			!fitsCue(cur.Text+" "+word) || endsSentence(cur.Text) && cur.End-cur.Start >= cueSentence) {
 			out = append(out, *cur)
 			cur = nil
 		}
 		if cur == nil {
-			cur = &contract.Segment{Start: w.Start, End: w.End, Text: word}
+			cur = &contract.Segment{Start: w.Start, End: w.End, Text: word, Speaker: w.Speaker}
 			continue
 		}
 		cur.End = max(cur.End, w.End)
@@ -160,8 +161,47 @@ func wrapCue(text string) []string {
 	return append(lines, line)
 }
 
-// RenderTXT returns the plain text transcript.
-func RenderTXT(t contract.Transcript) []byte { return []byte(t.Text + "\n") }
+// RenderTXT returns the plain text transcript; with speakers, a line for
+// each run of one speaker's words: "spk_0: text".
+func RenderTXT(t contract.Transcript) []byte {
+	if len(t.Speakers) == 0 {
+		return []byte(t.Text + "\n")
+	}
+	var b strings.Builder
+	label := ""
+	for i, w := range t.Words {
+		word := strings.TrimSpace(w.Word)
+		if word == "" {
+			continue
+		}
+		switch {
+		case i == 0 || w.Speaker != label:
+			if b.Len() > 0 {
+				b.WriteString("\n")
+			}
+			label = w.Speaker
+			fmt.Fprintf(&b, "%s: %s", label, word)
+		default:
+			b.WriteString(" " + word)
+		}
+	}
+	b.WriteString("\n")
+	return []byte(b.String())
+}
+
+// cueText is a segment's lines, with its speaker: "spk_0: " before the
+// text for SRT (which has no speaker markup), a WebVTT voice span for VTT.
+func cueText(s contract.Segment, vtt bool) string {
+	lines := wrapCue(s.Text)
+	switch {
+	case s.Speaker == "":
+	case vtt:
+		lines[0] = "<v " + s.Speaker + ">" + lines[0]
+	default:
+		lines[0] = s.Speaker + ": " + lines[0]
+	}
+	return strings.Join(lines, "\n")
+}
 
 // noSpeech is the one cue of a recording without speech: players refuse
 // an SRT file without cues.
@@ -176,7 +216,7 @@ func RenderSRT(t contract.Transcript) []byte {
 		segs = []contract.Segment{{Start: 0, End: max(min(t.DurationSec, cueMaxSeconds), cueMinSeconds), Text: noSpeech}}
 	}
 	for i, s := range segs {
-		fmt.Fprintf(&b, "%d\n%s --> %s\n%s\n\n", i+1, subTime(s.Start, ","), subTime(s.End, ","), strings.Join(wrapCue(s.Text), "\n"))
+		fmt.Fprintf(&b, "%d\n%s --> %s\n%s\n\n", i+1, subTime(s.Start, ","), subTime(s.End, ","), cueText(s, false))
 	}
 	return []byte(b.String())
 }
@@ -187,7 +227,7 @@ func RenderVTT(t contract.Transcript) []byte {
 	var b strings.Builder
 	b.WriteString("WEBVTT\n\n")
 	for _, s := range t.Segments {
-		fmt.Fprintf(&b, "%s --> %s\n%s\n\n", subTime(s.Start, "."), subTime(s.End, "."), strings.Join(wrapCue(s.Text), "\n"))
+		fmt.Fprintf(&b, "%s --> %s\n%s\n\n", subTime(s.Start, "."), subTime(s.End, "."), cueText(s, true))
 	}
 	return []byte(b.String())
 }

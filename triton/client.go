@@ -36,6 +36,12 @@ type ModelIO struct {
 	WordsOutput     string // BYTES [-1], one JSON object per word; empty: not requested
 	NumWordsOutput  string // INT32 [1]; empty: not requested
 
+	// DiarizeModel is the diarization model of the same repository (its
+	// tensors are modelspec's DiarizeInputs and DiarizeOutputs); empty: the
+	// partitions serve none, and jobs asking for speakers get their
+	// transcripts without.
+	DiarizeModel string
+
 	// BatchDim prepends a batch dimension of 1 to every input shape, as
 	// Triton requires for models with max_batch_size > 0 (any model that
 	// uses the dynamic batcher).
@@ -80,6 +86,7 @@ func DefaultModelIO() ModelIO {
 		WordsOutput:     modelspec.WordsOutput,
 		NumWordsOutput:  modelspec.NumWordsOutput,
 		LengthInput:     modelspec.LengthInput,
+		DiarizeModel:    modelspec.DiarizeName,
 		BatchDim:        true,
 	}
 }
@@ -94,6 +101,8 @@ func (m *ModelIO) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.TextOutput, "model-output-text", d.TextOutput, "name of the BYTES text output tensor")
 	fs.StringVar(&m.WordsOutput, "model-output-words", d.WordsOutput, "name of the BYTES word timestamps output tensor (empty: not requested)")
 	fs.StringVar(&m.NumWordsOutput, "model-output-num-words", d.NumWordsOutput, "name of the INT32 word count output tensor (empty: not requested)")
+	fs.StringVar(&m.DiarizeModel, "diarize-model", d.DiarizeModel, "Triton model of the diarization contract, for jobs that ask for speakers (empty: none)\n"+
+		"Without one, such jobs get their transcripts without speakers and a speaker_error saying why.")
 	fs.BoolVar(&m.BatchDim, "model-batch-dim", d.BatchDim, "send inputs with a leading batch dimension of 1 (models with max_batch_size > 0)")
 	fs.StringVar(&m.LengthInput, "model-input-length", d.LengthInput, "name of the INT32 true-length input of bucket-padded audio (empty: none)")
 	fs.Var((*bucketSeconds)(&m.Buckets), "model-buckets", "comma-separated bucket lengths in seconds, for fixed-shape models (empty: ragged batching)\nEach chunk is padded with zeros to the smallest bucket that holds it and sent with its true length; without buckets chunks go at their own length.")

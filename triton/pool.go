@@ -393,6 +393,25 @@ func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
 	if req.QueueTimeout == 0 {
 		req.QueueTimeout = p.cfg.QueueTimeout
 	}
+	var res Result
+	err := p.call(ctx, req, req.Model == "", func(ctx context.Context, c *Client) error {
+		var err error
+		res, err = c.Infer(ctx, req)
+		if err == nil {
+			p.keepCanary(req)
+		}
+		return err
+	})
+	return res, err
+}
+
+// call runs one request through the pool: attempt is tried on the
+// least-loaded partition, backpressure waited out, faults retried on other
+// partitions, a fault the same on two partitions that serve other inputs
+// called poison (the canary judges, against input's samples). ownModel:
+// the request is for the pool's own model, whose absence ejects a
+// partition.
+func (p *Pool) call(ctx context.Context, input Request, ownModel bool, attempt func(context.Context, *Client) error) error {
 	tried := make(map[*partition]bool, len(p.parts))
 	var faulted []partitionFault
 	var lastErr error
@@ -401,34 +420,33 @@ func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
 		if faults+overloads > 0 {
 			d := backoff.Jitter(backoff.Delay(p.cfg.BackoffBase, p.cfg.BackoffMax, faults+overloads))
 			if err := backoff.Sleep(ctx, d); err != nil {
-				return Result{}, fmt.Errorf("%w (after %d faults, %d overloads; last: %w)", err, faults, overloads, lastErr)
+				return fmt.Errorf("%w (after %d faults, %d overloads; last: %w)", err, faults, overloads, lastErr)
 			}
 		}
 		part, err := p.acquire(ctx, tried)
 		if err != nil {
 			if lastErr != nil {
-				return Result{}, fmt.Errorf("%w (last: %w)", err, lastErr)
+				return fmt.Errorf("%w (last: %w)", err, lastErr)
 			}
-			return Result{}, err
+			return err
 		}
 		start := time.Now()
 		actx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
-		res, err := part.client.Infer(actx, req)
+		err = attempt(actx, part.client)
 		cancel()
-		served := p.release(part, err, req.Model == "" || req.Model == part.client.io.Model)
+		served := p.release(part, err, ownModel || input.Model == part.client.io.Model)
 		p.mRequests.WithLabelValues(part.client.addr, outcome(err)).Inc()
 		if err == nil {
 			p.mLatency.WithLabelValues(part.client.addr).Observe(time.Since(start).Seconds())
-			p.keepCanary(req)
-			return res, nil
+			return nil
 		}
 		if ctx.Err() != nil {
-			return Result{}, fmt.Errorf("%w: %w", context.Cause(ctx), err)
+			return fmt.Errorf("%w: %w", context.Cause(ctx), err)
 		}
 		lastErr = fmt.Errorf("partition %s: %w", part.client.addr, err)
 		switch {
 		case errors.Is(err, ErrRejected):
-			return Result{}, lastErr
+			return lastErr
 		case errors.Is(err, ErrOverloaded):
 			// Backpressure: try again, preferring another partition.
 			overloads++
@@ -438,13 +456,13 @@ func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
 			faults++
 			if fe, ok := errors.AsType[*faultError](err); ok {
 				faulted = append(faulted, partitionFault{part: part, err: fe, served: served})
-				if same := sameFault(faulted); len(same) >= 2 && p.servesOthers(ctx, same, req) {
+				if same := sameFault(faulted); len(same) >= 2 && p.servesOthers(ctx, same, input) {
 					p.mPoison.Inc()
-					return Result{}, fmt.Errorf("%w: the same error on %d partitions that serve other inputs (last: %w)", ErrPoisonInput, len(same), lastErr)
+					return fmt.Errorf("%w: the same error on %d partitions that serve other inputs (last: %w)", ErrPoisonInput, len(same), lastErr)
 				}
 			}
 			if faults >= p.cfg.Attempts {
-				return Result{}, fmt.Errorf("inference failed after %d attempts: %w", faults, lastErr)
+				return fmt.Errorf("inference failed after %d attempts: %w", faults, lastErr)
 			}
 		}
 	}

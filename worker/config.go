@@ -11,6 +11,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/flagenv"
 	"github.com/fleetscribe/fleetscribe/internal/flagext"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 )
 
 // Config configures a Worker, in sections; each registers its own flags
@@ -23,6 +24,7 @@ type Config struct {
 	Outputs OutputConfig
 	Claims  ClaimConfig
 	Audio   AudioConfig
+	Speaker SpeakerConfig
 }
 
 // RegisterFlags registers every section's flags with their defaults.
@@ -42,13 +44,14 @@ func (c *Config) Sections() []flagenv.Section {
 		{Title: "Outputs", Register: c.Outputs.RegisterFlags},
 		{Title: "Claims", Register: c.Claims.RegisterFlags},
 		{Title: "Audio and chunks", Register: c.Audio.RegisterFlags},
+		{Title: "Speakers", Register: c.Speaker.RegisterFlags},
 	}
 }
 
 // Validate reports missing or inconsistent settings. It changes nothing:
 // defaults that follow from other settings are computed where used.
 func (c *Config) Validate() error {
-	for _, err := range []error{c.Queues.validate(), c.Jobs.validate(), c.Inputs.validate(), c.Outputs.validate(), c.Claims.validate(), c.Audio.validate()} {
+	for _, err := range []error{c.Queues.validate(), c.Jobs.validate(), c.Inputs.validate(), c.Outputs.validate(), c.Claims.validate(), c.Audio.validate(), c.Speaker.validate(len(c.Queues.LowerURLs) + 1)} {
 		if err != nil {
 			return err
 		}
@@ -336,4 +339,117 @@ func (c *Config) minShareSlots() int {
 		return 0
 	}
 	return max(1, int(math.Ceil(c.Queues.LowerMinShare*float64(c.Jobs.Concurrency))))
+}
+
+// SpeakerConfig is who-spoke-what for jobs that do not say: each queue's
+// default, and the diarization model's limit.
+type SpeakerConfig struct {
+	// Defaults per queue, -queue-url first (one value: every queue's).
+	Speakers []*contract.SpeakerHints // nil: no diarization
+	Channels []string                 // contract.ChannelsSplit or ChannelsMix
+	// MaxSpeakers is the diarization model's limit: a job asking for more
+	// is refused.
+	MaxSpeakers int
+}
+
+// RegisterFlags registers the speaker flags.
+func (c *SpeakerConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.Var(speakerDefaults{&c.Speakers}, "default-speakers", "speakers for jobs that do not say, per queue, -queue-url first, separated by ';' (one value: every queue)\n"+
+		"off, on, or hints such as max=2 or min=2,max=4: an upload-triggered job (an S3 event carries no options) gets its queue's. Off costs nothing.")
+	fs.Var((*semicolonList)(&c.Channels), "default-channels", "channels for jobs that do not say, per queue as -default-speakers: mix or split\n"+
+		"split: each channel transcribed alone and labelled as its own speaker (call recordings, one party a channel).")
+	fs.IntVar(&c.MaxSpeakers, "diarize-max-speakers", modelspec.DiarizeMaxSpeakers, "the most speakers the diarization model (-diarize-model) separates\n"+
+		"A job whose speakers max is above it gets a bad_message record.")
+}
+
+func (c *SpeakerConfig) validate(queues int) error {
+	switch {
+	case len(c.Speakers) > 1 && len(c.Speakers) != queues:
+		return fmt.Errorf("%d -default-speakers values for %d queues (give one, or one per queue)", len(c.Speakers), queues)
+	case len(c.Channels) > 1 && len(c.Channels) != queues:
+		return fmt.Errorf("%d -default-channels values for %d queues (give one, or one per queue)", len(c.Channels), queues)
+	case c.MaxSpeakers < 1 || c.MaxSpeakers > contract.MaxSpeakerHint:
+		return fmt.Errorf("diarize max speakers must be 1 to %d", contract.MaxSpeakerHint)
+	}
+	for rank := range queues {
+		h, ch := c.For(rank)
+		if h.On() && h.Max > c.MaxSpeakers {
+			return fmt.Errorf("-default-speakers of queue %d asks for up to %d speakers; the model separates %d", rank, h.Max, c.MaxSpeakers)
+		}
+		if h.On() && ch == contract.ChannelsSplit {
+			return fmt.Errorf("queue %d defaults to speakers and to split channels: choose one", rank)
+		}
+	}
+	for _, m := range c.Channels {
+		if err := contract.CheckChannels(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// For returns queue rank's defaults.
+func (c *SpeakerConfig) For(rank int) (*contract.SpeakerHints, string) {
+	var h *contract.SpeakerHints
+	ch := ""
+	switch {
+	case len(c.Speakers) == 1:
+		h = c.Speakers[0]
+	case rank < len(c.Speakers):
+		h = c.Speakers[rank]
+	}
+	switch {
+	case len(c.Channels) == 1:
+		ch = c.Channels[0]
+	case rank < len(c.Channels):
+		ch = c.Channels[rank]
+	}
+	return h, ch
+}
+
+// semicolonList is a flag of values separated by ';'.
+type semicolonList []string
+
+func (l *semicolonList) String() string { return strings.Join(*l, ";") }
+
+func (l *semicolonList) Set(v string) error {
+	*l = nil
+	if v == "" {
+		return nil
+	}
+	for _, s := range strings.Split(v, ";") {
+		*l = append(*l, strings.TrimSpace(s))
+	}
+	return nil
+}
+
+// speakerDefaults is -default-speakers: hints per queue, separated by ';'.
+type speakerDefaults struct{ hints *[]*contract.SpeakerHints }
+
+func (s speakerDefaults) String() string {
+	if s.hints == nil {
+		return ""
+	}
+	parts := make([]string, len(*s.hints))
+	for i, h := range *s.hints {
+		parts[i] = "off"
+		if h != nil {
+			parts[i] = h.String()
+		}
+	}
+	return strings.Join(parts, ";")
+}
+
+func (s speakerDefaults) Set(v string) error {
+	var list semicolonList
+	_ = list.Set(v)
+	*s.hints = nil
+	for _, item := range list {
+		h, err := contract.ParseSpeakerHints(item)
+		if err != nil {
+			return err
+		}
+		*s.hints = append(*s.hints, h)
+	}
+	return nil
 }

@@ -31,6 +31,7 @@ type fanout struct {
 	infer   inference
 	spans   []chunkSpan
 	results []*triton.Result // each written by its request alone
+	diar    *diarization     // nil: no speakers asked for
 }
 
 func (w *Worker) newFanout(ctx context.Context, infer inference) *fanout {
@@ -65,11 +66,29 @@ func (f *fanout) send(c audio.Chunk, pooled, shared bool) error {
 		}
 		return context.Cause(f.ctx)
 	}
+	if f.diar != nil {
+		// Diarization hears the chunk once: not the second of audio it
+		// shares with the chunk before. A pooled chunk is levelled in place
+		// by its request: diarization gets a copy.
+		var err error
+		if rest := c.Samples[c.Overlap:]; pooled {
+			err = f.diar.pushCopy(c.Offset+c.Overlap, rest)
+		} else {
+			err = f.diar.push(diarizeChunk{offset: c.Offset + c.Overlap, samples: rest})
+		}
+		if err != nil {
+			if pooled {
+				putFloats(c.Samples)
+			}
+			return err
+		}
+	}
 	f.g.Go(func() error {
 		if pooled {
 			defer putFloats(c.Samples)
 		}
-		return f.w.transcribeChunk(f.ctx, f.infer, i, c.Samples, r, !pooled && shared)
+		// Samples diarization reads as well are levelled on a copy.
+		return f.w.transcribeChunk(f.ctx, f.infer, i, c.Samples, r, !pooled && (shared || f.diar != nil))
 	})
 	return nil
 }
@@ -135,27 +154,41 @@ func SplitPolicy(chunkSeconds float64, timestamps bool) audio.SplitConfig {
 
 // transcribe splits samples (at ModelRate) at quiet points, transcribes
 // the chunks in parallel and stitches the results in order with absolute
-// timestamps.
-func (w *Worker) transcribe(ctx context.Context, samples []float32, infer inference) (contract.Transcript, error) {
+// timestamps; a job that asks for speakers has them diarized meanwhile.
+func (w *Worker) transcribe(ctx context.Context, samples []float32, infer inference) (contract.Transcript, spoken, error) {
 	chunks := audio.Split(samples, w.splitConfig())
 	infer.prog.total.Store(int64(len(chunks)))
+	// The recording is in memory: diarization may queue every chunk, and
+	// transcription never waits for it.
+	d := w.startDiarization(ctx, infer, len(chunks))
+	tr, err := w.transcribeChunks(ctx, samples, chunks, infer, d)
+	return tr, d.end(infer, err), err
+}
+
+func (w *Worker) transcribeChunks(ctx context.Context, samples []float32, chunks []audio.Chunk, infer inference, d *diarization) (contract.Transcript, error) {
 	if len(chunks) == 1 {
 		// A short recording: no goroutine for its one chunk.
 		var r triton.Result
 		if len(samples) > 0 {
-			if err := w.transcribeChunk(ctx, infer, 0, samples, &r, false); err != nil {
+			if d != nil {
+				if err := d.push(diarizeChunk{samples: samples}); err != nil {
+					return contract.Transcript{}, err
+				}
+			}
+			if err := w.transcribeChunk(ctx, infer, 0, samples, &r, d != nil); err != nil {
 				return contract.Transcript{}, err
 			}
 		}
 		return stitch([]chunkSpan{{length: len(samples)}}, []*triton.Result{&r}, len(samples), w.cfg.Audio.OverlapJoin), nil
 	}
 	f := w.newFanout(ctx, infer)
+	f.diar = d
 	for i, c := range chunks {
 		// Overlapping chunks share samples and are sent at once: each
 		// levels its own copy.
 		shared := c.Overlap > 0 || i+1 < len(chunks) && chunks[i+1].Overlap > 0
 		if err := f.send(c, false, shared); err != nil {
-			return contract.Transcript{}, err
+			return contract.Transcript{}, f.abort(err)
 		}
 	}
 	if err := f.wait(); err != nil {
@@ -209,7 +242,7 @@ func stitch(spans []chunkSpan, results []*triton.Result, total int, rule string)
 		c := spans[i]
 		kept := words[i][from[i]:max(from[i], to[i])] // a short chunk's joins may cross
 		for _, wd := range kept {
-			t.Words = append(t.Words, contract.Word(wd))
+			t.Words = append(t.Words, contract.Word{Word: wd.Word, Start: wd.Start, End: wd.End, Confidence: wd.Confidence})
 		}
 		text := strings.TrimSpace(r.Text)
 		joined := c.overlap > 0 || i+1 < len(spans) && spans[i+1].overlap > 0

@@ -74,6 +74,10 @@ type inference struct {
 	model    string
 	priority uint64
 	prog     *progress
+	// speakers: diarize, with these hints (nil: no); split: each channel
+	// transcribed alone, its own speaker.
+	speakers *contract.SpeakerHints
+	split    bool
 }
 
 // runJob processes record index of delivery d, job, to an outcome. It
@@ -211,6 +215,33 @@ func (t *task) policy() error {
 	if job.OutputPrefix != "" {
 		t.prefix = job.OutputPrefix
 	}
+	return t.whoSpoke()
+}
+
+// whoSpoke takes the job's speakers and channels, or its queue's defaults
+// where it says nothing, and refuses hints above the model's limit.
+func (t *task) whoSpoke() error {
+	job := t.job
+	hints, channels := t.w.cfg.Speaker.For(t.d.queue)
+	switch {
+	case job.Speakers != nil:
+		hints = job.Speakers
+		if job.Channels == "" && hints.On() {
+			channels = "" // the job's speakers over the queue's split
+		}
+	case job.Channels == contract.ChannelsSplit:
+		hints = nil // the job's split over the queue's speakers
+	}
+	if job.Channels != "" {
+		channels = job.Channels
+	}
+	if hints.On() {
+		if max(hints.Max, hints.Min) > t.w.cfg.Speaker.MaxSpeakers {
+			return Permanentf(contract.ClassBadMessage, "job asks for up to %d speakers; the diarization model separates at most %d", max(hints.Max, hints.Min), t.w.cfg.Speaker.MaxSpeakers)
+		}
+		t.infer.speakers = hints
+	}
+	t.infer.split = channels == contract.ChannelsSplit
 	return nil
 }
 
@@ -340,7 +371,12 @@ func (t *task) claim(ctx context.Context) (bool, error) {
 
 // admit waits until the job's memory fits the worker's budget.
 func (t *task) admit(ctx context.Context) error {
-	release, err := t.w.gate.acquire(ctx, t.w.estimateMemory(t.in.Size, t.info, t.streaming))
+	need := t.w.estimateMemory(t.in.Size, t.info, t.streaming)
+	if t.infer.speakers.On() && t.streaming {
+		// Chunks copied for diarization: those queued and the one it sends.
+		need += (diarizeQueue + 1) * int64(t.w.cfg.Audio.ChunkSeconds*ModelRate) * 4
+	}
+	release, err := t.w.gate.acquire(ctx, need)
 	if err != nil {
 		return err
 	}
@@ -396,21 +432,39 @@ func (t *task) provisional(ctx context.Context) error {
 }
 
 // transcribe turns the recording into a transcript: streamed, or decoded
-// from the first read whole.
+// from the first read whole; with speakers when the job asks (diarized,
+// or a channel each).
 func (t *task) transcribe(ctx context.Context) (contract.Transcript, error) {
-	var tr contract.Transcript
-	var err error
-	if t.streaming {
-		tr, err = t.w.transcribeStream(ctx, streamed{job: t.job, in: &t.in, head: t.obj.head, info: t.info}, t.infer, t.opening)
-	} else {
-		tr, err = t.w.transcribeObject(ctx, t.obj.head[:t.in.Size], t.infer, t.opening)
+	var (
+		tr    contract.Transcript
+		heard spoken
+		err   error
+	)
+	switch {
+	case t.infer.split:
+		tr, err = t.transcribeChannels(ctx)
+	case t.streaming:
+		tr, heard, err = t.w.transcribeStream(ctx, t.streamed(mixed), t.infer, t.opening)
+	default:
+		tr, heard, err = t.w.transcribeObject(ctx, t.obj.head[:t.in.Size], t.infer, t.opening)
 	}
 	if err != nil {
 		return contract.Transcript{}, err
 	}
+	if heard.asked {
+		if err := t.diarized(&tr, heard.turns, heard.err); err != nil {
+			return contract.Transcript{}, err
+		}
+	}
 	tr.Input, tr.Model, tr.Attempt = t.in, t.infer.model, t.d.attempt
 	tr.CreatedAt = t.w.now().UTC()
 	return tr, nil
+}
+
+// streamed is what a streamed read of the job's input needs, of channel
+// (or mixed).
+func (t *task) streamed(channel int) *streamed {
+	return &streamed{job: t.job, in: &t.in, head: t.obj.head, info: t.info, channel: channel}
 }
 
 // write puts the transcript's formats and the transcript, then deletes

@@ -54,7 +54,7 @@ func (w *Worker) handle(ctx context.Context, hb *heartbeat, del *deleter, q *que
 	mctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	l := lease{q: q, id: id, receipt: aws.ToString(msg.ReceiptHandle)}
-	d := &delivery{id: id, body: aws.ToString(msg.Body), attempt: attempt, priority: q.priority, prog: &progress{start: w.now()}}
+	d := &delivery{id: id, body: aws.ToString(msg.Body), attempt: attempt, priority: q.priority, queue: q.rank, prog: &progress{start: w.now()}}
 	hb.add(l, cancel, d.prog)
 
 	outcome, err := w.runMessage(mctx, log, d)
@@ -93,6 +93,7 @@ type delivery struct {
 	body     string
 	attempt  int
 	priority uint64 // the Triton priority of its queue's chunks
+	queue    int    // its queue's rank (0: -queue-url): whose defaults its jobs take
 	prog     *progress
 	records  int // records in the message, jobs or not
 }

@@ -37,6 +37,7 @@ type metrics struct {
 	dlqMessages    *prometheus.GaugeVec
 	stages         map[string]prometheus.Observer
 	outage         *outageMetrics
+	diarizations   *prometheus.CounterVec
 }
 
 // Pipeline stages timed in fleetscribe_stage_seconds.
@@ -46,6 +47,7 @@ const (
 	StageResample = "resample" // to the model's rate
 	StageInfer    = "infer"    // every chunk through the partitions, wall time
 	StageUpload   = "upload"   // transcript and formats written
+	StageDiarize  = "diarize"  // a recording's chunks through the diarization model, wall time (beside infer)
 )
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -114,12 +116,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		},
 	}
 	stages := f.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "fleetscribe_stage_seconds", Help: "Time one job spent in each pipeline stage (fetch, decode, resample, infer, upload).",
+		Name: "fleetscribe_stage_seconds", Help: "Time one job spent in each pipeline stage (fetch, decode, resample, infer, upload; diarize runs beside infer).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
 	}, []string{"stage"})
-	for _, s := range []string{StageFetch, StageDecode, StageResample, StageInfer, StageUpload} {
+	for _, s := range []string{StageFetch, StageDecode, StageResample, StageInfer, StageUpload, StageDiarize} {
 		m.stages[s] = stages.WithLabelValues(s)
 	}
+	m.diarizations = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "fleetscribe_diarizations_total", Help: "Jobs that asked for speakers, by outcome: ok, retry (the job is retried), or the error class of a transcript written without speakers.",
+	}, []string{"outcome"})
 	return m
 }
 

@@ -60,7 +60,7 @@ func TestStitchedOverlapKeepsEveryWordOnce(t *testing.T) {
 	for _, timestamps := range []bool{true, false} {
 		m := &scriptModel{}
 		w := &Worker{cfg: Config{Audio: AudioConfig{ChunkSeconds: 30, ChunkParallelism: 4, Timestamps: timestamps}}, tr: m}
-		tr, err := w.transcribe(context.Background(), samples, inference{model: "asr", prog: &progress{}})
+		tr, _, err := w.transcribe(context.Background(), samples, inference{model: "asr", prog: &progress{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +113,7 @@ func TestOverlappingChunksLevelledApart(t *testing.T) {
 	orig := append([]float32(nil), samples...)
 	l := &levelCheck{}
 	w := &Worker{cfg: Config{Audio: AudioConfig{ChunkSeconds: 30, ChunkParallelism: 4, Timestamps: true, Normalize: true}}, tr: l}
-	if _, err := w.transcribe(context.Background(), samples, inference{model: "asr", prog: &progress{}}); err != nil {
+	if _, _, err := w.transcribe(context.Background(), samples, inference{model: "asr", prog: &progress{}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(l.peaks) < 4 {

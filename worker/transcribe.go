@@ -37,24 +37,46 @@ type streamed struct {
 	in   *contract.InputRef
 	head []byte
 	info audio.Info
+	// channel: one channel alone (0 first), or all mixed down (mixed).
+	channel int
+	// channels is how many the recording has, once opened (a split job's).
+	channels int
 }
 
+// mixed is streamed.channel of a recording mixed down to mono.
+const mixed = -1
+
 // transcribeStream transcribes a job's input from its first read on,
-// reading the rest as it goes. opening is how long the first read took:
-// the fetch stage is it and the reads of the rest.
-func (w *Worker) transcribeStream(ctx context.Context, s streamed, infer inference, opening time.Duration) (contract.Transcript, error) {
+// reading the rest as it goes, and diarizes it meanwhile when the job
+// asks for speakers. opening is how long the first read took: the fetch
+// stage is it and the reads of the rest.
+func (w *Worker) transcribeStream(ctx context.Context, s *streamed, infer inference, opening time.Duration) (contract.Transcript, spoken, error) {
+	d := w.startDiarization(ctx, infer, diarizeQueue)
+	tr, err := w.streamChunks(ctx, s, infer, opening, d)
+	return tr, d.end(infer, err), err
+}
+
+func (w *Worker) streamChunks(ctx context.Context, s *streamed, infer inference, opening time.Duration, d *diarization) (contract.Transcript, error) {
 	in, info := s.in, s.info
 	body := &inputReader{w: w, ctx: ctx, job: s.job, in: in, head: s.head, spent: opening}
 	defer body.close()
 	start := time.Now()
-	src, err := audio.OpenStream(ctx, body, in.Size, w.ffmpeg)
+	var src audio.Stream
+	var err error
+	if s.channel == mixed {
+		src, err = audio.OpenStream(ctx, body, in.Size, w.ffmpeg)
+	} else {
+		src, err = audio.OpenChannel(ctx, body, in.Size, w.ffmpeg, s.channel)
+	}
 	if err != nil {
 		return contract.Transcript{}, audioError(err)
 	}
 	defer func() { _ = src.Close() }()
+	s.channels = audio.ChannelCount(src)
 	rs := audio.NewResampler(src.Rate(), ModelRate)
 	sp := audio.NewSplitter(w.splitConfig())
 	f := w.newFanout(ctx, infer)
+	f.diar = d
 	prog := infer.prog
 	// Chunks to come, from the header (an overestimate for formats whose
 	// length is guessed from their size), until the last is cut.
@@ -205,21 +227,22 @@ func (r *inputReader) close() {
 }
 
 // transcribeObject decodes, resamples and transcribes a whole input read
-// in one piece. opening is how long that read took.
-func (w *Worker) transcribeObject(ctx context.Context, data []byte, infer inference, opening time.Duration) (contract.Transcript, error) {
+// in one piece (and diarizes it, when the job asks for speakers). opening
+// is how long that read took.
+func (w *Worker) transcribeObject(ctx context.Context, data []byte, infer inference, opening time.Duration) (contract.Transcript, spoken, error) {
 	w.m.observe(StageFetch, opening)
 	start := time.Now()
 	clip, err := audio.DecodeContext(ctx, data, getFloats(len(data)/2), w.ffmpeg)
 	if err != nil {
-		return contract.Transcript{}, audioError(err)
+		return contract.Transcript{}, spoken{}, audioError(err)
 	}
 	// Every chunk request has returned once transcribe does.
 	defer putFloats(clip.Samples)
 	if len(clip.Samples) == 0 {
-		return contract.Transcript{}, Permanentf(contract.ClassEmptyAudio, "recording has a valid header but no samples")
+		return contract.Transcript{}, spoken{}, Permanentf(contract.ClassEmptyAudio, "recording has a valid header but no samples")
 	}
 	if d := float64(len(clip.Samples)) / float64(clip.Rate); d > w.cfg.Inputs.MaxAudioSeconds {
-		return contract.Transcript{}, Permanentf(contract.ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.Inputs.MaxAudioSeconds)
+		return contract.Transcript{}, spoken{}, Permanentf(contract.ClassTooLarge, "recording is %.0f s long, limit is %.0f s", d, w.cfg.Inputs.MaxAudioSeconds)
 	}
 	w.m.since(StageDecode, start)
 	start = time.Now()
@@ -227,13 +250,13 @@ func (w *Worker) transcribeObject(ctx context.Context, data []byte, infer infere
 	samples := audio.Resample(clip.Samples, clip.Rate, ModelRate)
 	w.m.since(StageResample, start)
 	start = time.Now()
-	t, err := w.transcribe(ctx, samples, infer)
+	t, heard, err := w.transcribe(ctx, samples, infer)
 	if err != nil {
-		return contract.Transcript{}, err
+		return contract.Transcript{}, heard, err
 	}
 	w.m.since(StageInfer, start)
 	t.SampleRate = rate
-	return t, nil
+	return t, heard, nil
 }
 
 func audioError(err error) error {

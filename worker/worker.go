@@ -45,6 +45,13 @@ type Transcriber interface {
 	Transcribe(ctx context.Context, req triton.Request) (triton.Result, error)
 }
 
+// Diarizer finds who speaks when, a recording's chunks in order (see
+// triton.DiarizeRequest). *triton.Pool is one. Its errors are classified
+// as Transcriber's.
+type Diarizer interface {
+	Diarize(ctx context.Context, req triton.DiarizeRequest) (triton.DiarizeResult, error)
+}
+
 // Worker drains one queue, or several in priority order.
 type Worker struct {
 	cfg    Config
@@ -53,6 +60,8 @@ type Worker struct {
 	in     inputs  // the input buckets
 	out    outputs // the output bucket
 	tr     Transcriber
+	dz     Diarizer // nil: jobs that ask for speakers get transcripts without, saying why
+	dzName string   // the diarization model, in transcripts
 	log    zerolog.Logger
 	m      *metrics
 	gate   *memoryGate
@@ -78,7 +87,11 @@ type Deps struct {
 	SQS         SQSAPI
 	S3          S3API
 	Transcriber Transcriber
-	Log         zerolog.Logger
+	// Diarizer serves jobs that ask for speakers (DiarizeModel names its
+	// model in transcripts); nil: such jobs get transcripts without speakers.
+	Diarizer     Diarizer
+	DiarizeModel string
+	Log          zerolog.Logger
 	Metrics     prometheus.Registerer
 }
 
@@ -98,7 +111,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		cfg.Jobs.MemoryBudget = DefaultMemoryBudget()
 	}
 	m := newMetrics(reg)
-	w := &Worker{cfg: cfg, model: model, sqs: sqsc, tr: tr, log: log, m: m, gate: newMemoryGate(cfg.Jobs.MemoryBudget, m), now: time.Now,
+	w := &Worker{cfg: cfg, model: model, sqs: sqsc, tr: tr, dz: d.Diarizer, dzName: d.DiarizeModel, log: log, m: m, gate: newMemoryGate(cfg.Jobs.MemoryBudget, m), now: time.Now,
 		interrupt: make(chan Interruption, 1)}
 	w.deps = newDependencies(log, func() time.Time { return w.now() }, cfg.Jobs.OutageWait, m.outage)
 	w.deps.probeFor = w.probeFor

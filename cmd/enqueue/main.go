@@ -26,6 +26,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/enqueue"
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
 	"github.com/fleetscribe/fleetscribe/internal/flagenv"
@@ -116,6 +117,7 @@ func runSend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var (
 		prefixes, suffixes, include, exclude, formats flagext.StringSliceCSV
 		minSize, maxSize, after, before, progress     string
+		speakers                                      string
 	)
 	fs.StringVar(&o.QueueURL, "queue-url", "", "queue to send to: URL or name (the live or the bulk queue; required)")
 	fs.StringVar(&o.Sources.Bucket, "bucket", "", "input bucket of -prefix, key arguments and bare keys in -from-file")
@@ -149,12 +151,18 @@ func runSend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	fs.StringVar(&o.Job.Model, "job-model", "", "model written into each job (empty: the worker's)")
 	fs.IntVar(&o.Job.Priority, "job-priority", 0, "priority written into each job")
 	fs.Var(&formats, "job-formats", "comma-separated extra output formats: txt,srt,vtt")
+	fs.StringVar(&speakers, "job-speakers", "", "speakers written into each job: on, off, or hints such as max=2 or min=2,max=4 (empty: the queue's default)")
+	fs.StringVar(&o.Job.Channels, "job-channels", "", "channels written into each job: split (each channel transcribed alone, its own speaker) or mix (empty: the queue's default)")
 	if err := parse(fs, args, usage); err != nil {
 		return err
 	}
+	hints, err := contract.ParseSpeakerHints(speakers)
+	if err != nil {
+		return fmt.Errorf("-job-speakers: %w", err)
+	}
+	o.Job.Speakers = hints
 	o.Sources.Prefixes, o.Sources.Keys, o.Sources.Stdin = prefixes, fs.Args(), stdin
 	o.Filter.Suffixes, o.Filter.Include, o.Filter.Exclude, o.Job.Formats = suffixes, include, exclude, formats
-	var err error
 	if o.Filter.MinSize, err = enqueue.ParseSize(minSize); err != nil {
 		return err
 	}

@@ -164,7 +164,11 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(cfg.worker, worker.Deps{Model: cfg.model.Model, SQS: sqsc, S3: s3c, Transcriber: pool, Log: log, Metrics: reg})
+	deps := worker.Deps{Model: cfg.model.Model, SQS: sqsc, S3: s3c, Transcriber: pool, Log: log, Metrics: reg}
+	if cfg.model.DiarizeModel != "" {
+		deps.Diarizer, deps.DiarizeModel = pool, cfg.model.DiarizeModel
+	}
+	w, err := worker.New(cfg.worker, deps)
 	if err != nil {
 		return err
 	}

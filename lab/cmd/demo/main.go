@@ -8,11 +8,15 @@
 // ffmpeg's flite voices, uploads them, enqueues them with the enqueue
 // binary, runs the worker binary until the queue is drained, prints each
 // transcript beside its source text with the word error rate, and stops
-// everything it started. The last line is
-// "RESULT clips=N wer=0.xx words_timed=N words_misplaced=0".
+// everything it started. Then who spoke: a synthetic consult of three
+// voices taking turns (one talking over another) is diarized, and a stereo
+// call with a party on each channel is split; both are printed with their
+// speakers. The last line is "RESULT clips=N wer=0.xx words_timed=N
+// words_misplaced=0 der=0.xx speakers=N/N channel_words=N/N".
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +27,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,6 +37,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/lab/conversation"
+	"github.com/fleetscribe/fleetscribe/lab/diarscore"
 	"github.com/fleetscribe/fleetscribe/lab/localaws"
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
 	"github.com/fleetscribe/fleetscribe/lab/wer"
@@ -64,6 +71,7 @@ func run(ctx context.Context) error {
 	partitions := flag.Int("partitions", 4, "Triton partitions (server processes)")
 	voice := flag.String("voice", "rms", "flite voice (kal, kal16, rms, slt, awb)")
 	maxWER := flag.Float64("max-wer", 0.03, "exit non-zero when overall WER is above this (pocketsphinx: about 0.11)")
+	maxDER := flag.Float64("max-der", 0.10, "exit non-zero when the consult's diarization error rate is above this")
 	verbose := flag.Bool("v", false, "show the worker's and servers' logs")
 	flag.Parse()
 	logs := io.Discard
@@ -117,7 +125,7 @@ func run(ctx context.Context) error {
 	}
 	started := time.Now()
 	for _, a := range addrs {
-		if err := tritonproc.WaitReady(ctx, a, []string{"asr"}, 120*time.Second, exited); err != nil {
+		if err := tritonproc.WaitReady(ctx, a, []string{"asr", "diarize"}, 120*time.Second, exited); err != nil {
 			return fmt.Errorf("%w (rerun with -v for the partitions' logs)", err)
 		}
 	}
@@ -148,13 +156,46 @@ func run(ctx context.Context) error {
 		}
 	}
 
-	step("enqueueing with `enqueue -prefix incoming/`")
+	step("synthesising a consult of three voices (turns, pauses, one talking over another) and a stereo call")
+	synth := conversation.Flite(work)
+	consult, err := conversation.Make(ctx, conversation.Spec{Seed: 7, Speakers: 3, Seconds: 75, Overlap: 0.25}, synth)
+	if err != nil {
+		return err
+	}
+	call, err := conversation.Make(ctx, conversation.Spec{Seed: 11, Speakers: 2, Seconds: 40, Overlap: 0.2}, synth)
+	if err != nil {
+		return err
+	}
+	tracks, err := call.Channels(ctx, synth)
+	if err != nil {
+		return err
+	}
+	const consultKey, callKey = "consults/visit-001.wav", "calls/call-001.wav"
+	for key, body := range map[string][]byte{consultKey: conversation.WAV(consult.Samples), callKey: conversation.WAV(tracks...)} {
+		if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(body)}); err != nil {
+			return fmt.Errorf("upload: %w", err)
+		}
+	}
+	fmt.Printf("   %s: %.0f s, voices %s, %d sentences, %.1f s of overlapped speech\n", consultKey, float64(len(consult.Samples))/conversation.Rate,
+		strings.Join(consult.Voices, ", "), len(consult.Utterances), overlapSeconds(consult))
+	fmt.Printf("   %s: %.0f s, stereo, %s left and %s right\n", callKey, float64(len(call.Samples))/conversation.Rate, call.Voices[0], call.Voices[1])
+
 	common := []string{"-aws-endpoint", emu.Endpoint, "-queue-url", q.URL}
-	enq := exec.CommandContext(ctx, filepath.Join(*binDir, "enqueue"), append(common,
-		"-bucket", bucket, "-prefix", "incoming/", "-job-formats", "txt,srt,vtt")...)
-	enq.Stdout, enq.Stderr = os.Stdout, os.Stderr
-	if err := enq.Run(); err != nil {
-		return fmt.Errorf("enqueue: %w", err)
+	for _, e := range []struct{ say, prefix, flag, value string }{
+		{"enqueue -prefix incoming/", "incoming/", "", ""},
+		{"enqueue -prefix consults/ -job-speakers on", "consults/", "-job-speakers", "on"},
+		{"enqueue -prefix calls/ -job-channels split", "calls/", "-job-channels", "split"},
+	} {
+		step("enqueueing with `" + e.say + "`")
+		args := append(slices.Clone(common), "-bucket", bucket, "-prefix", e.prefix, "-job-formats", "txt,srt,vtt")
+		if e.flag != "" {
+			args = append(args, e.flag, e.value)
+		}
+		enq := exec.CommandContext(ctx, filepath.Join(*binDir, "enqueue"), args...)
+		enq.Stdout, enq.Stderr = os.Stdout, os.Stderr
+		if err := enq.Run(); err != nil {
+			return fmt.Errorf("enqueue: %w", err)
+		}
 	}
 
 	step("running the worker until the queue is drained")
@@ -200,13 +241,51 @@ func run(ctx context.Context) error {
 	if overall > *maxWER {
 		verr = fmt.Errorf("overall WER %.3f is above %.2f", overall, *maxWER)
 	}
+
+	step("who spoke: the consult, diarized (TXT rendering)")
+	ct, err := readTranscript(ctx, s3c, outBucket, bucket, consultKey)
+	if err != nil {
+		return err
+	}
+	txt, err := readOutput(ctx, s3c, outBucket, bucket, consultKey, ".txt")
+	if err != nil {
+		return err
+	}
+	fmt.Print(indent(txt))
+	score := diarscore.DER(referenceTurns(consult), hypothesisTurns(ct), 0.25)
+	found := len(ct.Speakers)
+	fmt.Printf("   schema %s, %d speakers found (%d voices), %d turns, %.1f s overlapped; DER %.3f (collar 0.25 s, overlap scored): missed %.1f s, false alarm %.1f s, confusion %.1f s of %.1f s\n",
+		ct.Schema, found, len(consult.Voices), len(ct.SpeakerTurns), overlapOf(ct), score.DER, score.Missed, score.FalseAlarm, score.Conf, score.Total)
+	if ct.SpeakerError != nil {
+		verr = errors.Join(verr, fmt.Errorf("consult diarization failed: %s: %s", ct.SpeakerError.Class, ct.SpeakerError.Message))
+	}
+	if score.DER > *maxDER {
+		verr = errors.Join(verr, fmt.Errorf("consult DER %.3f is above %.2f", score.DER, *maxDER))
+	}
+
+	step("who spoke: the stereo call, a speaker a channel (WebVTT voices)")
+	kt, err := readTranscript(ctx, s3c, outBucket, bucket, callKey)
+	if err != nil {
+		return err
+	}
+	vtt, err := readOutput(ctx, s3c, outBucket, bucket, callKey, ".vtt")
+	if err != nil {
+		return err
+	}
+	fmt.Print(indent(firstLines(vtt, 14)))
+	onChannel, channelWords := channelWordsRight(call, kt)
+	fmt.Printf("   %d of %d words on their channel's speaker; speakers %s\n", onChannel, channelWords, speakerList(kt))
+	if onChannel != channelWords || channelWords == 0 {
+		verr = errors.Join(verr, fmt.Errorf("%d of %d call words on the wrong channel's speaker", channelWords-onChannel, channelWords))
+	}
 	if misplaced > 0 {
 		verr = errors.Join(verr, fmt.Errorf("%d of %d words outside their clip or out of order", misplaced, timed))
 	}
 	if visible+inflight != 0 {
 		verr = errors.Join(verr, fmt.Errorf("queue not drained: %d visible, %d in flight", visible, inflight))
 	}
-	fmt.Printf("RESULT clips=%d wer=%.2f words_timed=%d words_misplaced=%d\n", len(keys), overall, timed, misplaced)
+	fmt.Printf("RESULT clips=%d wer=%.2f words_timed=%d words_misplaced=%d der=%.3f speakers=%d/%d channel_words=%d/%d\n",
+		len(keys), overall, timed, misplaced, score.DER, found, len(consult.Voices), onChannel, channelWords)
 	return verr
 }
 
@@ -225,21 +304,121 @@ func step(s string) { fmt.Printf("==> %s\n", s) }
 // readTranscript finds the transcript of key by its deterministic prefix.
 func readTranscript(ctx context.Context, c *s3.Client, bucket, inBucket, key string) (contract.Transcript, error) {
 	var t contract.Transcript
-	out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + inBucket + "/" + contract.EscapeKey(key) + "/")})
+	b, err := readOutput(ctx, c, bucket, inBucket, key, ".json")
 	if err != nil {
 		return t, err
 	}
+	return t, json.Unmarshal([]byte(b), &t)
+}
+
+// readOutput reads the output of key that ends with suffix (.json, .txt,
+// .srt, .vtt), found by its deterministic prefix.
+func readOutput(ctx context.Context, c *s3.Client, bucket, inBucket, key, suffix string) (string, error) {
+	out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + inBucket + "/" + contract.EscapeKey(key) + "/")})
+	if err != nil {
+		return "", err
+	}
 	for _, o := range out.Contents {
 		k := aws.ToString(o.Key)
-		if !strings.HasSuffix(k, ".json") || strings.HasSuffix(k, ".error.json") {
+		if !strings.HasSuffix(k, suffix) || strings.HasSuffix(k, ".error.json") {
 			continue
 		}
 		obj, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(k)})
 		if err != nil {
-			return t, err
+			return "", err
 		}
 		defer func() { _ = obj.Body.Close() }()
-		return t, json.NewDecoder(obj.Body).Decode(&t)
+		b, err := io.ReadAll(obj.Body)
+		return string(b), err
 	}
-	return t, fmt.Errorf("no transcript for %s", key)
+	return "", fmt.Errorf("no %s output for %s", suffix, key)
+}
+
+// referenceTurns are the consult's sentences as turns of its voices.
+func referenceTurns(c conversation.Conversation) []diarscore.Turn {
+	out := make([]diarscore.Turn, len(c.Utterances))
+	for i, u := range c.Utterances {
+		out[i] = diarscore.Turn{Speaker: c.Voices[u.Speaker], Start: u.Start, End: u.End}
+	}
+	return out
+}
+
+// hypothesisTurns are a transcript's speaker turns.
+func hypothesisTurns(t contract.Transcript) []diarscore.Turn {
+	out := make([]diarscore.Turn, len(t.SpeakerTurns))
+	for i, s := range t.SpeakerTurns {
+		out[i] = diarscore.Turn{Speaker: s.Speaker, Start: s.Start, End: s.End}
+	}
+	return out
+}
+
+// overlapSeconds is the time two voices of c talk at once.
+func overlapSeconds(c conversation.Conversation) float64 {
+	total := 0.0
+	for i, a := range c.Utterances {
+		for _, b := range c.Utterances[i+1:] {
+			if a.Speaker != b.Speaker {
+				total += max(0, min(a.End, b.End)-max(a.Start, b.Start))
+			}
+		}
+	}
+	return total
+}
+
+func overlapOf(t contract.Transcript) float64 {
+	if t.Diarization == nil {
+		return 0
+	}
+	return t.Diarization.OverlapSeconds
+}
+
+// channelWordsRight counts the call's words whose speaker is the channel
+// of the voice that said them (the reference sentence around the word's
+// middle, when only one voice talks there).
+func channelWordsRight(c conversation.Conversation, t contract.Transcript) (right, total int) {
+	for _, w := range t.Words {
+		mid := (w.Start + w.End) / 2
+		who := -1
+		for _, u := range c.Utterances {
+			if u.Start-0.3 <= mid && mid <= u.End+0.3 {
+				if who >= 0 && who != u.Speaker {
+					who = -2 // both talk here
+					break
+				}
+				who = u.Speaker
+			}
+		}
+		if who < 0 {
+			continue
+		}
+		total++
+		if w.Speaker == contract.ChannelLabel(who) {
+			right++
+		}
+	}
+	return right, total
+}
+
+func speakerList(t contract.Transcript) string {
+	var s []string
+	for _, sp := range t.Speakers {
+		s = append(s, fmt.Sprintf("%s (%.1f s, %d words)", sp.Label, sp.TalkSeconds, sp.Words))
+	}
+	return strings.Join(s, ", ")
+}
+
+func indent(s string) string {
+	var b strings.Builder
+	for line := range strings.SplitSeq(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString("   " + line + "\n")
+	}
+	return b.String()
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) <= n {
+		return s
+	}
+	return strings.Join(lines[:n], "\n") + "\n...\n"
 }
