@@ -11,6 +11,8 @@ WORKER_CPUS ?=
 BENCH_WORKER_ARGS ?=
 # make bench-outage BENCH_OUTAGE_ARGS="-outages 10s -long ''": a quick run
 BENCH_OUTAGE_ARGS ?=
+# make bench-diarization BENCH_DIARIZATION_ARGS="-conversations 6 -long-minutes 0": a quick run
+BENCH_DIARIZATION_ARGS ?=
 # Expanded when used (=, not :=): make deps may install go first.
 GOBIN = $(shell $(GO) env GOPATH)/bin
 export GOTOOLCHAIN ?= auto
@@ -151,6 +153,11 @@ bench-joins: deps ## five minutes of continuous noisy speech in 15-s chunks thro
 	@mkdir -p $(BIN)
 	@rc=0; for join in middle align; do $(GO) test -count=1 -timeout 60m -tags accuracy -run 'TestJoinAccuracy$$' -v ./worker -args -accuracy-engine $(ENGINE) -accuracy-join $$join > $(BIN)/joins-$$join.log 2>&1 || rc=$$?; done; \
 		grep -h '_test.go' $(BIN)/joins-*.log; grep -h '^RESULT' $(BIN)/joins-middle.log $(BIN)/joins-align.log; exit $$rc
+
+.PHONY: bench-diarization
+bench-diarization: build ## 30 synthetic conversations of 2-4 voices (1-10 min), one of 60 min and 5 stereo calls through the worker and real Triton (Whisper, the CPU diarizer): DER by pyannote.metrics (collar 0.25 s, overlap scored), WDER, speakers counted, labels over the hour, words on their channel, the diarizer's CPU
+	@scripts/labvenv.sh diarization lab/bench/diarization/requirements.txt
+	$(GO) run ./lab/bench/diarization -bin $(BIN) $(BENCH_DIARIZATION_ARGS)
 
 .PHONY: bench-narrowband
 bench-narrowband: deps ## telephone audio (8 kHz, band-limited, mu-law, A-law) and room tone through the CPU recogniser: WER with the narrowband measures off and on, side by side

@@ -7,9 +7,13 @@
 // The rules (those of WhisperX's assign_word_speakers, which users of
 // hosted services expect):
 //
-//   - A word goes to the speaker whose turns overlap it longest; where two
-//     speakers talk at once the longer overlap wins, and a tie goes to the
-//     speaker whose turn holds the word's middle.
+//   - A word goes to the speaker whose turns overlap it longest. Where two
+//     speakers' turns hold a word alike (both talking throughout it), it
+//     goes to the speaker of the word before, if that is one of them (the
+//     speaker who was talking goes on: a recogniser follows one voice
+//     through overlapped speech, and a diarizer's overlap is more often a
+//     second voice starting than the first stopping mid-word), else to
+//     the one whose turn began first.
 //   - A word no turn overlaps (the diarizer heard a pause, the recogniser
 //     a word) goes to the nearest turn in time.
 //   - With no turns at all (a diarizer that heard no speech where the
@@ -45,32 +49,41 @@ func Assign(words []contract.Word, turns []contract.SpeakerTurn) {
 	for _, t := range sorted {
 		longest = max(longest, t.End-t.Start)
 	}
+	prev := ""
 	for i := range words {
-		words[i].Speaker = best(words[i], sorted, longest)
+		words[i].Speaker = best(words[i], sorted, longest, prev)
+		prev = words[i].Speaker
 	}
 }
 
-// best is the speaker of w among turns sorted by start.
-func best(w contract.Word, turns []contract.SpeakerTurn, longest float64) string {
+// best is the speaker of w among turns sorted by start, prev the speaker
+// of the word before.
+func best(w contract.Word, turns []contract.SpeakerTurn, longest float64, prev string) string {
 	mid := (w.Start + w.End) / 2
 	lo, _ := slices.BinarySearchFunc(turns, w.Start-longest, func(t contract.SpeakerTurn, x float64) int { return cmp.Compare(t.Start, x) })
 	overlap := map[string]float64{}
-	holds := map[string]bool{}
+	began := map[string]float64{}
 	for _, t := range turns[lo:] {
 		if t.Start > w.End {
 			break
 		}
 		if o := min(t.End, w.End) - max(t.Start, w.Start); o > 0 || t.Start <= mid && mid <= t.End {
 			overlap[t.Speaker] += max(o, 0)
-			holds[t.Speaker] = holds[t.Speaker] || t.Start <= mid && mid <= t.End
+			if b, ok := began[t.Speaker]; !ok || t.Start < b {
+				began[t.Speaker] = t.Start
+			}
 		}
 	}
 	if len(overlap) > 0 {
-		label, most := "", -1.0
+		most := slices.Max(slices.Collect(maps.Values(overlap)))
+		label := ""
 		for _, s := range slices.Sorted(maps.Keys(overlap)) {
-			o := overlap[s]
-			if o > most+1e-9 || math.Abs(o-most) <= 1e-9 && holds[s] && !holds[label] {
-				label, most = s, o
+			switch {
+			case overlap[s] < most-tie:
+			case s == prev:
+				return s
+			case label == "" || began[s] < began[label]:
+				label = s
 			}
 		}
 		return label
@@ -194,5 +207,9 @@ func MergeWords(channels [][]contract.Word) []contract.Word {
 	slices.SortStableFunc(out, func(a, b contract.Word) int { return cmp.Compare(a.Start, b.Start) })
 	return out
 }
+
+// tie is how close two speakers' overlaps with a word are to be alike
+// (seconds): word and turn times are given to the millisecond.
+const tie = 0.002
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }

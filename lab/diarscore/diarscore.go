@@ -14,6 +14,8 @@ import (
 	"math"
 	"slices"
 
+	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/lab/conversation"
 	"github.com/fleetscribe/fleetscribe/lab/wer"
 )
 
@@ -219,13 +221,29 @@ func assign(w [][]float64) []int {
 	return best
 }
 
-// WDER pairs hypothesis words with reference words (a minimum edit
-// alignment of their text, aligned piece by piece between pauses no
-// reference speech crosses) and returns the share of pairs whose
-// hypothesis speaker, mapped, is not the reference's, and the pairs.
-func WDER(ref, hyp []Word, mapping map[string]string) (float64, int) {
+// WDERResult is the word-level speaker error: of the recognised words
+// paired with reference words outside overlapped speech, the share whose
+// speaker, mapped, is not the reference's; and of those paired inside it
+// (where either voice may have said a word, and a word's own times cannot
+// say which), how many have one of the voices talking there.
+type WDERResult struct {
+	WDER                  float64
+	Pairs, Wrong          int
+	OverlapPairs, OnVoice int // inside overlapped speech: pairs, and those on a voice talking there
+}
+
+// WDER pairs hypothesis words with reference words: a minimum edit
+// alignment of the two word sequences in time order in which a pair (the
+// same word or a substitute) must lie within pairSlack seconds (with
+// voices talking at once, or words that recur in every sentence, text
+// alone would pair a word with another voice's), piece by piece between
+// pauses that no reference speech crosses, so its memory stays small on
+// long recordings. A reference word within collar seconds of speech of
+// another reference voice is inside overlapped speech.
+func WDER(ref, hyp []Word, mapping map[string]string, collar float64) WDERResult {
+	ref, hyp = byMiddle(ref), byMiddle(hyp)
 	pieces := cuts(ref)
-	wrong, pairs := 0, 0
+	var res WDERResult
 	for k := range len(pieces) + 1 {
 		lo, hi := math.Inf(-1), math.Inf(1)
 		if k > 0 {
@@ -234,7 +252,7 @@ func WDER(ref, hyp []Word, mapping map[string]string) (float64, int) {
 		if k < len(pieces) {
 			hi = pieces[k]
 		}
-		in := func(w Word) bool { m := (w.Start + w.End) / 2; return m >= lo && m < hi }
+		in := func(w Word) bool { m := mid(w); return m >= lo && m < hi }
 		var rw, hw []Word
 		for _, w := range ref {
 			if in(w) {
@@ -246,21 +264,103 @@ func WDER(ref, hyp []Word, mapping map[string]string) (float64, int) {
 				hw = append(hw, w)
 			}
 		}
-		rt, ht := texts(rw), texts(hw)
-		for i, j := range wer.Align(rt, ht) {
+		for i, j := range align(rw, hw) {
 			if j < 0 {
 				continue
 			}
-			pairs++
-			if mapping[hw[j].Speaker] != rw[i].Speaker {
-				wrong++
+			said := mapping[hw[j].Speaker]
+			if voices := talking(rw, rw[i], collar); len(voices) > 1 {
+				res.OverlapPairs++
+				if voices[said] {
+					res.OnVoice++
+				}
+				continue
+			}
+			res.Pairs++
+			if said != rw[i].Speaker {
+				res.Wrong++
 			}
 		}
 	}
-	if pairs == 0 {
-		return 0, 0
+	if res.Pairs > 0 {
+		res.WDER = float64(res.Wrong) / float64(res.Pairs)
 	}
-	return float64(wrong) / float64(pairs), pairs
+	return res
+}
+
+// talking is the voices whose reference words lie within collar seconds of w.
+func talking(ref []Word, w Word, collar float64) map[string]bool {
+	out := map[string]bool{w.Speaker: true}
+	for _, o := range ref {
+		if o.Start <= w.End+collar && o.End >= w.Start-collar {
+			out[o.Speaker] = true
+		}
+	}
+	return out
+}
+
+// pairSlack is how far apart (their middles, seconds) an aligned pair of
+// words may be: the reference's word times are spread over their sentence
+// (SpreadWords), the recogniser's are its own.
+const pairSlack = 1.0
+
+func mid(w Word) float64 { return (w.Start + w.End) / 2 }
+
+func byMiddle(ws []Word) []Word {
+	out := slices.Clone(ws)
+	slices.SortStableFunc(out, func(a, b Word) int {
+		switch ma, mb := mid(a), mid(b); {
+		case ma < mb:
+			return -1
+		case ma > mb:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// align returns, for each reference word, the hypothesis word a minimum
+// edit alignment pairs it with (-1: deleted), pairs only within pairSlack.
+func align(ref, hyp []Word) []int {
+	rt, ht := texts(ref), texts(hyp)
+	const far = 1 << 20
+	d := make([][]int, len(ref)+1)
+	for i := range d {
+		d[i] = make([]int, len(hyp)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	sub := func(i, j int) int {
+		switch {
+		case math.Abs(mid(ref[i])-mid(hyp[j])) > pairSlack:
+			return far
+		case rt[i] == ht[j]:
+			return 0
+		}
+		return 1
+	}
+	for i := 1; i <= len(ref); i++ {
+		for j := 1; j <= len(hyp); j++ {
+			d[i][j] = min(d[i-1][j-1]+sub(i-1, j-1), d[i-1][j]+1, d[i][j-1]+1)
+		}
+	}
+	out := make([]int, len(ref))
+	for i, j := len(ref), len(hyp); i > 0; {
+		switch {
+		case j > 0 && sub(i-1, j-1) < far && d[i][j] == d[i-1][j-1]+sub(i-1, j-1):
+			out[i-1] = j - 1
+			i, j = i-1, j-1
+		case d[i][j] == d[i-1][j]+1:
+			out[i-1] = -1
+			i--
+		default:
+			j--
+		}
+	}
+	return out
 }
 
 // texts are the words' normalised texts (a word the normaliser splits
@@ -317,4 +417,69 @@ func SpreadWords(text, speaker string, start, end float64) []Word {
 		at += d
 	}
 	return out
+}
+
+// Reference is a synthetic conversation's sentences as turns and words of
+// its voices.
+func Reference(c conversation.Conversation) ([]Turn, []Word) {
+	turns := make([]Turn, len(c.Utterances))
+	var words []Word
+	for i, u := range c.Utterances {
+		turns[i] = Turn{Speaker: c.Voices[u.Speaker], Start: u.Start, End: u.End}
+		words = append(words, SpreadWords(u.Text, c.Voices[u.Speaker], u.Start, u.End)...)
+	}
+	return turns, words
+}
+
+// Hypothesis is a transcript's speaker turns and words.
+func Hypothesis(t contract.Transcript) ([]Turn, []Word) {
+	turns := make([]Turn, len(t.SpeakerTurns))
+	for i, s := range t.SpeakerTurns {
+		turns[i] = Turn{Speaker: s.Speaker, Start: s.Start, End: s.End}
+	}
+	words := make([]Word, len(t.Words))
+	for i, w := range t.Words {
+		words[i] = Word{Text: w.Word, Speaker: w.Speaker, Start: w.Start, End: w.End}
+	}
+	return turns, words
+}
+
+// OverlapSeconds is the time two voices of c talk at once.
+func OverlapSeconds(c conversation.Conversation) float64 {
+	total := 0.0
+	for i, a := range c.Utterances {
+		for _, b := range c.Utterances[i+1:] {
+			if a.Speaker != b.Speaker {
+				total += max(0, min(a.End, b.End)-max(a.Start, b.Start))
+			}
+		}
+	}
+	return total
+}
+
+// ChannelWords counts the words of a split call's transcript said where
+// one voice talks alone (within 0.3 s of its sentence), and those whose
+// speaker is that voice's channel.
+func ChannelWords(c conversation.Conversation, t contract.Transcript) (right, total int) {
+	for _, w := range t.Words {
+		mid := (w.Start + w.End) / 2
+		who := -1
+		for _, u := range c.Utterances {
+			if u.Start-0.3 <= mid && mid <= u.End+0.3 {
+				if who >= 0 && who != u.Speaker {
+					who = -2 // both talk here
+					break
+				}
+				who = u.Speaker
+			}
+		}
+		if who < 0 {
+			continue
+		}
+		total++
+		if w.Speaker == contract.ChannelLabel(who) {
+			right++
+		}
+	}
+	return right, total
 }

@@ -11,7 +11,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"flag"
@@ -24,7 +23,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -75,7 +73,7 @@ func run(minutes float64, fixed, perRow time.Duration, parallel int) error {
 			return err
 		}
 		in, out := fmt.Sprintf("lf-in-%d", i), fmt.Sprintf("lf-out-%d", i)
-		if err := uploadInParts(ctx, s3c, in, "call.wav", wav); err != nil {
+		if err := localaws.Upload(ctx, s3c, in, "call.wav", wav); err != nil {
 			return err
 		}
 		d, bs, err := once(ctx, sqsc, s3c, q.URL, in, out, n, gpuModel{fixed, perRow}, parallel)
@@ -227,27 +225,4 @@ func recording(minutes float64) []byte {
 		i += int((0.3 + 0.9*rnd()) * rate) // a pause: zeros
 	}
 	return pcm
-}
-
-// uploadInParts uploads b in 8 MiB parts, passing part ETags without
-// their quotes (the emulator's completion refuses the SDK's escaped ones).
-func uploadInParts(ctx context.Context, c *s3.Client, bucket, key string, b []byte) error {
-	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String(key)})
-	if err != nil {
-		return err
-	}
-	var parts []s3types.CompletedPart
-	const size = 8 << 20
-	for i, off := int32(1), 0; off < len(b); i, off = i+1, off+size {
-		end := min(off+size, len(b))
-		res, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String(bucket), Key: aws.String(key), UploadId: up.UploadId,
-			PartNumber: aws.Int32(i), Body: bytes.NewReader(b[off:end])})
-		if err != nil {
-			return err
-		}
-		parts = append(parts, s3types.CompletedPart{PartNumber: aws.Int32(i), ETag: aws.String(strings.Trim(aws.ToString(res.ETag), `"`))})
-	}
-	_, err = c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String(key), UploadId: up.UploadId,
-		MultipartUpload: &s3types.CompletedMultipartUpload{Parts: parts}})
-	return err
 }

@@ -18,7 +18,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,7 +27,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -99,36 +97,13 @@ func run(ctx context.Context) error {
 	fmt.Printf("   endpoint %s, queue %s (DLQ after 3 receives)\n", emu.Endpoint, q.URL)
 
 	step(fmt.Sprintf("starting %d Triton Inference Server %s partitions (worker mps run, time-sliced, model repository %s)", *partitions, tritonproc.Version, *repo))
-	absRepo, err := filepath.Abs(*repo)
-	if err != nil {
-		return err
-	}
-	base, err := tritonproc.FreePortRange(3 * *partitions)
-	if err != nil {
-		return err
-	}
-	plan := []string{"mps", "run", "-sharing", "timesliced", "-gpus", "0", "-per-gpu", strconv.Itoa(*partitions), "-base-port", strconv.Itoa(base)}
-	triton := append(append(plan, "--", *launcher), tritonproc.Args(absRepo, "{grpc_port}", "{http_port}", "{metrics_port}")...)
-	sup := exec.CommandContext(ctx, filepath.Join(*binDir, "worker"), triton...)
-	sup.Stdout, sup.Stderr = logs, logs
-	sup.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	sup.Cancel = func() error { return sup.Process.Signal(syscall.SIGTERM) }
-	if err := sup.Start(); err != nil {
-		return fmt.Errorf("start worker mps run (run `make build`): %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = sup.Wait(); close(exited) }()
-	defer func() { _ = sup.Process.Signal(syscall.SIGTERM); <-exited }()
-	var addrs []string
-	for i := range *partitions {
-		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(base+3*i))
-	}
 	started := time.Now()
-	for _, a := range addrs {
-		if err := tritonproc.WaitReady(ctx, a, []string{"asr", "diarize"}, 120*time.Second, exited); err != nil {
-			return fmt.Errorf("%w (rerun with -v for the partitions' logs)", err)
-		}
+	plan, err := tritonproc.RunPlan(ctx, filepath.Join(*binDir, "worker"), *launcher, *repo, *partitions, []string{"asr", "diarize"}, logs)
+	if err != nil {
+		return fmt.Errorf("%w (rerun with -v for the partitions' logs)", err)
 	}
+	defer plan.Stop()
+	addrs := plan.Addrs
 	fmt.Printf("   ready in %.1fs: %s\n", time.Since(started).Seconds(), strings.Join(addrs, ","))
 	asrAddr := strings.Join(addrs, ",")
 
@@ -177,7 +152,7 @@ func run(ctx context.Context) error {
 		}
 	}
 	fmt.Printf("   %s: %.0f s, voices %s, %d sentences, %.1f s of overlapped speech\n", consultKey, float64(len(consult.Samples))/conversation.Rate,
-		strings.Join(consult.Voices, ", "), len(consult.Utterances), overlapSeconds(consult))
+		strings.Join(consult.Voices, ", "), len(consult.Utterances), diarscore.OverlapSeconds(consult))
 	fmt.Printf("   %s: %.0f s, stereo, %s left and %s right\n", callKey, float64(len(call.Samples))/conversation.Rate, call.Voices[0], call.Voices[1])
 
 	common := []string{"-aws-endpoint", emu.Endpoint, "-queue-url", q.URL}
@@ -218,7 +193,7 @@ func run(ctx context.Context) error {
 	step("transcripts")
 	var edits, words, timed, misplaced int
 	for i, key := range keys {
-		t, err := readTranscript(ctx, s3c, outBucket, bucket, key)
+		t, err := localaws.ReadTranscript(ctx, s3c, outBucket, bucket, key)
 		if err != nil {
 			return err
 		}
@@ -243,16 +218,18 @@ func run(ctx context.Context) error {
 	}
 
 	step("who spoke: the consult, diarized (TXT rendering)")
-	ct, err := readTranscript(ctx, s3c, outBucket, bucket, consultKey)
+	ct, err := localaws.ReadTranscript(ctx, s3c, outBucket, bucket, consultKey)
 	if err != nil {
 		return err
 	}
-	txt, err := readOutput(ctx, s3c, outBucket, bucket, consultKey, ".txt")
+	txt, err := localaws.ReadOutput(ctx, s3c, outBucket, bucket, consultKey, ".txt")
 	if err != nil {
 		return err
 	}
 	fmt.Print(indent(txt))
-	score := diarscore.DER(referenceTurns(consult), hypothesisTurns(ct), 0.25)
+	refTurns, _ := diarscore.Reference(consult)
+	hypTurns, _ := diarscore.Hypothesis(ct)
+	score := diarscore.DER(refTurns, hypTurns, 0.25)
 	found := len(ct.Speakers)
 	fmt.Printf("   schema %s, %d speakers found (%d voices), %d turns, %.1f s overlapped; DER %.3f (collar 0.25 s, overlap scored): missed %.1f s, false alarm %.1f s, confusion %.1f s of %.1f s\n",
 		ct.Schema, found, len(consult.Voices), len(ct.SpeakerTurns), overlapOf(ct), score.DER, score.Missed, score.FalseAlarm, score.Conf, score.Total)
@@ -264,16 +241,16 @@ func run(ctx context.Context) error {
 	}
 
 	step("who spoke: the stereo call, a speaker a channel (WebVTT voices)")
-	kt, err := readTranscript(ctx, s3c, outBucket, bucket, callKey)
+	kt, err := localaws.ReadTranscript(ctx, s3c, outBucket, bucket, callKey)
 	if err != nil {
 		return err
 	}
-	vtt, err := readOutput(ctx, s3c, outBucket, bucket, callKey, ".vtt")
+	vtt, err := localaws.ReadOutput(ctx, s3c, outBucket, bucket, callKey, ".vtt")
 	if err != nil {
 		return err
 	}
 	fmt.Print(indent(firstLines(vtt, 14)))
-	onChannel, channelWords := channelWordsRight(call, kt)
+	onChannel, channelWords := diarscore.ChannelWords(call, kt)
 	fmt.Printf("   %d of %d words on their channel's speaker; speakers %s\n", onChannel, channelWords, speakerList(kt))
 	if onChannel != channelWords || channelWords == 0 {
 		verr = errors.Join(verr, fmt.Errorf("%d of %d call words on the wrong channel's speaker", channelWords-onChannel, channelWords))
@@ -301,102 +278,11 @@ var uploadFormats = []struct {
 
 func step(s string) { fmt.Printf("==> %s\n", s) }
 
-// readTranscript finds the transcript of key by its deterministic prefix.
-func readTranscript(ctx context.Context, c *s3.Client, bucket, inBucket, key string) (contract.Transcript, error) {
-	var t contract.Transcript
-	b, err := readOutput(ctx, c, bucket, inBucket, key, ".json")
-	if err != nil {
-		return t, err
-	}
-	return t, json.Unmarshal([]byte(b), &t)
-}
-
-// readOutput reads the output of key that ends with suffix (.json, .txt,
-// .srt, .vtt), found by its deterministic prefix.
-func readOutput(ctx context.Context, c *s3.Client, bucket, inBucket, key, suffix string) (string, error) {
-	out, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String("transcripts/" + inBucket + "/" + contract.EscapeKey(key) + "/")})
-	if err != nil {
-		return "", err
-	}
-	for _, o := range out.Contents {
-		k := aws.ToString(o.Key)
-		if !strings.HasSuffix(k, suffix) || strings.HasSuffix(k, ".error.json") {
-			continue
-		}
-		obj, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(k)})
-		if err != nil {
-			return "", err
-		}
-		defer func() { _ = obj.Body.Close() }()
-		b, err := io.ReadAll(obj.Body)
-		return string(b), err
-	}
-	return "", fmt.Errorf("no %s output for %s", suffix, key)
-}
-
-// referenceTurns are the consult's sentences as turns of its voices.
-func referenceTurns(c conversation.Conversation) []diarscore.Turn {
-	out := make([]diarscore.Turn, len(c.Utterances))
-	for i, u := range c.Utterances {
-		out[i] = diarscore.Turn{Speaker: c.Voices[u.Speaker], Start: u.Start, End: u.End}
-	}
-	return out
-}
-
-// hypothesisTurns are a transcript's speaker turns.
-func hypothesisTurns(t contract.Transcript) []diarscore.Turn {
-	out := make([]diarscore.Turn, len(t.SpeakerTurns))
-	for i, s := range t.SpeakerTurns {
-		out[i] = diarscore.Turn{Speaker: s.Speaker, Start: s.Start, End: s.End}
-	}
-	return out
-}
-
-// overlapSeconds is the time two voices of c talk at once.
-func overlapSeconds(c conversation.Conversation) float64 {
-	total := 0.0
-	for i, a := range c.Utterances {
-		for _, b := range c.Utterances[i+1:] {
-			if a.Speaker != b.Speaker {
-				total += max(0, min(a.End, b.End)-max(a.Start, b.Start))
-			}
-		}
-	}
-	return total
-}
-
 func overlapOf(t contract.Transcript) float64 {
 	if t.Diarization == nil {
 		return 0
 	}
 	return t.Diarization.OverlapSeconds
-}
-
-// channelWordsRight counts the call's words whose speaker is the channel
-// of the voice that said them (the reference sentence around the word's
-// middle, when only one voice talks there).
-func channelWordsRight(c conversation.Conversation, t contract.Transcript) (right, total int) {
-	for _, w := range t.Words {
-		mid := (w.Start + w.End) / 2
-		who := -1
-		for _, u := range c.Utterances {
-			if u.Start-0.3 <= mid && mid <= u.End+0.3 {
-				if who >= 0 && who != u.Speaker {
-					who = -2 // both talk here
-					break
-				}
-				who = u.Speaker
-			}
-		}
-		if who < 0 {
-			continue
-		}
-		total++
-		if w.Speaker == contract.ChannelLabel(who) {
-			right++
-		}
-	}
-	return right, total
 }
 
 func speakerList(t contract.Transcript) string {
