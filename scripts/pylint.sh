@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python lint of the Triton model: ruff (ruff.toml) over model.py, its
-# engines and their tests, and mypy --strict (mypy.ini) over model.py and
-# its engines. Installs the pinned tools (tools/pylint/requirements.txt)
+# engines and their tests, and mypy --strict (mypy.ini) over model.py, the
+# diarize model's and the engines. Installs the pinned tools (tools/pylint/requirements.txt)
 # into .tools/pylint first, once: safe to run again and again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,3 +20,4 @@ fi
 model=deploy/triton/models/asr/1
 "$venv/bin/ruff" check deploy/triton
 "$venv/bin/mypy" "$model/model.py" "$model/fleetscribe_asr"
+"$venv/bin/mypy" deploy/triton/models/diarize/1/model.py

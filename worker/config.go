@@ -348,7 +348,7 @@ type SpeakerConfig struct {
 	Speakers []*contract.SpeakerHints // nil: no diarization
 	Channels []string                 // contract.ChannelsSplit or ChannelsMix
 	// MaxSpeakers is the diarization model's limit: a job asking for more
-	// is refused.
+	// is refused (0: the shipped model's, modelspec.DiarizeMaxSpeakers).
 	MaxSpeakers int
 }
 
@@ -368,13 +368,13 @@ func (c *SpeakerConfig) validate(queues int) error {
 		return fmt.Errorf("%d -default-speakers values for %d queues (give one, or one per queue)", len(c.Speakers), queues)
 	case len(c.Channels) > 1 && len(c.Channels) != queues:
 		return fmt.Errorf("%d -default-channels values for %d queues (give one, or one per queue)", len(c.Channels), queues)
-	case c.MaxSpeakers < 1 || c.MaxSpeakers > contract.MaxSpeakerHint:
+	case c.MaxSpeakers < 0 || c.MaxSpeakers > contract.MaxSpeakerHint:
 		return fmt.Errorf("diarize max speakers must be 1 to %d", contract.MaxSpeakerHint)
 	}
 	for rank := range queues {
 		h, ch := c.For(rank)
-		if h.On() && h.Max > c.MaxSpeakers {
-			return fmt.Errorf("-default-speakers of queue %d asks for up to %d speakers; the model separates %d", rank, h.Max, c.MaxSpeakers)
+		if h.On() && max(h.Max, h.Min) > c.Limit() {
+			return fmt.Errorf("-default-speakers of queue %d asks for up to %d speakers; the model separates %d", rank, max(h.Max, h.Min), c.Limit())
 		}
 		if h.On() && ch == contract.ChannelsSplit {
 			return fmt.Errorf("queue %d defaults to speakers and to split channels: choose one", rank)
@@ -386,6 +386,14 @@ func (c *SpeakerConfig) validate(queues int) error {
 		}
 	}
 	return nil
+}
+
+// Limit is the most speakers a job may ask for.
+func (c *SpeakerConfig) Limit() int {
+	if c.MaxSpeakers == 0 {
+		return modelspec.DiarizeMaxSpeakers
+	}
+	return c.MaxSpeakers
 }
 
 // For returns queue rank's defaults.

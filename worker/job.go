@@ -236,8 +236,8 @@ func (t *task) whoSpoke() error {
 		channels = job.Channels
 	}
 	if hints.On() {
-		if max(hints.Max, hints.Min) > t.w.cfg.Speaker.MaxSpeakers {
-			return Permanentf(contract.ClassBadMessage, "job asks for up to %d speakers; the diarization model separates at most %d", max(hints.Max, hints.Min), t.w.cfg.Speaker.MaxSpeakers)
+		if limit := t.w.cfg.Speaker.Limit(); max(hints.Max, hints.Min) > limit {
+			return Permanentf(contract.ClassBadMessage, "job asks for up to %d speakers; the diarization model separates at most %d", max(hints.Max, hints.Min), limit)
 		}
 		t.infer.speakers = hints
 	}

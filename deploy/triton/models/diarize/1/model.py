@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fleetscribe_asr.common import SAMPLE_RATE, log_info
-from fleetscribe_asr.diarize import Diarizer, DiarizeOptions, State, StateError
+from fleetscribe_asr.diarize import DiarizeOptions, Diarizer, State, StateError
 
 try:  # Only inside Triton; the tests put a stand-in in its place.
     import triton_python_backend_utils as pb_utils

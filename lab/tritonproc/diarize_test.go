@@ -1,0 +1,121 @@
+package tritonproc_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/lab/conversation"
+	"github.com/fleetscribe/fleetscribe/lab/diarscore"
+	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/modelspec"
+	"github.com/fleetscribe/fleetscribe/triton"
+)
+
+// diarizeAll sends a recording's chunks in order, the state of each
+// response with the next request, each to the pool's next partition in
+// turn, then the finish, and returns its turns with their final labels.
+func diarizeAll(t *testing.T, pools []*triton.Pool, samples []float32, maxSpeakers int) []diarscore.Turn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var state []byte
+	type raw struct {
+		t   triton.DiarizeTurn
+		off float64
+	}
+	var turns []raw
+	chunks := audio.Split(samples, audio.SplitConfig{Max: 30 * 16000, Frame: 480})
+	for i, c := range chunks {
+		r, err := pools[i%len(pools)].Diarize(ctx, triton.DiarizeRequest{Samples: c.Samples, State: state})
+		if err != nil {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+		for _, x := range r.Turns {
+			turns = append(turns, raw{x, float64(c.Offset) / 16000})
+		}
+		state = r.State
+	}
+	r, err := pools[len(chunks)%len(pools)].Diarize(ctx, triton.DiarizeRequest{State: state, Finish: true, MaxSpeakers: maxSpeakers})
+	if err != nil {
+		t.Fatalf("finish: %v", err)
+	}
+	var out []diarscore.Turn
+	for _, x := range turns {
+		out = append(out, diarscore.Turn{Speaker: string(rune('A' + r.Labels[x.t.Speaker])), Start: x.t.Start + x.off, End: x.t.End + x.off})
+	}
+	return out
+}
+
+func diarizePool(t *testing.T, addr string) *triton.Pool {
+	t.Helper()
+	p, err := triton.NewPool(triton.PoolConfig{Addrs: []string{addr}, MaxInflight: 2, RequestTimeout: time.Minute, Attempts: 2,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, EjectAfter: 3, HealthInterval: 10 * time.Second, PoisonWait: time.Second,
+		MetricsAddrs: []string{"off"}}, triton.DefaultModelIO(), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// The shipped diarization model on real Triton: a conversation of three
+// flite voices is diarized chunk by chunk into three speakers with a low
+// error; the partitions keep nothing, so the same chunks sent to two
+// servers in turn give the same answer as one server; the job's max is
+// honoured; bad state and hints are refused as the input's fault.
+func TestDiarizeRepositoryOnRealTriton(t *testing.T) {
+	root := requireSpeech(t)
+	repo := filepath.Join(root, "deploy", "triton", "cpu")
+	var servers []*tritonproc.Server
+	for range 2 {
+		s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: repo, Models: []string{modelspec.Name, modelspec.DiarizeName}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Kill()
+		servers = append(servers, s)
+	}
+	a, b := diarizePool(t, servers[0].Addr), diarizePool(t, servers[1].Addr)
+	conv, err := conversation.Make(context.Background(), conversation.Spec{Seed: 3, Speakers: 3, Seconds: 70, Overlap: 0.15}, conversation.Flite(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := diarscore.Reference(conv)
+	one := diarizeAll(t, []*triton.Pool{a}, conv.Samples, 0)
+	score := diarscore.DER(ref, one, 0.25)
+	labels := map[string]bool{}
+	for _, x := range one {
+		labels[x.Speaker] = true
+	}
+	if score.DER > 0.10 || len(labels) != 3 {
+		t.Errorf("DER %.3f with %d speakers for 3 voices (missed %.1f s, false alarm %.1f s, confusion %.1f s of %.1f s)", score.DER, len(labels), score.Missed, score.FalseAlarm, score.Conf, score.Total)
+	}
+	if two := diarizeAll(t, []*triton.Pool{a, b}, conv.Samples, 0); !slices.Equal(one, two) {
+		t.Errorf("chunks sent to two partitions in turn diarized differently:\n%v\n%v", one, two)
+	}
+	capped := diarizeAll(t, []*triton.Pool{b}, conv.Samples, 2)
+	labels = map[string]bool{}
+	for _, x := range capped {
+		labels[x.Speaker] = true
+	}
+	if len(labels) != 2 {
+		t.Errorf("max_speakers 2: %d speakers", len(labels))
+	}
+	ctx := context.Background()
+	for name, req := range map[string]triton.DiarizeRequest{
+		"a state not the model's": {Samples: conv.Samples[:16000], State: []byte(`{"v": 9}`)},
+		"max above the model's":   {State: nil, Finish: true, MaxSpeakers: modelspec.DiarizeMaxSpeakers + 1},
+		"max below min":           {Finish: true, MinSpeakers: 3, MaxSpeakers: 2},
+	} {
+		if _, err := a.Diarize(ctx, req); !errors.Is(err, triton.ErrRejected) {
+			t.Errorf("%s: %v, want ErrRejected", name, err)
+		}
+	}
+}
