@@ -18,7 +18,7 @@ const (
 	// it reads v1), and speakers on words and segments, speaker turns, a
 	// summary per speaker and how they were found.
 	TranscriptSchemaSpeakers = "fleetscribe.transcript/v2"
-	ErrorSchema      = "fleetscribe.error/v1"
+	ErrorSchema              = "fleetscribe.error/v1"
 )
 
 // InputRef identifies the exact input object a record was made from.

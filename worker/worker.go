@@ -92,7 +92,7 @@ type Deps struct {
 	Diarizer     Diarizer
 	DiarizeModel string
 	Log          zerolog.Logger
-	Metrics     prometheus.Registerer
+	Metrics      prometheus.Registerer
 }
 
 // New returns a worker for the model that d.Transcriber serves.
