@@ -362,16 +362,24 @@ func (m ModelIO) newRequest(r Request, inline bool) *pb.ModelInferRequest {
 	if m.NumWordsOutput != "" {
 		req.Outputs = append(req.Outputs, &pb.ModelInferRequest_InferRequestedOutputTensor{Name: m.NumWordsOutput})
 	}
-	if r.Priority > 0 || r.QueueTimeout > 0 {
-		req.Parameters = map[string]*pb.InferParameter{}
-	}
-	if r.Priority > 0 {
-		req.Parameters["priority"] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: r.Priority}}
-	}
-	if r.QueueTimeout > 0 {
-		req.Parameters["timeout"] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: r.QueueTimeout.Microseconds()}}
-	}
+	req.Parameters = queueParameters(r.Priority, r.QueueTimeout)
 	return req
+}
+
+// queueParameters are a request's Triton priority and queue timeout (none
+// of either: the model's defaults).
+func queueParameters(priority uint64, timeout time.Duration) map[string]*pb.InferParameter {
+	if priority == 0 && timeout == 0 {
+		return nil
+	}
+	params := map[string]*pb.InferParameter{}
+	if priority > 0 {
+		params["priority"] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: priority}}
+	}
+	if timeout > 0 {
+		params["timeout"] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: timeout.Microseconds()}}
+	}
+	return params
 }
 
 // outputBytes returns the raw contents of the named output, falling back to

@@ -78,15 +78,7 @@ func (m ModelIO) newDiarizeRequest(r DiarizeRequest) *pb.ModelInferRequest {
 		req.Inputs = append(req.Inputs, &pb.ModelInferRequest_InferInputTensor{Name: modelspec.AudioInput, Datatype: TypeFP32, Shape: m.shape(int64(n))})
 		req.RawInputContents = append(req.RawInputContents, raw)
 	}
-	if r.Priority > 0 || r.QueueTimeout > 0 {
-		req.Parameters = map[string]*pb.InferParameter{}
-	}
-	if r.Priority > 0 {
-		req.Parameters["priority"] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: r.Priority}}
-	}
-	if r.QueueTimeout > 0 {
-		req.Parameters["timeout"] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: r.QueueTimeout.Microseconds()}}
-	}
+	req.Parameters = queueParameters(r.Priority, r.QueueTimeout)
 	return req
 }
 
@@ -154,12 +146,7 @@ func outputInt32(resp *pb.ModelInferResponse, name string) ([]int32, error) {
 // (a bad state or hints), ErrPoisonInput when it failed it the same way on
 // two partitions that serve other inputs.
 func (p *Pool) Diarize(ctx context.Context, req DiarizeRequest) (DiarizeResult, error) {
-	if req.Priority == 0 {
-		req.Priority = p.cfg.Priority
-	}
-	if req.QueueTimeout == 0 {
-		req.QueueTimeout = p.cfg.QueueTimeout
-	}
+	p.queueDefaults(&req.Priority, &req.QueueTimeout)
 	var res DiarizeResult
 	input := Request{Samples: req.Samples, Model: p.parts[0].client.io.DiarizeModel}
 	err := p.call(ctx, input, false, func(ctx context.Context, c *Client) error {

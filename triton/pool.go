@@ -387,12 +387,7 @@ func outcome(err error) string {
 // model failed it the same way on two partitions that serve other inputs,
 // the last fault when attempts ran out, or the context's error.
 func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
-	if req.Priority == 0 {
-		req.Priority = p.cfg.Priority
-	}
-	if req.QueueTimeout == 0 {
-		req.QueueTimeout = p.cfg.QueueTimeout
-	}
+	p.queueDefaults(&req.Priority, &req.QueueTimeout)
 	var res Result
 	err := p.call(ctx, req, req.Model == "", func(ctx context.Context, c *Client) error {
 		var err error
@@ -403,6 +398,17 @@ func (p *Pool) Transcribe(ctx context.Context, req Request) (Result, error) {
 		return err
 	})
 	return res, err
+}
+
+// queueDefaults fills in the pool's priority and queue timeout where a
+// request leaves them 0.
+func (p *Pool) queueDefaults(priority *uint64, timeout *time.Duration) {
+	if *priority == 0 {
+		*priority = p.cfg.Priority
+	}
+	if *timeout == 0 {
+		*timeout = p.cfg.QueueTimeout
+	}
 }
 
 // call runs one request through the pool: attempt is tried on the

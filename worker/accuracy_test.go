@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/lab/conversation"
 	"github.com/fleetscribe/fleetscribe/lab/wer"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
@@ -35,21 +36,11 @@ var (
 )
 
 // sentences returns n sentences of everyday clinical speech, drawn from
-// templates.
+// templates (the same as the speaker benchmarks' conversations read).
 func sentences(rng *rand.Rand, n int) []string {
-	subjects := []string{"the patient", "the doctor", "my mother", "the nurse", "the child", "her husband", "the pharmacist", "my father"}
-	verbs := []string{"reports", "needs", "will take", "has had", "described", "asked about", "is worried about", "mentioned"}
-	objects := []string{"mild chest pain", "a follow up appointment", "two tablets every morning", "a fever since tuesday",
-		"trouble sleeping at night", "pain in the left knee", "a new prescription", "a bad cough", "the blood test results",
-		"a headache in the evening", "swelling in both ankles", "the heart rate"}
-	tails := []string{"", "since last week", "in the afternoon", "after lunch", "before the weekend", "every day", "this morning"}
 	out := make([]string, n)
 	for i := range out {
-		s := subjects[rng.IntN(len(subjects))] + " " + verbs[rng.IntN(len(verbs))] + " " + objects[rng.IntN(len(objects))]
-		if t := tails[rng.IntN(len(tails))]; t != "" {
-			s += " " + t
-		}
-		out[i] = s
+		out[i] = conversation.Sentence(rng)
 	}
 	return out
 }

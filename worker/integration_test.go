@@ -120,8 +120,16 @@ func (e *env) run(cfg worker.Config, sqsAPI worker.SQSAPI) {
 	if sqsAPI == nil {
 		sqsAPI = e.recorder
 	}
+	e.runDeps(cfg, worker.Deps{Model: "asr", SQS: sqsAPI, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard)})
+}
+
+// runDeps runs a worker of deps (its metrics on a registry of the run's
+// own, e.wreg) until it is idle.
+func (e *env) runDeps(cfg worker.Config, deps worker.Deps) {
+	e.t.Helper()
 	e.wreg = prometheus.NewRegistry()
-	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: sqsAPI, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: e.wreg})
+	deps.Metrics = e.wreg
+	w, err := worker.New(cfg, deps)
 	if err != nil {
 		e.t.Fatal(err)
 	}

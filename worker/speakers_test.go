@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/fleetscribe/fleetscribe/contract"
@@ -63,20 +62,11 @@ func (h *halves) Diarize(_ context.Context, r triton.DiarizeRequest) (triton.Dia
 // runWith runs the worker with d as its diarizer (nil: none) until idle.
 func (e *env) runWith(cfg worker.Config, d worker.Diarizer) {
 	e.t.Helper()
-	e.wreg = prometheus.NewRegistry()
-	deps := worker.Deps{Model: "asr", SQS: e.recorder, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: e.wreg}
+	deps := worker.Deps{Model: "asr", SQS: e.recorder, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard)}
 	if d != nil {
 		deps.Diarizer, deps.DiarizeModel = d, "diarize"
 	}
-	w, err := worker.New(cfg, deps)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := w.Run(ctx); err != nil {
-		e.t.Fatalf("worker: %v", err)
-	}
+	e.runDeps(cfg, deps)
 }
 
 func (e *env) sendSpeakersJob(key string, hints *contract.SpeakerHints, channels string, formats ...string) {

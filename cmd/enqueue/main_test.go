@@ -163,6 +163,12 @@ func TestFlagErrors(t *testing.T) {
 		{"-queue-url", "q", "-bucket", "b", "k", "-include", "[a-"},
 		{"-queue-url", "q", "-bucket", "b", "k", "-job-formats", "docx"},
 		{"-queue-url", "q", "-bucket", "b", "k", "-progress", "fancy"},
+		{"-queue-url", "q", "-bucket", "b", "k", "-job-speakers", "max=0"},
+		{"-queue-url", "q", "-bucket", "b", "k", "-job-speakers", "min=3,max=2"},
+		{"-queue-url", "q", "-bucket", "b", "k", "-job-speakers", "max=2.5"},
+		{"-queue-url", "q", "-bucket", "b", "k", "-job-speakers", "max=31"},
+		{"-queue-url", "q", "-bucket", "b", "k", "-job-channels", "stereo"},
+		{"-queue-url", "q", "-bucket", "b", "k", "-job-speakers", "on", "-job-channels", "split"},
 		{"redrive"},
 		{"redrive", "-dlq-url", "d", "-error-match", "("},
 		{"status"},
@@ -293,6 +299,15 @@ func TestDryRun(t *testing.T) {
 	}
 	if jobs != 6 {
 		t.Errorf("%d jobs printed:\n%s", jobs, stdout.String())
+	}
+	// Speakers and channels are written into every job.
+	stdout.Reset()
+	if err := run(context.Background(), []string{"-aws-endpoint", emu.Endpoint, "-bucket", "archive", "-prefix", "2025/", "-dry-run", "-progress", "none",
+		"-job-speakers", "min=2,max=3"}, nil, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(stdout.String(), "\n"); !strings.Contains(first, `"speakers":{"min":2,"max":3}`) {
+		t.Errorf("job without its speakers: %s", first)
 	}
 	sqsc, _ := emu.Clients()
 	if n := len(receiveAll(t, sqsc, q.URL)); n != 0 {

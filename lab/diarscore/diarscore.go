@@ -324,43 +324,15 @@ func byMiddle(ws []Word) []Word {
 // edit alignment pairs it with (-1: deleted), pairs only within pairSlack.
 func align(ref, hyp []Word) []int {
 	rt, ht := texts(ref), texts(hyp)
-	const far = 1 << 20
-	d := make([][]int, len(ref)+1)
-	for i := range d {
-		d[i] = make([]int, len(hyp)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	sub := func(i, j int) int {
+	return wer.AlignFunc(len(ref), len(hyp), func(i, j int) int {
 		switch {
 		case math.Abs(mid(ref[i])-mid(hyp[j])) > pairSlack:
-			return far
+			return wer.Forbidden
 		case rt[i] == ht[j]:
 			return 0
 		}
 		return 1
-	}
-	for i := 1; i <= len(ref); i++ {
-		for j := 1; j <= len(hyp); j++ {
-			d[i][j] = min(d[i-1][j-1]+sub(i-1, j-1), d[i-1][j]+1, d[i][j-1]+1)
-		}
-	}
-	out := make([]int, len(ref))
-	for i, j := len(ref), len(hyp); i > 0; {
-		switch {
-		case j > 0 && sub(i-1, j-1) < far && d[i][j] == d[i-1][j-1]+sub(i-1, j-1):
-			out[i-1] = j - 1
-			i, j = i-1, j-1
-		case d[i][j] == d[i-1][j]+1:
-			out[i-1] = -1
-			i--
-		default:
-			j--
-		}
-	}
-	return out
+	})
 }
 
 // texts are the words' normalised texts (a word the normaliser splits

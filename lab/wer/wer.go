@@ -53,28 +53,31 @@ func Rate(reference, hypothesis string) float64 {
 // a minimum edit alignment pairs it with (the same word or a substitute),
 // or -1 where the reference word was deleted.
 func Align(ref, hyp []string) []int {
+	return AlignFunc(len(ref), len(hyp), func(i, j int) int { return boolInt(ref[i] != hyp[j]) })
+}
+
+// AlignFunc is Align of n reference and m hypothesis words, pairing
+// reference word i with hypothesis word j costing sub(i, j): 0 for the
+// same word, 1 for a substitute, Forbidden for a pair that may not be made.
+func AlignFunc(n, m int, sub func(i, j int) int) []int {
 	// d[i][j]: edits between ref[:i] and hyp[:j].
-	d := make([][]int, len(ref)+1)
+	d := make([][]int, n+1)
 	for i := range d {
-		d[i] = make([]int, len(hyp)+1)
+		d[i] = make([]int, m+1)
 		d[i][0] = i
 	}
 	for j := range d[0] {
 		d[0][j] = j
 	}
-	for i := 1; i <= len(ref); i++ {
-		for j := 1; j <= len(hyp); j++ {
-			sub := d[i-1][j-1]
-			if ref[i-1] != hyp[j-1] {
-				sub++
-			}
-			d[i][j] = min(sub, d[i-1][j]+1, d[i][j-1]+1)
+	for i := 1; i <= n; i++ {
+		for j := 1; j <= m; j++ {
+			d[i][j] = min(d[i-1][j-1]+sub(i-1, j-1), d[i-1][j]+1, d[i][j-1]+1)
 		}
 	}
-	out := make([]int, len(ref))
-	for i, j := len(ref), len(hyp); i > 0; {
+	out := make([]int, n)
+	for i, j := n, m; i > 0; {
 		switch {
-		case j > 0 && d[i][j] == d[i-1][j-1]+boolInt(ref[i-1] != hyp[j-1]):
+		case j > 0 && sub(i-1, j-1) < Forbidden && d[i][j] == d[i-1][j-1]+sub(i-1, j-1):
 			out[i-1] = j - 1
 			i, j = i-1, j-1
 		case d[i][j] == d[i-1][j]+1:
@@ -86,6 +89,9 @@ func Align(ref, hyp []string) []int {
 	}
 	return out
 }
+
+// Forbidden is AlignFunc's cost of a pair that may not be made.
+const Forbidden = 1 << 20
 
 func boolInt(b bool) int {
 	if b {
