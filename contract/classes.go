@@ -5,6 +5,8 @@ package contract
 const (
 	ClassBadMessage     = "bad_message"    // body is not a job or S3 event
 	ClassMissing        = "missing_object" // input object does not exist
+	ClassAccessDenied   = "access_denied"  // the input refuses the worker's read while its bucket serves others
+	ClassArchived       = "archived"       // the input is in an archive storage class: restore it first
 	ClassTooLarge       = "too_large"      // input object exceeds the size limit
 	ClassCorruptAudio   = "corrupt_audio"  // bytes are not a valid recording
 	ClassUnsupported    = "unsupported_audio"

@@ -140,7 +140,7 @@ func (c *JobConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var((*flagext.StringSliceCSV)(&c.Models), "models", "comma-separated models a job may ask for besides -model (all served by the same partitions)")
 	fs.DurationVar(&c.ExitWhenIdle, "exit-when-idle", 0, "exit 0 once no message has arrived and no job has run for this long (0: run forever)")
 	fs.DurationVar(&c.OutageWait, "outage-wait", time.Hour, "how long a job waits, its message kept in hand, for a bucket that is down to come back\n"+
-		"Missing, access denied, 5xx or unreachable, for two keys or the write check: the job then runs again in the same receive (a computed transcript is written, not computed again); "+
+		"Missing, access denied, 5xx or unreachable, and the bucket's probe (the write check; for an input a listing and a key it served) failing too: the job then runs again in the same receive (a computed transcript is written, not computed again); "+
 		"while the output bucket is down nothing is received. Past this the job fails as retryable. SQS keeps a message in hand 12 h at most; 0: no job waits.")
 }
 

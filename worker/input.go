@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/fleetscribe/fleetscribe/contract"
@@ -47,6 +48,8 @@ func (i inputs) open(ctx context.Context, job contract.Job) (opened, error) {
 	case err == nil:
 	case s3errs.ObjectNotFound(err):
 		return opened{}, Permanentf(contract.ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
+	case archived(err):
+		return opened{}, archivedError(job, err)
 	case isInvalidRange(err):
 		// An empty object has no first byte: its metadata from a HEAD.
 		return i.head(ctx, job)
@@ -102,6 +105,8 @@ func (i inputs) get(ctx context.Context, job contract.Job, in *contract.InputRef
 		return obj, nil
 	case s3errs.ObjectNotFound(err):
 		return nil, Permanentf(contract.ClassMissing, "s3://%s/%s was deleted while being processed", job.Bucket, job.Key)
+	case archived(err):
+		return nil, archivedError(job, err)
 	case s3errs.PreconditionFailed(err):
 		return nil, fmt.Errorf("input changed while being processed: %w", err)
 	default:
@@ -112,21 +117,51 @@ func (i inputs) get(ctx context.Context, job contract.Job, in *contract.InputRef
 // probe reads one byte of each of keys in bucket until one answers: the
 // bucket serves reads again (an object that is gone, or empty, answers
 // too). It probes an input bucket that is down.
-func (i inputs) probe(ctx context.Context, bucket string, keys []string) error {
-	var errs []error
-	for _, k := range keys {
-		obj, err := i.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(k), Range: aws.String("bytes=0-0")})
-		if err == nil {
-			_ = obj.Body.Close()
-			return nil
-		}
-		if s3errs.ObjectNotFound(err) || isInvalidRange(err) {
-			return nil
-		}
-		errs = append(errs, err)
+func (i inputs) probe(ctx context.Context, bucket string, failing []string, served string) error {
+	// The listing needs s3:ListBucket under the input prefixes (the worker
+	// policy grants it, so a HEAD of a missing key answers 404): under the
+	// failing key, it is inside them.
+	prefix := served
+	if len(failing) > 0 {
+		prefix = failing[0]
 	}
-	return errors.Join(errs...)
+	if _, err := i.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(prefix), MaxKeys: aws.Int32(1)}); err != nil {
+		return fmt.Errorf("list s3://%s/%s: %w", bucket, prefix, err)
+	}
+	if served == "" {
+		return nil
+	}
+	// The bucket lists; a key it served before still reads (a broken
+	// bucket policy or credentials refuse it too).
+	obj, err := i.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(served), Range: aws.String("bytes=0-0")})
+	switch {
+	case err == nil:
+		_ = obj.Body.Close()
+		return nil
+	case s3errs.ObjectNotFound(err) || isInvalidRange(err) || archived(err):
+		return nil // it answers about that key
+	default:
+		return fmt.Errorf("read s3://%s/%s, read before: %w", bucket, served, err)
+	}
 }
+
+// archivedError is the permanent error of an input S3 will not read until
+// it is restored, with the restore it needs.
+func archivedError(job contract.Job, err error) error {
+	class := "an archive storage class"
+	if ios, ok := errors.AsType[*types.InvalidObjectState](err); ok && ios.StorageClass != "" {
+		class = "storage class " + string(ios.StorageClass)
+		if ios.AccessTier != "" {
+			class += ", tier " + string(ios.AccessTier)
+		}
+	}
+	return Permanentf(contract.ClassArchived,
+		"s3://%s/%s is in %s and cannot be read until restored: restore it (aws s3api restore-object --bucket %s --key %s --restore-request Days=1), then send the job again",
+		job.Bucket, job.Key, class, job.Bucket, shellQuote(job.Key))
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func isInvalidRange(err error) bool {
 	var ae smithy.APIError

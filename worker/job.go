@@ -107,7 +107,10 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, d *delivery, in
 		}
 		rctx, cancel := context.WithTimeoutCause(ctx, w.cfg.Jobs.Timeout, errJobTimeout)
 		outcome, err = t.run(rctx)
-		again := err != nil && t.waitFor(err)
+		var again bool
+		if err != nil {
+			again, err = t.w.settle(t.hold, err)
+		}
 		if err != nil && !again {
 			// A failure the job's own, or its error record's write
 			// stopped by a bucket that is down (then run it again).

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/backoff"
 )
 
@@ -28,10 +29,13 @@ import (
 // receives nothing and is not ready. A lone failure (one key, while the
 // bucket serves others) is the job's own and fails as before.
 //
-// A dependency is down when requests for two different keys failed so
-// with no success in between, or when its probe failed: a PUT of the
-// write check under the output prefix, a one-byte GET of the failing keys
-// of an input bucket.
+// A dependency is down when its probe, which does not depend on any one
+// object, fails: a PUT of the write check under the output prefix; for an
+// input bucket a listing under the failing key and a one-byte GET of the
+// last key it served. An object that refuses while its bucket answers
+// (403 for a KMS key the worker may not use or another account's object)
+// is the job's own: a permanent access_denied record, no hold; an archived
+// object (InvalidObjectState) is never an outage: archived.
 
 // Names of the dependencies.
 const depOutput = "output"
@@ -65,7 +69,7 @@ func (d *dependencies) answer(dep, key string, err error) error {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return err
 	case d != nil:
-		d.ok(dep)
+		d.ok(dep, key, err == nil)
 	}
 	return err
 }
@@ -73,6 +77,9 @@ func (d *dependencies) answer(dep, key string, err error) error {
 func dependencyFault(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	if archived(err) {
+		return false // one object's storage class, with a 403
 	}
 	if _, ok := errors.AsType[*smithyhttp.RequestSendError](err); ok {
 		return true // no answer at all: connection refused, reset, DNS
@@ -93,14 +100,38 @@ func dependencyFault(err error) bool {
 	return false
 }
 
+// archived reports S3 refusing to read an object for its storage class
+// (Glacier Flexible Retrieval or Deep Archive, an archive tier of
+// Intelligent-Tiering) until it is restored.
+func archived(err error) bool {
+	ae, ok := errors.AsType[smithy.APIError](err)
+	return ok && ae.ErrorCode() == "InvalidObjectState"
+}
+
+// objectRefused reports an answer that, from a bucket that serves other
+// requests, is the object's own refusal: access denied (the object's KMS
+// key, another account's object, a policy on its key).
+func objectRefused(err error) bool {
+	if ae, ok := errors.AsType[smithy.APIError](err); ok {
+		return ae.ErrorCode() == "AccessDenied" || strings.HasPrefix(ae.ErrorCode(), "KMS.")
+	}
+	re, ok := errors.AsType[*smithyhttp.ResponseError](err)
+	return ok && re.HTTPStatusCode() == http.StatusForbidden // a HEAD's 403 has no code
+}
+
+// A prober tells whether a dependency answers, from the keys that failed
+// since its last success and the last key it served (empty: none yet).
+type prober func(ctx context.Context, failing []string, served string) error
+
 // dependency is one bucket the worker needs, as its requests found it.
 type dependency struct {
-	probe func(ctx context.Context, keys []string) error
-	// confirms: a probe success says a lone failure was the key's own (the
-	// output's write check is a key of its own); an input's probe reads
-	// the failing keys, so a lone failure waits for a second key instead.
+	probe prober
+	// confirms: a probe success says a lone failure was the key's own
+	// (the probe does not depend on the failing object); a dependency
+	// without one is down once two keys failed with no success between.
 	confirms bool
 	failing  map[string]error // keys failed since the last success
+	served   string           // the last key a request succeeded for
 	down     bool
 	since    time.Time
 	err      error // the failure that took it down
@@ -115,7 +146,7 @@ type dependencies struct {
 	wait time.Duration // the most a job waits for one
 	m    *outageMetrics
 	// probeFor returns how to probe a dependency, by name.
-	probeFor func(name string) (probe func(ctx context.Context, keys []string) error, confirms bool)
+	probeFor func(name string) (p prober, confirms bool)
 
 	mu      sync.Mutex
 	deps    map[string]*dependency
@@ -131,7 +162,7 @@ type outageMetrics struct {
 
 func newDependencies(log zerolog.Logger, now func() time.Time, wait time.Duration, m *outageMetrics) *dependencies {
 	d := &dependencies{log: log, now: now, wait: wait, m: m, deps: map[string]*dependency{}, changed: make(chan struct{})}
-	d.probeFor = func(string) (func(context.Context, []string) error, bool) { return nil, false }
+	d.probeFor = func(string) (prober, bool) { return nil, false }
 	return d
 }
 
@@ -151,12 +182,16 @@ func (d *dependencies) broadcastLocked() {
 	d.changed = make(chan struct{})
 }
 
-// ok records a request to name that succeeded.
-func (d *dependencies) ok(name string) {
+// ok records a request for key to name that name answered: served, or
+// refused for what the request asked (not found, precondition failed).
+func (d *dependencies) ok(name, key string, served bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	dep, known := d.deps[name]
-	if !known || len(dep.failing) == 0 && !dep.down {
+	dep := d.get(name)
+	if served {
+		dep.served = key
+	}
+	if len(dep.failing) == 0 && !dep.down {
 		return
 	}
 	d.setUpLocked(name, dep)
@@ -171,7 +206,7 @@ func (d *dependencies) failed(name, key string, err error) bool {
 	defer d.mu.Unlock()
 	dep := d.get(name)
 	dep.failing[key] = err
-	if !dep.down && len(dep.failing) >= 2 {
+	if !dep.down && !dep.confirms && len(dep.failing) >= 2 {
 		d.setDownLocked(name, dep, err)
 	}
 	return dep.down
@@ -211,18 +246,36 @@ func (d *dependencies) down() error {
 // and has come back within ctx (the request runs again); it waits while
 // the dependency is down. Any other error, nil included, is false.
 func (w *Worker) waitFor(ctx context.Context, err error) bool {
-	ue, ok := errors.AsType[*unreachableError](err)
-	return ok && ctx.Err() == nil && w.deps.hold(ctx, ue)
+	again, _ := w.settle(ctx, err)
+	return again
 }
 
-// hold decides what a job whose request failed with ue does: it returns
-// true once the dependency, which was down, is back (run the step again),
-// and false when the failure is the job's own or the wait ended (fail as
-// before). A lone failure is confirmed first: the probe of a dependency
-// that has one, or else a short wait for a second key to fail.
-func (d *dependencies) hold(ctx context.Context, ue *unreachableError) bool {
+// settle is waitFor that also says whose fault a failure was: an object
+// of an input bucket that refused while its bucket answers comes back as
+// the job's permanent access_denied error.
+func (w *Worker) settle(ctx context.Context, err error) (again bool, _ error) {
+	ue, ok := errors.AsType[*unreachableError](err)
+	if !ok || ctx.Err() != nil {
+		return false, err
+	}
+	back, own := w.deps.hold(ctx, ue)
+	if own && strings.HasPrefix(ue.dep, inputDep("")) && objectRefused(ue.err) {
+		return false, Permanentf(contract.ClassAccessDenied,
+			"s3://%s/%s refuses the worker's read while its bucket serves others (the object's KMS key, owner or policy): %v",
+			strings.TrimPrefix(ue.dep, inputDep("")), ue.key, ue.err)
+	}
+	return back, err
+}
+
+// hold decides what a job whose request failed with ue does: back once
+// the dependency, which was down, is back (run the step again); own when
+// the dependency answers and the failure is the job's own; neither when
+// the wait ended (fail as before). A lone failure is confirmed first: the
+// probe of a dependency that has one, or else a short wait for a second
+// key to fail.
+func (d *dependencies) hold(ctx context.Context, ue *unreachableError) (back, own bool) {
 	if !d.failed(ue.dep, ue.key, ue.err) && !d.confirm(ctx, ue.dep) {
-		return false
+		return false, ctx.Err() == nil
 	}
 	d.m.waiting.Inc()
 	defer d.m.waiting.Dec()
@@ -234,12 +287,12 @@ func (d *dependencies) hold(ctx context.Context, ue *unreachableError) bool {
 		up, wait := !dep.down, d.changed
 		d.mu.Unlock()
 		if up {
-			return true
+			return true, false
 		}
 		select {
 		case <-wait:
 		case <-wctx.Done():
-			return false
+			return false, false
 		}
 	}
 }
@@ -303,11 +356,11 @@ func (d *dependencies) probeOnce(ctx context.Context, name string) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	probe := dep.probe
+	probe, served := dep.probe, dep.served
 	d.mu.Unlock()
 
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := probe(pctx, keys)
+	err := probe(pctx, keys, served)
 	cancel()
 
 	d.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
 	"github.com/fleetscribe/fleetscribe/lab/chaos"
 	"github.com/fleetscribe/fleetscribe/lab/testwait"
@@ -181,4 +183,110 @@ func TestInputOutageHoldsTheJobs(t *testing.T) {
 	if v, f := e.depth(e.queue.DLQURL); v+f != 0 {
 		t.Errorf("DLQ has %d messages", v+f)
 	}
+}
+
+// Objects that refuse the worker's read while their bucket serves the rest
+// (403 for a KMS key or another account's object; InvalidObjectState for
+// an archived one) are the objects' own: each gets its permanent record at
+// once (access_denied; archived, naming the restore), nothing is held,
+// the bucket is never taken for down, and the good jobs among them are
+// transcribed, each message received once.
+func TestObjectRefusalIsTheObjects(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	s3c, proxy := proxied(t)
+	refusals := map[string]chaos.Refusal{
+		"kms-1.wav": chaos.RefusalAccessDenied, "kms-2.wav": chaos.RefusalAccessDenied, "kms-3.wav": chaos.RefusalAccessDenied,
+		"glacier.wav": chaos.RefusalArchived, "deep.wav": chaos.RefusalDeepArchive,
+	}
+	good := []string{"a.wav", "b.wav", "c.wav"}
+	for _, k := range good {
+		e.put(k, tone(16000, 16000))
+	}
+	for k, r := range refusals {
+		e.put(k, tone(16000, 16000))
+		proxy.RefuseObject(e.in, k, r)
+	}
+	// The refusals first: no key has been read yet when they fail.
+	for k := range refusals {
+		e.sendJob(k)
+	}
+	for _, k := range good {
+		e.sendJob(k)
+	}
+	cfg := e.config()
+	cfg.Jobs.ExitWhenIdle = time.Second
+	cfg.Jobs.OutageWait = 2 * time.Minute // longer than the test's own limit: a hold fails it
+	start := time.Now()
+	r := e.start(cfg, s3c)
+	r.wait(t)
+	took := time.Since(start)
+	for _, k := range good {
+		if _, ok := e.transcript(k); !ok {
+			t.Errorf("%s: no transcript", k)
+		}
+	}
+	for k, ref := range refusals {
+		rec, ok := e.errorRecord(k)
+		want := contract.ClassAccessDenied
+		if ref.Code == "InvalidObjectState" {
+			want = contract.ClassArchived
+		}
+		switch {
+		case !ok:
+			t.Errorf("%s: no error record", k)
+		case rec.Class != want || !rec.Final:
+			t.Errorf("%s: record %s final %v, want %s final", k, rec.Class, rec.Final, want)
+		case want == contract.ClassArchived && (!strings.Contains(rec.Message, "restore-object") || !strings.Contains(rec.Message, ref.StorageClass)):
+			t.Errorf("%s: %q does not name the restore or the storage class", k, rec.Message)
+		}
+	}
+	e.recorder.check(t, len(good)+len(refusals))
+	if v, f := e.depth(e.queue.DLQURL); v+f != 0 {
+		t.Errorf("DLQ has %d messages", v+f)
+	}
+	if got := metricValue(t, r.reg, "fleetscribe_dependency_outages_total", map[string]string{"dependency": "input:" + e.in}, 0); got != 0 {
+		t.Errorf("the input bucket was taken down %v times for its objects' refusals", got)
+	}
+	// Each refusal is settled by one probe, not by a wait for a second
+	// key (10 s) or for the bucket (-outage-wait).
+	if took > 20*time.Second {
+		t.Errorf("%.0f s to settle: refusals were held", took.Seconds())
+	}
+}
+
+// An input bucket whose policy breaks after it served a key: the listing
+// may still answer, but the key it served no longer reads, so the bucket
+// is down and the jobs wait for it (not access_denied records).
+func TestInputPolicyBrokenAfterServing(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	s3c, proxy := proxied(t)
+	for _, k := range []string{"first.wav", "a.wav", "b.wav"} {
+		e.put(k, tone(16000, 16000))
+	}
+	e.sendJob("first.wav")
+	cfg := e.config()
+	cfg.Jobs.ExitWhenIdle = 3 * time.Second
+	r := e.start(cfg, s3c)
+	testwait.For(t, "first.wav transcribed", func() bool { _, ok := e.transcript("first.wav"); return ok })
+	// Every object refuses; listings still answer (a policy on
+	// s3:GetObject alone).
+	for _, k := range []string{"first.wav", "a.wav", "b.wav"} {
+		proxy.RefuseObject(e.in, k, chaos.RefusalAccessDenied)
+	}
+	e.sendJob("a.wav")
+	e.sendJob("b.wav")
+	testwait.For(t, "both jobs waiting for the input bucket", func() bool { return r.waiting(t) == 2 })
+	for _, k := range []string{"first.wav", "a.wav", "b.wav"} {
+		proxy.RefuseObject(e.in, k, chaos.Refusal{})
+	}
+	r.wait(t)
+	for _, k := range []string{"a.wav", "b.wav"} {
+		if _, ok := e.transcript(k); !ok {
+			t.Errorf("%s: no transcript", k)
+		}
+		if _, ok := e.errorRecord(k); ok {
+			t.Errorf("%s: an error record for the bucket's outage", k)
+		}
+	}
+	e.recorder.check(t, 3)
 }

@@ -36,6 +36,8 @@ type S3API interface {
 	GetObject(ctx context.Context, params *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
 	PutObject(ctx context.Context, params *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 	DeleteObject(ctx context.Context, params *s3.DeleteObjectInput, optFns ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
+	// ListObjectsV2 probes an input bucket without reading an object.
+	ListObjectsV2(ctx context.Context, params *s3.ListObjectsV2Input, optFns ...func(*s3.Options)) (*s3.ListObjectsV2Output, error)
 }
 
 // Transcriber turns 16 kHz mono samples into text. *triton.Pool is one.
@@ -165,12 +167,15 @@ func (w *Worker) checkQueue(ctx context.Context, url string) error {
 }
 
 // probeFor says how a dependency is probed: the output bucket by the write
-// check (which confirms a lone failure: it is a key of its own), an input
-// bucket by a read of its failing keys.
-func (w *Worker) probeFor(name string) (func(ctx context.Context, keys []string) error, bool) {
+// check (a key of its own), an input bucket by a listing and a read of a
+// key it served (see inputs.probe). Neither depends on the failing object,
+// so each confirms a lone failure.
+func (w *Worker) probeFor(name string) (prober, bool) {
 	if name == depOutput {
-		return func(ctx context.Context, _ []string) error { return w.out.probe(ctx, w.cfg.Outputs.Prefix) }, true
+		return func(ctx context.Context, _ []string, _ string) error { return w.out.probe(ctx, w.cfg.Outputs.Prefix) }, true
 	}
 	bucket := strings.TrimPrefix(name, inputDep(""))
-	return func(ctx context.Context, keys []string) error { return w.in.probe(ctx, bucket, keys) }, false
+	return func(ctx context.Context, failing []string, served string) error {
+		return w.in.probe(ctx, bucket, failing, served)
+	}, true
 }

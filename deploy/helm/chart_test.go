@@ -223,7 +223,16 @@ func decode(out []byte) ([]object, error) {
 
 func helm(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
+	return helmWith(t, nil, args...)
+}
+
+// helmWith runs helm with env added to the test's environment.
+func helmWith(t *testing.T, env []string, args ...string) ([]byte, error) {
+	t.Helper()
 	cmd := exec.Command(helmBin(t), args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

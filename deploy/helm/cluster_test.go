@@ -518,6 +518,10 @@ func TestAgainstControlPlane(t *testing.T) {
 		objects += ok + len(errs)
 	}
 
+	// The release's life with KEDA's count: helm's patches leave it.
+	steps := releaseLifecycle(t, cp, c)
+	fmt.Printf("REPLICAS %s\n", strings.Join(steps, ", "))
+
 	c.addNodes(t)
 	cp.startScheduler(t)
 	placements := c.place(t, plans, renderings)

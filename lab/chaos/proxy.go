@@ -42,11 +42,12 @@ type Proxy struct {
 	Rate    float64
 	Exhaust string
 
-	on     atomic.Bool
-	mu     sync.Mutex
-	rng    *rand.Rand
-	faults map[string]int
-	outage map[string]Outage // by bucket
+	on      atomic.Bool
+	mu      sync.Mutex
+	rng     *rand.Rand
+	faults  map[string]int
+	outage  map[string]Outage  // by bucket
+	refused map[string]Refusal // by bucket/key
 	// Transcript key → the content hash of each successful write.
 	writes map[string][]string
 }
@@ -60,7 +61,7 @@ func NewProxy(target string, rate float64, seed uint64) (*Proxy, error) {
 	p := &Proxy{
 		target: u, Rate: rate, rng: rand.New(rand.NewPCG(seed, 99)),
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: time.Minute},
-		faults: map[string]int{}, writes: map[string][]string{}, outage: map[string]Outage{},
+		faults: map[string]int{}, writes: map[string][]string{}, outage: map[string]Outage{}, refused: map[string]Refusal{},
 	}
 	p.on.Store(true)
 	return p, nil
@@ -83,6 +84,50 @@ var (
 	OutageDenied  = Outage{http.StatusForbidden, "AccessDenied"}
 	OutageFailing = Outage{http.StatusServiceUnavailable, "SlowDown"}
 )
+
+// A Refusal is how S3 answers reads (GET, HEAD) of one object while its
+// bucket serves everything else: the object encrypted with a KMS key the
+// caller may not use, or owned by another account (403 AccessDenied), or
+// archived by a lifecycle rule (403 InvalidObjectState, with its storage
+// class and tier as S3 sends them).
+type Refusal struct {
+	Status       int
+	Code         string
+	StorageClass string
+	AccessTier   string
+}
+
+// Refusals an operator meets.
+var (
+	RefusalAccessDenied = Refusal{Status: http.StatusForbidden, Code: "AccessDenied"}
+	RefusalArchived     = Refusal{Status: http.StatusForbidden, Code: "InvalidObjectState", StorageClass: "GLACIER"}
+	RefusalDeepArchive  = Refusal{Status: http.StatusForbidden, Code: "InvalidObjectState", StorageClass: "INTELLIGENT_TIERING", AccessTier: "DEEP_ARCHIVE_ACCESS"}
+)
+
+// RefuseObject makes reads of bucket/key answer r (zero Refusal: ends it).
+func (p *Proxy) RefuseObject(bucket, key string, r Refusal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r == (Refusal{}) {
+		delete(p.refused, bucket+"/"+key)
+		return
+	}
+	p.refused[bucket+"/"+key] = r
+}
+
+// refusalOf returns the refusal of the object a path-style S3 read names.
+func (p *Proxy) refusalOf(r *http.Request) (Refusal, bool) {
+	if r.Header.Get("X-Amz-Target") != "" || r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return Refusal{}, false // SQS, or a write (a listing names the bucket, not the key)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ref, ok := p.refused[strings.TrimPrefix(r.URL.Path, "/")]
+	if ok {
+		p.faults["refusal_"+ref.Code]++
+	}
+	return ref, ok
+}
 
 // SetOutage starts an outage of bucket (zero Outage: ends it).
 func (p *Proxy) SetOutage(bucket string, o Outage) {
@@ -158,6 +203,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(o.Status)
 		if r.Method != http.MethodHead {
 			fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>outage injected by the chaos proxy</Message></Error>`, o.Code)
+		}
+		return
+	}
+	if ref, ok := p.refusalOf(r); ok {
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(ref.Status)
+		if r.Method != http.MethodHead {
+			extra := ""
+			if ref.StorageClass != "" {
+				extra += "<StorageClass>" + ref.StorageClass + "</StorageClass>"
+			}
+			if ref.AccessTier != "" {
+				extra += "<AccessTier>" + ref.AccessTier + "</AccessTier>"
+			}
+			fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>refused by the chaos proxy</Message>%s</Error>`, ref.Code, extra)
 		}
 		return
 	}

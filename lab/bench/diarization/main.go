@@ -339,7 +339,9 @@ func windows(ref, hyp []diarscore.Turn) string {
 		end = max(end, t.End)
 	}
 	var parts []string
-	for lo := 0.0; lo < end; lo += 600 {
+	// A last window under 30 s (the final words running past the hour) is
+	// no window.
+	for lo := 0.0; end-lo >= 30; lo += 600 {
 		clip := func(ts []diarscore.Turn, rename map[string]string) []diarscore.Turn {
 			var out []diarscore.Turn
 			for _, t := range ts {
