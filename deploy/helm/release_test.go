@@ -120,4 +120,3 @@ current-context: check
 	record("rollback_2", keda)
 	return steps
 }
-
