@@ -3,6 +3,7 @@ package audio
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"os"
@@ -248,5 +249,38 @@ func TestPathFFmpegIsLookedUpWhenCalled(t *testing.T) {
 	t.Setenv("PATH", dir)
 	if f := PathFFmpeg(); f == nil || f.Bin != fake {
 		t.Fatalf("PATH with ffmpeg in %s: %+v", dir, f)
+	}
+}
+
+// An MP3 whose Xing header claims far more frames than its bytes can hold
+// (20 s saying 5 hours) is probed no longer than its size allows at the
+// lowest bit rate, so it is not refused as too long; a true header is
+// believed.
+func TestMP3XingCountBoundedBySize(t *testing.T) {
+	enc, _ := encode(t, 16000, 1, "mp3", "-c:a", "libmp3lame", "-q:a", "4")
+	i := bytes.Index(enc, []byte("Xing"))
+	if i < 0 {
+		i = bytes.Index(enc, []byte("Info"))
+	}
+	if i < 0 {
+		t.Fatal("no Xing/Info header in a VBR MP3")
+	}
+	honest, err := Probe(enc, int64(len(enc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := bytes.Clone(enc)
+	binary.BigEndian.PutUint32(forged[i+8:], uint32(5*3600*16000/576))
+	lying, err := Probe(forged, int64(len(forged)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 16 kHz is MPEG-2: its lowest bit rate is 8 kbit/s.
+	bound := float64(len(enc)) * 8 / 8000
+	if lying.Duration() > bound+0.01 || lying.Duration() < honest.Duration() {
+		t.Errorf("a header claiming 5 h: probed %.0f s, want at most %.0f s (the file at 8 kbit/s) and at least the true %.1f s", lying.Duration(), bound, honest.Duration())
+	}
+	if honest.Duration() < 1 || honest.Duration() > bound {
+		t.Errorf("a true header: %.1f s", honest.Duration())
 	}
 }

@@ -145,7 +145,13 @@ func probeMP3(head []byte, size int64) (Info, error) {
 		x := off + 4 + side
 		if x+12 <= len(head) && (string(head[x:x+4]) == "Xing" || string(head[x:x+4]) == "Info") && head[x+7]&1 != 0 {
 			frames := int64(binary.BigEndian.Uint32(head[x+8:]))
-			return Info{Format: name, Rate: rate, Channels: 2, Frames: frames * perFrame}, nil
+			// A header can claim more frames than the file holds: no
+			// more than its bytes make at the lowest bit rate of its
+			// MPEG version (a 20-s file saying 5 hours is not refused as
+			// too long; its decode counts what is there).
+			lowest := int64(mp3Bitrates[min(v, 1)][1]) * 1000 / 8 // bytes a second
+			most := (size - int64(off)) * int64(rate) / lowest
+			return Info{Format: name, Rate: rate, Channels: 2, Frames: min(frames*perFrame, most)}, nil
 		}
 		seconds := float64(size-int64(off)) * 8 / float64(kbps*1000)
 		return Info{Format: name, Rate: rate, Channels: 2, Frames: int64(seconds * float64(rate))}, nil

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -173,7 +174,19 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, d *delivery
 	}
 	d.records = len(records)
 	var retryErr error
+	// A record that repeats an earlier one of the message (the same
+	// object and options: a producer's loop, a replayed batch) is that
+	// job again: it runs once, and the message's outcome is its.
+	seen := make(map[string]bool, len(records))
 	for i, rec := range records {
+		if rec.Err == nil {
+			b, _ := json.Marshal(rec.Job)
+			if seen[string(b)] {
+				w.m.duplicateRecords.Inc()
+				continue
+			}
+			seen[string(b)] = true
+		}
 		jlog := log
 		if len(records) > 1 {
 			jlog = jlog.With().Int("record", i).Logger()

@@ -38,6 +38,8 @@ type metrics struct {
 	stages         map[string]prometheus.Observer
 	outage         *outageMetrics
 	diarizations   *prometheus.CounterVec
+	// duplicateRecords: records that repeat another of their message.
+	duplicateRecords prometheus.Counter
 }
 
 // Pipeline stages timed in fleetscribe_stage_seconds.
@@ -59,6 +61,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		jobs: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetscribe_jobs_total", Help: "Jobs (one per recording; an S3 event may carry several) by outcome.",
 		}, []string{"outcome"}),
+		duplicateRecords: f.NewCounter(prometheus.CounterOpts{
+			Name: "fleetscribe_duplicate_records_total", Help: "Records that repeat an earlier record of their message (same object and options): run once, not again.",
+		}),
 		messages: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetscribe_messages_total", Help: "Queue messages handled, by final action (deleted, retry, released, ignored, invalid).",
 		}, []string{"outcome"}),

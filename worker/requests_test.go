@@ -152,3 +152,36 @@ func jsonKey(t *testing.T, e *env, key string) string {
 	t.Fatalf("no transcript for %s", key)
 	return ""
 }
+
+// A message whose records name one object over and over (a producer's
+// loop) reads and writes it once, as a message naming it once would; a
+// second object in it still runs.
+func TestRepeatedRecordsRunOnce(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.put("same.wav", tone(16000, 16000))
+	e.put("other.wav", tone(16000, 16000))
+	keys := []string{"other.wav"}
+	for range 300 {
+		keys = append(keys, "same.wav")
+	}
+	e.send(s3Event(e.in, keys...))
+	cfg := e.config()
+	cfg.Claims.MinAudio = time.Minute
+	tally := &tallyS3{S3API: e.s3}
+	e.runS3(cfg, tally)
+	for _, k := range []string{"same.wav", "other.wav"} {
+		if out := e.outputs(k); out["json"] == nil {
+			t.Errorf("%s: no transcript", k)
+		}
+	}
+	want := map[string]int{"get": 2, "head": 2, "put": 2, "delete": 2, "write check": 1}
+	if fmt.Sprint(tally.calls) != fmt.Sprint(want) {
+		t.Errorf("S3 calls %v, want %v (each object once)", tally.calls, want)
+	}
+	if got := metricValue(t, e.wreg, "fleetscribe_duplicate_records_total", nil, 0); got != 299 {
+		t.Errorf("duplicate records counted %v, want 299", got)
+	}
+	if v, f := e.depth(e.queue.URL); v+f != 0 {
+		t.Errorf("the message is still queued (%d)", v+f)
+	}
+}
