@@ -293,18 +293,21 @@ fleetscribe_triton_poison_inputs_total 1
 `), "fleetscribe_triton_poison_inputs_total"); err != nil {
 		t.Error(err)
 	}
-	// Different inputs failing: the limit falls, the partitions stay.
+	// More inputs failing while the canary is served: each is poison, and
+	// the partitions keep their places and their limits.
 	for n := 101; n < 104; n++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		_, _ = p.Transcribe(ctx, triton.Request{Samples: make([]float32, n)})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := p.Transcribe(ctx, triton.Request{Samples: make([]float32, n)}); !errors.Is(err, triton.ErrPoisonInput) {
+			t.Errorf("input of %d samples: %v, want ErrPoisonInput", n, err)
+		}
 		cancel()
 	}
 	for _, s := range []*tritontest.Server{a, b} {
 		if gauge(t, reg, "fleetscribe_triton_partition_healthy", s.Addr) != 1 {
 			t.Errorf("%s ejected by server faults", s.Addr)
 		}
-		if limit := gauge(t, reg, "fleetscribe_triton_inflight_limit", s.Addr); limit != 1 {
-			t.Errorf("%s in-flight limit %v after faults, want 1", s.Addr, limit)
+		if limit := gauge(t, reg, "fleetscribe_triton_inflight_limit", s.Addr); limit != 2 {
+			t.Errorf("%s in-flight limit %v after poison inputs, want its 2", s.Addr, limit)
 		}
 	}
 }
@@ -317,7 +320,8 @@ func TestPoolFaultEverywhereIsNotPoison(t *testing.T) {
 	a, b := tritontest.Start(t), tritontest.Start(t)
 	cfg := poolConfig(a.Addr, b.Addr)
 	cfg.PoisonWait = 50 * time.Millisecond
-	p := newPool(t, cfg, prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	p := newPool(t, cfg, reg)
 	for _, served := range []bool{false, true} {
 		// Before the pool has served anything; then after, when the input
 		// it served (its canary) fails on the partitions too.
@@ -333,6 +337,12 @@ func TestPoolFaultEverywhereIsNotPoison(t *testing.T) {
 		_, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 7)})
 		if errors.Is(err, triton.ErrPoisonInput) || !errors.Is(err, triton.ErrServerFault) || !strings.Contains(err.Error(), "after 4 attempts") {
 			t.Errorf("served before: %v: err %v, want a server fault after 4 attempts", served, err)
+		}
+		// Failing everything, a partition takes one request at a time.
+		for _, s := range []*tritontest.Server{a, b} {
+			if limit := gauge(t, reg, "fleetscribe_triton_inflight_limit", s.Addr); limit != 1 {
+				t.Errorf("served before: %v: %s in-flight limit %v, want 1", served, s.Addr, limit)
+			}
 		}
 	}
 }
@@ -558,4 +568,68 @@ func TestModelBucketsFlag(t *testing.T) {
 			t.Errorf("-model-buckets %s accepted", bad)
 		}
 	}
+}
+
+// Poison inputs at a cold start fill every slot before the pool has
+// served anything: each is judged against faint noise of its length (no
+// wait for other work to be served), good work finishes beside them, and
+// the in-flight limits their faults halved are given back; later poison
+// amid good work leaves the limits where good answers hold them.
+func TestPoisonAtColdStartLeavesTheLimits(t *testing.T) {
+	a, b := tritontest.Start(t), tritontest.Start(t)
+	poisoned := func(s []float32) bool { return len(s) > 0 && s[0] == 1 }
+	for _, s := range []*tritontest.Server{a, b} {
+		s.SetRecognizer(kserve.RecognizerFunc(func(_ context.Context, samples []float32, _ bool) (triton.Result, error) {
+			if poisoned(samples) {
+				return triton.Result{}, status.Error(codes.Internal, "transcription failed: index out of range")
+			}
+			return triton.Result{Text: tritontest.Text(len(samples))}, nil
+		}))
+	}
+	reg := prometheus.NewRegistry()
+	cfg := poolConfig(a.Addr, b.Addr)
+	cfg.MaxInflight = 16
+	cfg.PoisonWait = 10 * time.Second // the worker's default
+	p := newPool(t, cfg, reg)
+	transcribe := func(poison bool, n int) error {
+		s := make([]float32, n)
+		if poison {
+			s[0] = 1
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := p.Transcribe(ctx, triton.Request{Samples: s})
+		return err
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range errs {
+		wg.Go(func() { errs[i] = transcribe(true, 1600+i) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, triton.ErrPoisonInput) {
+			t.Errorf("poison input %d at a cold start: %v, want ErrPoisonInput", i, err)
+		}
+	}
+	if took := time.Since(start); took > cfg.PoisonWait/2 {
+		t.Errorf("16 poison inputs at a cold start judged in %.1f s: they waited for other work", took.Seconds())
+	}
+	limits := func(when string) {
+		t.Helper()
+		for _, s := range []*tritontest.Server{a, b} {
+			if limit := gauge(t, reg, "fleetscribe_triton_inflight_limit", s.Addr); limit != 16 {
+				t.Errorf("%s: %s in-flight limit %v, want 16", s.Addr, when, limit)
+			}
+		}
+	}
+	limits("after poison at a cold start,")
+	// Four poison inputs amid good work.
+	for i := range 64 {
+		if err := transcribe(i%16 == 3, 800+i); (err != nil) != (i%16 == 3) {
+			t.Errorf("input %d: %v", i, err)
+		}
+	}
+	limits("after four poison inputs amid 60 good ones,")
 }

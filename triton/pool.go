@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -307,7 +308,7 @@ func (p *Pool) acquire(ctx context.Context, tried map[*partition]bool) (*partiti
 // ejects: a fault may be the input's, and a partition failing everything
 // then takes one request at a time); failures to reach the partition count
 // toward ejection. It returns the requests the partition has served.
-func (p *Pool) release(part *partition, err error, defaultModel bool) (served uint64) {
+func (p *Pool) release(part *partition, err error, defaultModel bool) (served uint64, halved bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	part.inflight--
@@ -319,6 +320,7 @@ func (p *Pool) release(part *partition, err error, defaultModel bool) (served ui
 		part.served++
 		part.limit = min(float64(p.cfg.MaxInflight), part.limit+1/part.limit)
 	case errors.Is(err, ErrOverloaded), errors.Is(err, ErrServerFault):
+		halved = part.limit > 1
 		part.limit = max(1, part.limit/2)
 	case errors.Is(err, ErrRejected), errors.Is(err, context.Canceled):
 		// The input's problem or the caller's: says nothing of the partition.
@@ -338,7 +340,21 @@ func (p *Pool) release(part *partition, err error, defaultModel bool) (served ui
 	}
 	p.mLimit.WithLabelValues(addr).Set(part.limit)
 	p.broadcastLocked()
-	return part.served
+	return part.served, halved
+}
+
+// absolve gives back the limit that faults found to be a poison input's
+// took from their partitions: the input's failure says nothing of them.
+func (p *Pool) absolve(faults []partitionFault) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range faults {
+		if f.halved {
+			f.part.limit = min(float64(p.cfg.MaxInflight), f.part.limit*2)
+			p.mLimit.WithLabelValues(f.part.client.addr).Set(f.part.limit)
+		}
+	}
+	p.broadcastLocked()
 }
 
 func (p *Pool) ejectLocked(part *partition, reason string) {
@@ -440,7 +456,7 @@ func (p *Pool) call(ctx context.Context, input Request, ownModel bool, attempt f
 		actx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 		err = attempt(actx, part.client)
 		cancel()
-		served := p.release(part, err, ownModel || input.Model == part.client.io.Model)
+		served, halved := p.release(part, err, ownModel || input.Model == part.client.io.Model)
 		p.mRequests.WithLabelValues(part.client.addr, outcome(err)).Inc()
 		if err == nil {
 			p.mLatency.WithLabelValues(part.client.addr).Observe(time.Since(start).Seconds())
@@ -461,9 +477,10 @@ func (p *Pool) call(ctx context.Context, input Request, ownModel bool, attempt f
 			tried[part] = true
 			faults++
 			if fe, ok := errors.AsType[*faultError](err); ok {
-				faulted = append(faulted, partitionFault{part: part, err: fe, served: served})
+				faulted = append(faulted, partitionFault{part: part, err: fe, served: served, halved: halved})
 				if same := sameFault(faulted); len(same) >= 2 && p.servesOthers(ctx, same, input) {
 					p.mPoison.Inc()
+					p.absolve(faulted)
 					return fmt.Errorf("%w: the same error on %d partitions that serve other inputs (last: %w)", ErrPoisonInput, len(same), lastErr)
 				}
 			}
@@ -480,6 +497,7 @@ type partitionFault struct {
 	part   *partition
 	err    *faultError
 	served uint64
+	halved bool // the fault halved the partition's in-flight limit
 }
 
 // sameFault returns the faults, one per partition, that are the same model
@@ -499,11 +517,13 @@ func sameFault(faults []partitionFault) []partitionFault {
 
 // servesOthers reports whether the partitions that failed an input still
 // serve other inputs: one of them has served a request since its fault,
-// or answers the canary (an input the pool served lately), or, where the
-// pool has served nothing yet, serves a request within PoisonWait. A
-// partition failing everything (a crashed model, a GPU fault that took
-// every client of the GPU down) fails the canary too, so good inputs are
-// never blamed for it.
+// or answers the canary (an input the pool served lately; before the pool
+// has served one, faint noise as long as the failed input), or, for a
+// request with no canary (diarization before any was served), serves a
+// request within PoisonWait. A partition failing everything (a crashed
+// model, a GPU fault that took every client of the GPU down) fails the
+// canary too, so good inputs are never blamed for it; and a cold start
+// with poison in every slot is judged in one request, not PoisonWait.
 func (p *Pool) servesOthers(ctx context.Context, faults []partitionFault, failed Request) bool {
 	if p.servedSince(faults) {
 		return true
@@ -562,16 +582,31 @@ func (p *Pool) keepCanary(req Request) {
 	p.canaryAt = time.Now()
 }
 
-// canaryRequest returns the canary, unless there is none or it is the
-// failed input itself.
+// canaryRequest returns the canary, unless it is the failed input itself;
+// where the pool has kept none, a transcription of faint noise as long as
+// the failed input (a model that fails on any input of that length fails
+// it too). A diarization request has no canary of its own.
 func (p *Pool) canaryRequest(failed Request) (Request, bool) {
 	p.canaryMu.Lock()
-	defer p.canaryMu.Unlock()
 	c := p.canary
-	if c.Samples == nil || slices.Equal(c.Samples, failed.Samples) {
-		return Request{}, false
+	p.canaryMu.Unlock()
+	switch {
+	case c.Samples != nil && !slices.Equal(c.Samples, failed.Samples):
+		return c, true
+	case c.Samples == nil && len(failed.Samples) > 0 && (failed.Model == "" || failed.Model != p.parts[0].client.io.DiarizeModel):
+		return Request{Samples: quiet(len(failed.Samples)), Model: failed.Model}, true
 	}
-	return c, true
+	return Request{}, false
+}
+
+// quiet is n samples of faint noise (about -50 dBFS), the same each time.
+func quiet(n int) []float32 {
+	rng := rand.New(rand.NewPCG(0x71e7, uint64(n)))
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(0.003 * rng.NormFloat64())
+	}
+	return out
 }
 
 // Healthy returns the number of partitions taking requests (not ejected),
