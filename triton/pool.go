@@ -73,7 +73,7 @@ func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.BackoffBase, "triton-backoff", 100*time.Millisecond, "first retry delay; doubles per attempt")
 	fs.DurationVar(&c.BackoffMax, "triton-backoff-max", 5*time.Second, "largest retry delay")
 	fs.IntVar(&c.EjectAfter, "triton-eject-after", 3, "consecutive failures to reach a partition that take it out until it passes a health check\nConnection loss and timeouts only: a server error says nothing of the partition (it lowers its in-flight limit), backpressure never ejects.")
-	fs.DurationVar(&c.PoisonWait, "triton-poison-wait", 10*time.Second, "how long a chunk that failed the same way on two partitions waits for one to serve another chunk\nIf one does, the input is at fault: a permanent model_failed record, not a retry.")
+	fs.DurationVar(&c.PoisonWait, "triton-poison-wait", 10*time.Second, "how long a request that failed the same way on two partitions, and has no canary to judge it by, waits for one to serve another\nIf one does, the input is at fault: a permanent model_failed record, not a retry. A transcription always has a canary (a chunk served lately, else faint noise of its length); a diarization request before any was served has none.")
 	fs.DurationVar(&c.HealthInterval, "triton-health-interval", 5*time.Second, "how often partitions are health-checked (ejected ones more often)")
 	fs.DurationVar(&c.StartTimeout, "triton-start-timeout", 15*time.Minute, "how long the worker waits at start for a partition to be ready before it exits\n"+
 		"A GPU partition compiles its encoder before it is ready: with model.py's defaults (one length bucket, six row buckets), eight NeMo partitions of an H200 were ready 177 s after start from an empty compile cache and 56-62 s from a warm one.")
