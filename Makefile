@@ -169,7 +169,7 @@ bench-worker: build ## the worker binary drains 10,000 queued 10 s jobs into fou
 	$(GO) run ./lab/bench/worker -worker-bin $(BIN)/worker -worker-cpus "$(WORKER_CPUS)" $(BENCH_WORKER_ARGS)
 
 .PHONY: bench-outage
-bench-outage: build ## the worker binary through bucket outages (404, 403, 503 on the output or input bucket) and its Triton partitions killed, 60 s and 180 s each, 15 min for two: extra receives, DLQ, lost, recomputed, time to resume (about an hour)
+bench-outage: build ## the worker binary through bucket outages (404, 403, 503 on the output or input bucket), its Triton partitions killed or failing every request, 60 s and 180 s each, 15 min for two, and inputs that refuse (403, archived): extra receives, DLQ, error records, lost, recomputed, most held, time to resume, SIGTERM to exit while jobs are held (about 75 minutes)
 	$(GO) run ./lab/bench/outage -worker-bin $(BIN)/worker $(BENCH_OUTAGE_ARGS)
 
 .PHONY: bench-scalein

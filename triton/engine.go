@@ -197,7 +197,7 @@ func (p *Pool) Engines() map[string]Engine {
 // "encoder compiled on 8, decoder full_graph on 8 (of 8 partitions)".
 func EngineSummary(engines map[string]Engine, partitions int) string {
 	if len(engines) == 0 {
-		return fmt.Sprintf("engine not reported by any of %d partitions", partitions)
+		return fmt.Sprintf("engine: not read yet from the %d partitions (their health checks read it)", partitions)
 	}
 	enc, dec := map[string]int{}, map[string]int{}
 	var slow []string

@@ -599,6 +599,44 @@ func (p *Pool) canaryRequest(failed Request) (Request, bool) {
 	return Request{}, false
 }
 
+// Probe asks every partition that takes requests for the canary (a chunk
+// the pool served lately, else a second of faint noise): nil once one
+// answers, else why none did. A pool whose partitions all fail every
+// request (a model that cannot load its weights, every MPS client down)
+// fails it; the worker holds its jobs and probes until it passes.
+func (p *Pool) Probe(ctx context.Context) error {
+	canary, _ := p.canaryRequest(Request{Samples: quiet(16000)}) // always one
+	p.mu.Lock()
+	var parts []*partition
+	for _, part := range p.parts {
+		if !part.ejected {
+			parts = append(parts, part)
+		}
+	}
+	p.mu.Unlock()
+	if len(parts) == 0 {
+		return errors.New("no Triton partition is healthy")
+	}
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, part := range parts {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+			defer cancel()
+			if _, err := part.client.Infer(cctx, canary); err != nil {
+				errs[i] = fmt.Errorf("partition %s: %w", part.client.addr, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("every partition fails the canary: %w", errors.Join(errs...))
+}
+
 // quiet is n samples of faint noise (about -50 dBFS), the same each time.
 func quiet(n int) []float32 {
 	rng := rand.New(rand.NewPCG(0x71e7, uint64(n)))

@@ -140,6 +140,7 @@ type slotGate struct {
 	used    []int  // by queue rank
 	waiting []int  // receivers of each rank blocked in acquire
 	busy    []bool // the rank's last receive filled every slot it had: more is queued
+	lent    int    // slots of held jobs given back (lend)
 	changed chan struct{}
 }
 
@@ -231,6 +232,37 @@ func (g *slotGate) acquire(ctx context.Context, rank, want int) (int, error) {
 			return 0, context.Cause(ctx)
 		}
 	}
+}
+
+// lend gives back the slot of a job of rank that waits for a dependency
+// that is down, so that work which does not need it runs, and reports
+// whether it did: at most size slots are lent at once (the messages in
+// hand stay under twice -concurrency).
+func (g *slotGate) lend(rank int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lent >= g.size {
+		return false
+	}
+	g.lent++
+	g.used[rank]--
+	g.m.slotsInUse.WithLabelValues(g.names[rank]).Set(float64(g.used[rank]))
+	g.signalLocked()
+	return true
+}
+
+// repay takes back a lent slot for rank, waiting for one within ctx; once
+// ctx ends it takes it regardless (the job's end gives it back), so the
+// count stays whole.
+func (g *slotGate) repay(ctx context.Context, rank int) {
+	if _, err := g.acquire(ctx, rank, 1); err != nil {
+		g.mu.Lock()
+		g.used[rank]++
+		g.mu.Unlock()
+	}
+	g.mu.Lock()
+	g.lent--
+	g.mu.Unlock()
 }
 
 // release gives back n slots of rank.

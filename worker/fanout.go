@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -126,6 +127,12 @@ func (w *Worker) transcribeChunk(ctx context.Context, infer inference, i int, sa
 			// The model's own message names what failed; it carries no
 			// audio and no transcript.
 			return Permanent(contract.ClassModelFailed, fmt.Errorf("chunk %d (%.2f s of audio): %w", i, float64(len(samples))/ModelRate, err))
+		case errors.Is(err, triton.ErrServerFault) && ctx.Err() == nil:
+			if _, ok := w.tr.(inferenceProber); ok {
+				// Faults on every attempt: the partitions may all be
+				// down; the job waits on the canary's verdict.
+				err = &unreachableError{dep: depInference, key: strconv.Itoa(i), err: err}
+			}
 		}
 		return fmt.Errorf("transcribe chunk %d: %w", i, err)
 	}

@@ -109,7 +109,7 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, d *delivery, in
 		outcome, err = t.run(rctx)
 		var again bool
 		if err != nil {
-			again, err = t.w.settle(t.hold, err)
+			again, err = t.w.settle(t.hold, t.d, err)
 		}
 		if err != nil && !again {
 			// A failure the job's own, or its error record's write
@@ -136,7 +136,7 @@ var (
 // waitFor reports whether err is a bucket that is down and has come back
 // (the job should run again); it waits for it while it is down, within
 // the message's context.
-func (t *task) waitFor(err error) bool { return t.w.waitFor(t.hold, err) }
+func (t *task) waitFor(err error) bool { return t.w.waitFor(t.hold, t.d, err) }
 
 // run walks the stages. It returns the outcome of a job that ended, or
 // the error that stopped it.

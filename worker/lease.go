@@ -74,6 +74,21 @@ func (h *heartbeat) releaseHopeless(deadline time.Time) {
 	}
 }
 
+// releaseHeld cancels, for release to the queue, each message with a job
+// waiting for a dependency that is down: at shutdown it cannot progress,
+// and another instance (or this one, restarted) takes it once the
+// dependency is back; its receive is not spent on a failure.
+func (h *heartbeat) releaseHeld() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, b := range h.beats {
+		if b.prog.held.Load() > 0 {
+			h.log.Warn().Str("message_id", id).Msg("waiting for a dependency that is down at shutdown; releasing")
+			b.cancel(errDrainTimeout)
+		}
+	}
+}
+
 func (h *heartbeat) remove(id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

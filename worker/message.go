@@ -141,6 +141,9 @@ func (w *Worker) setVisibility(ctx context.Context, log zerolog.Logger, q *queue
 type progress struct {
 	start       time.Time
 	done, total atomic.Int64 // chunks
+	// held counts the message's jobs waiting for a dependency that is
+	// down: a drain releases such a message at once (it cannot progress).
+	held atomic.Int32
 }
 
 // runMessage takes every job of a message to its own terminal outcome. It
@@ -230,7 +233,7 @@ func (w *Worker) recordRejected(ctx context.Context, d *delivery, key string, er
 		MessageID: d.id, MessageBody: d.body,
 	}
 	for {
-		if err := w.out.errorRecord(ctx, key, rec); !w.waitFor(ctx, err) {
+		if err := w.out.errorRecord(ctx, key, rec); !w.waitFor(ctx, d, err) {
 			return err
 		}
 	}

@@ -38,7 +38,19 @@ import (
 // object (InvalidObjectState) is never an outage: archived.
 
 // Names of the dependencies.
-const depOutput = "output"
+const (
+	depOutput = "output"
+	// depInference is the Triton partitions as a whole: down when every
+	// one fails every request, the canary included.
+	depInference = "inference"
+)
+
+// inferenceProber is a Transcriber that can tell whether any of its
+// partitions serves at all (*triton.Pool): its faults can then be held as
+// an outage instead of spending the job's receives.
+type inferenceProber interface {
+	Probe(ctx context.Context) error
+}
 
 func inputDep(bucket string) string { return "input:" + bucket }
 
@@ -231,13 +243,16 @@ func (d *dependencies) setUpLocked(name string, dep *dependency) {
 	}
 }
 
-// down reports the output bucket's outage, if it is down: the worker then
-// receives nothing and is not ready.
+// down reports the output bucket's outage or the inference partitions',
+// if one is down: the worker then receives nothing and is not ready.
 func (d *dependencies) down() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if dep, ok := d.deps[depOutput]; ok && dep.down {
 		return fmt.Errorf("output bucket unavailable since %s: %w", dep.since.UTC().Format(time.RFC3339), dep.err)
+	}
+	if dep, ok := d.deps[depInference]; ok && dep.down {
+		return fmt.Errorf("inference unavailable since %s (every partition fails every request): %w", dep.since.UTC().Format(time.RFC3339), dep.err)
 	}
 	return nil
 }
@@ -245,20 +260,22 @@ func (d *dependencies) down() error {
 // waitFor reports whether err is a request to a dependency that is down
 // and has come back within ctx (the request runs again); it waits while
 // the dependency is down. Any other error, nil included, is false.
-func (w *Worker) waitFor(ctx context.Context, err error) bool {
-	again, _ := w.settle(ctx, err)
+// While it waits, the job lends its slot and counts in its message's jobs
+// held (d may be nil: neither).
+func (w *Worker) waitFor(ctx context.Context, d *delivery, err error) bool {
+	again, _ := w.settle(ctx, d, err)
 	return again
 }
 
 // settle is waitFor that also says whose fault a failure was: an object
 // of an input bucket that refused while its bucket answers comes back as
 // the job's permanent access_denied error.
-func (w *Worker) settle(ctx context.Context, err error) (again bool, _ error) {
+func (w *Worker) settle(ctx context.Context, d *delivery, err error) (again bool, _ error) {
 	ue, ok := errors.AsType[*unreachableError](err)
 	if !ok || ctx.Err() != nil {
 		return false, err
 	}
-	back, own := w.deps.hold(ctx, ue)
+	back, own := w.deps.hold(ctx, func() func() { return w.whileHeld(ctx, d) }, ue)
 	if own && strings.HasPrefix(ue.dep, inputDep("")) && objectRefused(ue.err) {
 		return false, Permanentf(contract.ClassAccessDenied,
 			"s3://%s/%s refuses the worker's read while its bucket serves others (the object's KMS key, owner or policy): %v",
@@ -267,18 +284,36 @@ func (w *Worker) settle(ctx context.Context, err error) (again bool, _ error) {
 	return back, err
 }
 
+// whileHeld marks d's job held and lends its slot; the returned func,
+// called when the wait ends, takes the slot back and clears the mark.
+func (w *Worker) whileHeld(ctx context.Context, d *delivery) func() {
+	if d == nil {
+		return func() {}
+	}
+	d.prog.held.Add(1)
+	gate := w.slots.Load()
+	lent := gate != nil && gate.lend(d.queue)
+	return func() {
+		if lent {
+			gate.repay(ctx, d.queue)
+		}
+		d.prog.held.Add(-1)
+	}
+}
+
 // hold decides what a job whose request failed with ue does: back once
 // the dependency, which was down, is back (run the step again); own when
 // the dependency answers and the failure is the job's own; neither when
 // the wait ended (fail as before). A lone failure is confirmed first: the
 // probe of a dependency that has one, or else a short wait for a second
 // key to fail.
-func (d *dependencies) hold(ctx context.Context, ue *unreachableError) (back, own bool) {
+func (d *dependencies) hold(ctx context.Context, waiting func() (done func()), ue *unreachableError) (back, own bool) {
 	if !d.failed(ue.dep, ue.key, ue.err) && !d.confirm(ctx, ue.dep) {
 		return false, ctx.Err() == nil
 	}
 	d.m.waiting.Inc()
 	defer d.m.waiting.Dec()
+	defer waiting()()
 	wctx, cancel := context.WithTimeout(ctx, d.wait)
 	defer cancel()
 	for {

@@ -1,18 +1,23 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
 
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
@@ -289,4 +294,216 @@ func TestInputPolicyBrokenAfterServing(t *testing.T) {
 		}
 	}
 	e.recorder.check(t, 3)
+}
+
+// Every partition answers INTERNAL to every request (a model that cannot
+// load its weights, every MPS client down after a fault): no input is
+// blamed and none spends a receive. The jobs in hand wait, the worker
+// receives nothing more and is not ready, the canary probes, and once the
+// partitions serve again every job is transcribed, each message received
+// once, none in the DLQ.
+func TestInferenceOutageHoldsTheJobs(t *testing.T) {
+	e := newEnv(t, 2, 2)
+	keys := []string{"a.wav", "b.wav", "c.wav", "d.wav", "e.wav", "f.wav"}
+	for _, k := range keys {
+		e.put(k, tone(16000, 16000))
+	}
+	for _, s := range e.servers {
+		s.Fail(codes.Internal, 1_000_000)
+	}
+	for _, k := range keys[:2] {
+		e.sendJob(k)
+	}
+	cfg := e.config()
+	cfg.Jobs.ExitWhenIdle = 2 * time.Second
+	r := e.start(cfg, e.s3)
+	testwait.For(t, "the jobs waiting for inference", func() bool { return r.waiting(t) == 2 })
+	if err := r.w.Ready(); err == nil || !strings.Contains(err.Error(), "inference unavailable") {
+		t.Errorf("ready while every partition fails: %v", err)
+	}
+	// Nothing more is received while it lasts (a long poll in flight is
+	// let end first).
+	time.Sleep(cfg.Queues.WaitTime + 500*time.Millisecond)
+	for _, k := range keys[2:] {
+		e.sendJob(k)
+	}
+	time.Sleep(2 * time.Second)
+	if visible, _ := e.depth(e.queue.URL); visible != len(keys)-2 {
+		t.Errorf("%d visible, want the %d sent during the outage still queued", visible, len(keys)-2)
+	}
+	for _, s := range e.servers {
+		s.Heal()
+	}
+	r.wait(t)
+	for _, k := range keys {
+		if _, ok := e.transcript(k); !ok {
+			t.Errorf("%s: no transcript", k)
+		}
+		if rec, ok := e.errorRecord(k); ok {
+			t.Errorf("%s: error record %s", k, rec.Class)
+		}
+	}
+	e.recorder.check(t, len(keys))
+	if v, f := e.depth(e.queue.DLQURL); v+f != 0 {
+		t.Errorf("DLQ has %d messages", v+f)
+	}
+	if got := metricValue(t, r.reg, "fleetscribe_dependency_outages_total", map[string]string{"dependency": "inference"}, 0); got != 1 {
+		t.Errorf("inference outages %v, want 1", got)
+	}
+}
+
+// SIGTERM while jobs wait for a bucket that is down: they cannot
+// progress, so the drain hands their messages back at once instead of
+// waiting out -drain-timeout; nothing is written for them, and they are
+// in the queue for the next worker.
+func TestDrainReleasesHeldJobs(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	s3c, proxy := proxied(t)
+	e.put("a.wav", tone(16000, 16000))
+	e.put("b.wav", tone(16000, 16000))
+	proxy.SetOutage(e.in, chaos.OutageDenied)
+	e.sendJob("a.wav")
+	e.sendJob("b.wav")
+	cfg := e.config()
+	cfg.Jobs.DrainTimeout = time.Minute
+	reg := prometheus.NewRegistry()
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.recorder, S3: s3c, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	testwait.For(t, "both jobs waiting for the input bucket", func() bool {
+		return metricValue(t, reg, "fleetscribe_jobs_waiting_for_dependency", nil, 0) == 2
+	})
+	start := time.Now()
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("worker: %v", err)
+		}
+	case <-time.After(cfg.Jobs.DrainTimeout):
+		t.Fatal("the drain waited -drain-timeout for jobs that cannot progress")
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("SIGTERM to exit %.1f s with only held jobs in hand", took.Seconds())
+	}
+	testwait.For(t, "both messages back in the queue", func() bool {
+		visible, _ := e.depth(e.queue.URL)
+		return visible == 2
+	})
+	for _, k := range []string{"a.wav", "b.wav"} {
+		if _, ok := e.errorRecord(k); ok {
+			t.Errorf("%s: an error record for a job released at shutdown", k)
+		}
+	}
+}
+
+// Jobs held for an input bucket that is down lend their slots: with every
+// slot taken by them, work from a bucket that answers still runs (to at
+// most -concurrency held besides); once the bucket is back the held jobs
+// finish, each message received once.
+func TestHeldJobsLendTheirSlots(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	s3c, proxy := proxied(t)
+	ctx := context.Background()
+	down := e.in + "-archive"
+	if _, err := e.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(down)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"x.wav", "y.wav"} {
+		if _, err := e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(down), Key: aws.String(k), Body: bytes.NewReader(tone(16000, 16000))}); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := contract.Job{Bucket: down, Key: k}.Encode()
+		e.send(string(b))
+	}
+	proxy.SetOutage(down, chaos.OutageDenied)
+	cfg := e.config()
+	cfg.Jobs.Concurrency = 2
+	cfg.Inputs.Buckets = []string{e.in, down}
+	cfg.Jobs.ExitWhenIdle = 2 * time.Second
+	r := e.start(cfg, s3c)
+	testwait.For(t, "both slots' jobs waiting for the bucket that is down", func() bool { return r.waiting(t) == 2 })
+	good := []string{"a.wav", "b.wav", "c.wav"}
+	for _, k := range good {
+		e.put(k, tone(16000, 16000))
+		e.sendJob(k)
+	}
+	testwait.For(t, "the other bucket's jobs transcribed while the held ones wait", func() bool {
+		for _, k := range good {
+			if _, ok := e.transcript(k); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	proxy.SetOutage(down, chaos.Outage{})
+	r.wait(t)
+	out, err := e.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(e.out), Prefix: aws.String("transcripts/" + down + "/")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, o := range out.Contents {
+		if k := aws.ToString(o.Key); strings.HasSuffix(k, ".json") && !strings.HasSuffix(k, ".error.json") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d transcripts of the held jobs, want 2", n)
+	}
+	e.recorder.check(t, 5)
+}
+
+// hangingSQS answers receives not at all while hang is set (a network
+// path that swallows requests), and passes everything else on.
+type hangingSQS struct {
+	worker.SQSAPI
+	hang atomic.Bool
+	cut  chan struct{} // closed: hanging receives fail at once
+}
+
+func (h *hangingSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	if h.hang.Load() {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-h.cut:
+			return nil, errors.New("connection reset")
+		}
+	}
+	return h.SQSAPI.ReceiveMessage(ctx, in, opts...)
+}
+
+// A receive that hangs makes the worker not ready once it has run well
+// past its long poll, well before it gives up on it; the readiness
+// message names the queue.
+func TestReadinessSeesAHangingReceive(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	h := &hangingSQS{SQSAPI: e.recorder, cut: make(chan struct{})}
+	cfg := e.config()
+	cfg.Jobs.ExitWhenIdle = 0
+	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: h, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { stop(); close(h.cut); <-done }()
+	testwait.For(t, "ready", func() bool { return w.Ready() == nil })
+	h.hang.Store(true)
+	start := time.Now()
+	testwait.Within(t, time.Minute, func() bool {
+		err := w.Ready()
+		return err != nil && strings.Contains(err.Error(), "unanswered")
+	})
+	// Past the long poll and the allowance; before the receive's own
+	// limit (30 s past the poll) would have said so.
+	if took := time.Since(start); took > cfg.Queues.WaitTime+25*time.Second {
+		t.Errorf("not ready only after %.0f s of a hanging receive", took.Seconds())
+	}
 }

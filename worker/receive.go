@@ -18,10 +18,15 @@ import (
 // queue is one queue the worker drains.
 type queue struct {
 	url       string
-	rank      int         // 0 is the highest priority
-	priority  uint64      // Triton request priority of its chunks (0: the pool's)
-	reachable atomic.Bool // its last check or receive succeeded
+	rank      int          // 0 is the highest priority
+	priority  uint64       // Triton request priority of its chunks (0: the pool's)
+	reachable atomic.Bool  // its last check or receive succeeded
+	polling   atomic.Int64 // when the receive in flight began (unix ns; 0: none)
 }
+
+// receiveHang is how far past its long poll a receive may run before the
+// worker says it is not ready (the receive itself gives up 30 s past it).
+const receiveHang = 10 * time.Second
 
 // Interruption asks the worker to stop receiving at once and finish what
 // it holds by Deadline (zero: within -drain-timeout), releasing to the
@@ -51,6 +56,11 @@ func (w *Worker) Ready() error {
 	for _, q := range w.queues {
 		if !q.reachable.Load() {
 			return fmt.Errorf("queue %s not reachable", q.url)
+		}
+		if began := q.polling.Load(); began != 0 {
+			if d := w.now().Sub(time.Unix(0, began)); d > w.cfg.Queues.WaitTime+receiveHang {
+				return fmt.Errorf("queue %s: a receive unanswered for %.0f s (long poll %.0f s)", q.url, d.Seconds(), w.cfg.Queues.WaitTime.Seconds())
+			}
 		}
 	}
 	return w.deps.down()
@@ -158,6 +168,7 @@ func (w *Worker) start(ctx context.Context) (*session, error) {
 	s.stopHelpers = func() { stopDel(); stopHB(); helpers.Wait() }
 
 	s.gate = newSlotGate(w.cfg.Jobs.Concurrency, len(w.queues), w.cfg.minShareSlots(), w.m)
+	w.slots.Store(s.gate)
 	recvCtx, stopReceiving := context.WithCancelCause(ctx)
 	s.stopReceiving = stopReceiving
 	s.lastActive.Store(w.now().UnixNano())
@@ -229,12 +240,24 @@ func (s *session) drain(reason string, interrupt *Interruption) {
 	if deadline > 0 {
 		t := time.NewTimer(deadline)
 		defer t.Stop()
-		select {
-		case <-drained:
-		case <-t.C:
-			w.log.Warn().Dur("drain_timeout", deadline).Msg("drain deadline; releasing jobs in hand to the queue")
-			s.cancelWork(errDrainTimeout)
-			<-drained
+		// Jobs held for a dependency that is down, now or later in the
+		// drain, go back at once.
+		held := time.NewTicker(intakeCheck)
+		defer held.Stop()
+		s.hb.releaseHeld()
+	wait:
+		for {
+			select {
+			case <-drained:
+				break wait
+			case <-held.C:
+				s.hb.releaseHeld()
+			case <-t.C:
+				w.log.Warn().Dur("drain_timeout", deadline).Msg("drain deadline; releasing jobs in hand to the queue")
+				s.cancelWork(errDrainTimeout)
+				<-drained
+				break wait
+			}
 		}
 	} else {
 		s.cancelWork(errDrainTimeout)
@@ -306,7 +329,9 @@ func (w *Worker) receiveLoop(ctx context.Context, q *queue, gate *slotGate, star
 		// A long poll in flight is never cut short: SQS may already have
 		// handed its messages out. It ends within the poll wait.
 		rctx, cancelReceive := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Queues.WaitTime+30*time.Second)
+		q.polling.Store(w.now().UnixNano())
 		msgs, err := w.receive(rctx, q, n)
+		q.polling.Store(0)
 		cancelReceive()
 		gate.release(q.rank, n-len(msgs))
 		if ctx.Err() != nil && len(msgs) > 0 {

@@ -67,6 +67,9 @@ type Worker struct {
 	log    zerolog.Logger
 	m      *metrics
 	gate   *memoryGate
+	// slots is the session's slot gate, for jobs held by an outage to
+	// lend theirs (nil outside Run).
+	slots  atomic.Pointer[slotGate]
 	queues []*queue
 	deps   *dependencies // the buckets, as requests find them (outage.go)
 	now    func() time.Time
@@ -168,11 +171,18 @@ func (w *Worker) checkQueue(ctx context.Context, url string) error {
 
 // probeFor says how a dependency is probed: the output bucket by the write
 // check (a key of its own), an input bucket by a listing and a read of a
-// key it served (see inputs.probe). Neither depends on the failing object,
-// so each confirms a lone failure.
+// key it served (see inputs.probe), inference by the pool's canary on
+// every partition. None depends on the failing object or chunk, so each
+// confirms a lone failure.
 func (w *Worker) probeFor(name string) (prober, bool) {
-	if name == depOutput {
+	switch name {
+	case depOutput:
 		return func(ctx context.Context, _ []string, _ string) error { return w.out.probe(ctx, w.cfg.Outputs.Prefix) }, true
+	case depInference:
+		if ip, ok := w.tr.(inferenceProber); ok {
+			return func(ctx context.Context, _ []string, _ string) error { return ip.Probe(ctx) }, true
+		}
+		return nil, false
 	}
 	bucket := strings.TrimPrefix(name, inputDep(""))
 	return func(ctx context.Context, failing []string, served string) error {

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
+	"github.com/fleetscribe/fleetscribe/lab/freeport"
 	"github.com/fleetscribe/fleetscribe/lab/modroot"
 	"github.com/fleetscribe/fleetscribe/lab/testwait"
 )
@@ -106,17 +106,12 @@ type controlPlane struct {
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	var ports []int
-	var ls []net.Listener
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := freeport.Get()
 		if err != nil {
 			t.Fatal(err)
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		_ = l.Close()
+		ports = append(ports, p)
 	}
 	return ports
 }

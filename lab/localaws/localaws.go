@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -38,6 +37,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
+	"github.com/fleetscribe/fleetscribe/lab/freeport"
 	"github.com/fleetscribe/fleetscribe/lab/modroot"
 )
 
@@ -233,14 +233,9 @@ rest-stats { enabled = false }
 	return s, s.waitAnswering(ctx, "/?Action=ListQueues")
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort reserves the emulator's port (freeport: held against other
+// packages' servers starting at the same time).
+func freePort() (int, error) { return freeport.Get() }
 
 // waitAnswering waits until GET path answers 200, the server exits, or 60 s
 // pass; on failure it stops the server.

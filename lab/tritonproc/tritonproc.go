@@ -15,7 +15,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +27,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fleetscribe/fleetscribe/lab/freeport"
 	"github.com/fleetscribe/fleetscribe/lab/modroot"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
@@ -341,38 +341,9 @@ func (s *Server) Restart(ctx context.Context) error {
 	return s.start(ctx)
 }
 
-// FreePort returns a TCP port free on loopback now.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// FreePort reserves a free loopback port for this process (freeport: held
+// against the servers other packages' tests start at the same time).
+func FreePort() (int, error) { return freeport.Get() }
 
-// FreePortRange finds n consecutive ports free on loopback now.
-func FreePortRange(n int) (int, error) {
-	for try := 0; try < 50; try++ {
-		base, err := FreePort()
-		if err != nil {
-			return 0, err
-		}
-		if base+n > 65535 {
-			continue
-		}
-		ok := true
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-			if err != nil {
-				ok = false
-				continue
-			}
-			_ = l.Close()
-		}
-		if ok {
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("no %d consecutive free ports on loopback", n)
-}
+// FreePortRange reserves n consecutive free loopback ports.
+func FreePortRange(n int) (int, error) { return freeport.Range(n) }

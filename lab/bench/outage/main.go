@@ -2,10 +2,14 @@
 // real worker binary drains a queue of short recordings from the local
 // SQS+S3 server, through a proxy that takes a bucket down (404
 // NoSuchBucket, 403 AccessDenied, 503 SlowDown) for a while, or with both
-// real Triton partitions killed for a while; then it counts what a user
-// would: receives spent beyond one per message, messages in the DLQ, jobs
-// with neither a transcript nor an error record, transcriptions computed
-// twice, and the time from the end of the outage to the next transcript.
+// real Triton partitions killed, or answering INTERNAL to every request,
+// for a while, or with a fifth of the inputs refusing to be read (403 for
+// the object, archived) while their bucket serves the rest; then it counts
+// what a user would: receives spent beyond one per message, messages in
+// the DLQ, error records, jobs with neither a transcript nor an error
+// record, transcriptions computed twice, the most jobs held for a
+// dependency at once, the time from the end of the outage to the next
+// transcript, and SIGTERM to exit while jobs are held.
 //
 //	go run ./lab/bench/outage -worker-bin bin/worker [-outages 60s,180s] [-long 15m]
 //
@@ -42,13 +46,19 @@ import (
 	"github.com/fleetscribe/fleetscribe/modelspec"
 )
 
-// kinds of outage, by name.
+// kinds of outage, by name: a bucket's (the proxy answers every request
+// for it so), triton (both partitions killed), triton-failing (both
+// serving, answering INTERNAL to every request), objects-refused (no
+// outage: a fifth of the inputs refuse to be read the whole run, half 403
+// AccessDenied, half archived).
 var kinds = map[string]chaos.Outage{
-	"output-missing": chaos.OutageMissing,
-	"output-denied":  chaos.OutageDenied,
-	"output-failing": chaos.OutageFailing,
-	"input-denied":   chaos.OutageDenied,
-	"triton":         {},
+	"output-missing":  chaos.OutageMissing,
+	"output-denied":   chaos.OutageDenied,
+	"output-failing":  chaos.OutageFailing,
+	"input-denied":    chaos.OutageDenied,
+	"triton":          {},
+	"triton-failing":  {},
+	"objects-refused": {},
 }
 
 type row struct {
@@ -60,13 +70,16 @@ type row struct {
 	recomputed  int
 	resume      time.Duration // from the outage's end to the next transcript
 	heldAtStart int           // messages in hand when the outage began
+	records     int           // error records written
+	heldMax     int           // most jobs waiting for a dependency at once
+	sigterm     time.Duration // SIGTERM to exit, sent before the outage ends
 }
 
 func main() {
 	workerBin := flag.String("worker-bin", "bin/worker", "the worker binary")
 	outages := flag.String("outages", "60s,180s", "outage lengths run for every kind")
 	long := flag.String("long", "15m", "a longer outage run for output-missing and triton (empty: none)")
-	only := flag.String("kinds", "output-missing,output-denied,output-failing,input-denied,triton", "kinds of outage")
+	only := flag.String("kinds", "output-missing,output-denied,output-failing,input-denied,triton,triton-failing,objects-refused", "kinds of outage")
 	jobs := flag.Int("jobs", 20, "recordings per run")
 	flag.Parse()
 	bin, err := filepath.Abs(*workerBin)
@@ -81,6 +94,10 @@ func main() {
 	for _, k := range strings.Split(*only, ",") {
 		if _, ok := kinds[k]; !ok {
 			fail(fmt.Errorf("unknown kind %q", k))
+		}
+		if k == "objects-refused" {
+			plans = append(plans, plan{k, 0}) // the whole run
+			continue
 		}
 		for _, s := range strings.Split(*outages, ",") {
 			d, err := time.ParseDuration(s)
@@ -117,16 +134,23 @@ func main() {
 		rows = append(rows, r)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 2, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "outage\tfor\tjobs\tin hand at start\textra receives\tDLQ\tlost\trecomputed\ttime to resume\t")
-	var receives, dlq, lost, recomputed int
+	fmt.Fprintln(tw, "outage\tfor\tjobs\tin hand at start\textra receives\tDLQ\terror records\tlost\trecomputed\tmost held\ttime to resume\t")
+	var receives, dlq, lost, recomputed, records int
 	var resume time.Duration
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f s\t\n", r.kind, r.outage, r.jobs, r.heldAtStart, r.receives, r.dlq, r.lost, r.recomputed, r.resume.Seconds())
-		receives, dlq, lost, recomputed = receives+r.receives, dlq+r.dlq, lost+r.lost, recomputed+r.recomputed
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f s\t\n", r.kind, r.outage, r.jobs, r.heldAtStart, r.receives, r.dlq, r.records, r.lost, r.recomputed, r.heldMax, r.resume.Seconds())
+		receives, dlq, lost, recomputed, records = receives+r.receives, dlq+r.dlq, lost+r.lost, recomputed+r.recomputed, records+r.records
 		resume = max(resume, r.resume)
 	}
 	_ = tw.Flush()
-	fmt.Printf("RESULT runs=%d extra_receives=%d dlq=%d lost=%d recomputed=%d max_resume_s=%.1f\n", len(rows), receives, dlq, lost, recomputed, resume.Seconds())
+	// SIGTERM during an outage: a worker holding jobs for a dependency
+	// that is down hands them back at once rather than draining.
+	sig, err := b.sigtermDuring(ctx, len(plans), *jobs)
+	if err != nil {
+		fail(fmt.Errorf("sigterm during an outage: %w", err))
+	}
+	fmt.Printf("SIGTERM during a 5-minute input-bucket outage with jobs held: exited in %.1f s\n", sig.Seconds())
+	fmt.Printf("RESULT runs=%d extra_receives=%d dlq=%d lost=%d recomputed=%d error_records=%d max_resume_s=%.1f sigterm_held_s=%.1f\n", len(rows), receives, dlq, lost, recomputed, records, resume.Seconds(), sig.Seconds())
 }
 
 func fail(err error) {
@@ -144,6 +168,7 @@ type bench struct {
 	proxyURL string
 	psrv     *http.Server
 	repo     string
+	failFile string // exists: the echo model fails every request
 	dlq      string // the DLQ of the run in progress
 	ports    [][3]int
 	servers  []*tritonproc.Server
@@ -172,7 +197,11 @@ func newBench(ctx context.Context, bin string) (*bench, error) {
 	// Two partitions of the echo engine with a GPU's batch time, on fixed
 	// ports so that restarted ones come back where the worker looks.
 	b.repo = filepath.Join(dir, "repo")
-	if err := tritonproc.WriteRepo(b.repo, map[string]modelspec.Config{"asr": tritonproc.Model("echo").WithParameters(tritonproc.EchoDelays(50*time.Millisecond, 20*time.Millisecond))}); err != nil {
+	// While failFile exists the partitions answer INTERNAL to everything.
+	b.failFile = filepath.Join(dir, "fail")
+	params := tritonproc.EchoDelays(50*time.Millisecond, 20*time.Millisecond)
+	params["fail_file"] = b.failFile
+	if err := tritonproc.WriteRepo(b.repo, map[string]modelspec.Config{"asr": tritonproc.Model("echo").WithParameters(params)}); err != nil {
 		return nil, err
 	}
 	for range 2 {
@@ -229,45 +258,38 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 	if err != nil {
 		return r, err
 	}
-	clip := wav(5 * modelspec.SampleRate)
-	for j := range n {
-		key := fmt.Sprintf("r%03d.wav", j)
-		if _, err := b.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(in), Key: aws.String(key), Body: strings.NewReader(string(clip))}); err != nil {
-			return r, err
-		}
-		body, _ := contract.Job{Bucket: in, Key: key}.Encode()
-		if _, err := b.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String(string(body))}); err != nil {
-			return r, err
+	if err := b.upload(ctx, q.URL, in, n); err != nil {
+		return r, err
+	}
+	if kind == "objects-refused" {
+		for j := 2; j < n; j += 5 {
+			ref := chaos.RefusalAccessDenied
+			if (j/5)%2 == 1 {
+				ref = chaos.RefusalArchived
+			}
+			b.proxy.RefuseObject(in, recording(j), ref)
 		}
 	}
-	metricsPort, err := tritonproc.FreePort()
+	wk, err := b.startWorker(ctx, i, q.URL, in, out)
 	if err != nil {
 		return r, err
 	}
-	metrics := "127.0.0.1:" + strconv.Itoa(metricsPort)
-	cmd := exec.CommandContext(ctx, b.bin)
-	cmd.Env = append(os.Environ(), "FLEETSCRIBE_AWS_ENDPOINT="+b.proxyURL, "FLEETSCRIBE_QUEUE_URL="+q.URL,
-		"FLEETSCRIBE_OUTPUT_BUCKET="+out, "FLEETSCRIBE_INPUT_BUCKETS="+in, "FLEETSCRIBE_TRITON_ADDRS="+b.addrs(),
-		"FLEETSCRIBE_MAX_RECEIVES=3", "FLEETSCRIBE_VISIBILITY_TIMEOUT=30s", "FLEETSCRIBE_RETRY_BACKOFF=5s", "FLEETSCRIBE_WAIT_TIME=1s",
-		"FLEETSCRIBE_CONCURRENCY=8", "FLEETSCRIBE_METRICS_ADDR="+metrics, "FLEETSCRIBE_TRITON_HEALTH_INTERVAL=1s",
-		"FLEETSCRIBE_IMDS=off", "FLEETSCRIBE_CLAIM_MIN_AUDIO=1h")
-	logf, err := os.Create(filepath.Join(b.dir, fmt.Sprintf("worker-%d.log", i)))
-	if err != nil {
-		return r, err
-	}
-	defer logf.Close()
-	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return r, err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		<-exited
-	}
+	stop := wk.stop
+	metrics := wk.metrics
+	heldMax := make(chan int, 1)
+	watching, stopWatching := context.WithCancel(ctx)
+	go func() { heldMax <- watchHeld(watching, metrics) }()
+	defer stopWatching()
 
+	if kind == "objects-refused" {
+		// No outage: the refusals last the whole run.
+		b.dlq = q.DLQURL
+		if err := b.waitDone(ctx, out, in, n, 10*time.Minute); err != nil {
+			stop()
+			return r, err
+		}
+		return b.finish(ctx, r, wk, q.DLQURL, out, in, n, stopWatching, heldMax)
+	}
 	// The outage starts once a quarter of the jobs are done, so that jobs
 	// are in hand, some mid-way, and more wait in the queue.
 	b.dlq = q.DLQURL
@@ -279,6 +301,11 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 	switch kind {
 	case "triton":
 		b.killPartitions()
+	case "triton-failing":
+		if err := os.WriteFile(b.failFile, nil, 0o600); err != nil {
+			stop()
+			return r, err
+		}
 	case "input-denied":
 		b.proxy.SetOutage(in, kinds[kind])
 	default:
@@ -289,6 +316,11 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 	switch kind {
 	case "triton":
 		if err := b.startPartitions(ctx); err != nil {
+			stop()
+			return r, err
+		}
+	case "triton-failing":
+		if err := os.Remove(b.failFile); err != nil {
 			stop()
 			return r, err
 		}
@@ -309,8 +341,16 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 		stop()
 		return r, err
 	}
-	received, chunks, err := scrape(metrics)
-	stop()
+	return b.finish(ctx, r, wk, q.DLQURL, out, in, n, stopWatching, heldMax)
+}
+
+// finish counts what a run cost, once its jobs are done, and stops its
+// worker.
+func (b *bench) finish(ctx context.Context, r row, wk *workerProc, dlqURL, out, in string, n int, stopWatching func(), heldMax chan int) (row, error) {
+	received, chunks, err := scrape(wk.metrics)
+	wk.stop()
+	stopWatching()
+	r.heldMax = <-heldMax
 	if err != nil {
 		return r, err
 	}
@@ -322,7 +362,7 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 		return r, err
 	}
 	r.receives, r.recomputed = int(received)-n, max(0, int(chunks)-transcripts)
-	attrs, err := b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(q.DLQURL),
+	attrs, err := b.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(dlqURL),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
 	if err != nil {
 		return r, err
@@ -331,9 +371,120 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 		x, _ := strconv.Atoi(v)
 		r.dlq += x
 	}
+	if r.records, err = b.count(ctx, out, in, func(k string) bool { return strings.HasSuffix(k, ".error.json") }); err != nil {
+		return r, err
+	}
 	done, err := b.outputs(ctx, out, in)
 	r.lost = max(0, n-done-r.dlq) // a DLQ message may have its record too
 	return r, err
+}
+
+// workerProc is a worker binary running for one run.
+type workerProc struct {
+	metrics string // its metrics address
+	exited  chan error
+	cmd     *exec.Cmd
+}
+
+// stop sends SIGTERM and waits for the exit.
+func (w *workerProc) stop() {
+	_ = w.cmd.Process.Signal(syscall.SIGTERM)
+	<-w.exited
+}
+
+// startWorker starts the worker binary on queue q, reading in and writing
+// out through the proxy, with its log in the bench's folder.
+func (b *bench) startWorker(ctx context.Context, i int, q, in, out string) (*workerProc, error) {
+	metricsPort, err := tritonproc.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	w := &workerProc{metrics: "127.0.0.1:" + strconv.Itoa(metricsPort), exited: make(chan error, 1)}
+	w.cmd = exec.CommandContext(ctx, b.bin)
+	w.cmd.Env = append(os.Environ(), "FLEETSCRIBE_AWS_ENDPOINT="+b.proxyURL, "FLEETSCRIBE_QUEUE_URL="+q,
+		"FLEETSCRIBE_OUTPUT_BUCKET="+out, "FLEETSCRIBE_INPUT_BUCKETS="+in, "FLEETSCRIBE_TRITON_ADDRS="+b.addrs(),
+		"FLEETSCRIBE_MAX_RECEIVES=3", "FLEETSCRIBE_VISIBILITY_TIMEOUT=30s", "FLEETSCRIBE_RETRY_BACKOFF=5s", "FLEETSCRIBE_WAIT_TIME=1s",
+		"FLEETSCRIBE_CONCURRENCY=8", "FLEETSCRIBE_METRICS_ADDR="+w.metrics, "FLEETSCRIBE_TRITON_HEALTH_INTERVAL=1s",
+		"FLEETSCRIBE_IMDS=off", "FLEETSCRIBE_CLAIM_MIN_AUDIO=1h")
+	logf, err := os.Create(filepath.Join(b.dir, fmt.Sprintf("worker-%d.log", i)))
+	if err != nil {
+		return nil, err
+	}
+	w.cmd.Stderr = logf
+	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := w.cmd.Start(); err != nil {
+		_ = logf.Close()
+		return nil, err
+	}
+	go func() { w.exited <- w.cmd.Wait(); _ = logf.Close() }()
+	return w, nil
+}
+
+// watchHeld returns the most jobs the worker held waiting for a
+// dependency at once, sampled every 100 ms until ctx ends.
+func watchHeld(ctx context.Context, metrics string) int {
+	most := 0
+	for ctx.Err() == nil {
+		if v, err := gauge(metrics, "fleetscribe_jobs_waiting_for_dependency"); err == nil {
+			most = max(most, int(v))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return most
+}
+
+// sigtermDuring measures SIGTERM to exit of a worker whose jobs all wait
+// for an input bucket that is down (403 for every request, listings too).
+func (b *bench) sigtermDuring(ctx context.Context, i, n int) (time.Duration, error) {
+	in, out := fmt.Sprintf("in-%d", i), fmt.Sprintf("out-%d", i)
+	q, err := b.emu.Provision(ctx, fmt.Sprintf("q-%d", i), 3, in, out)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.upload(ctx, q.URL, in, n); err != nil {
+		return 0, err
+	}
+	b.proxy.SetOutage(in, chaos.OutageDenied)
+	defer b.proxy.SetOutage(in, chaos.Outage{})
+	wk, err := b.startWorker(ctx, i, q.URL, in, out)
+	if err != nil {
+		return 0, err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if v, err := gauge(wk.metrics, "fleetscribe_jobs_waiting_for_dependency"); err == nil && v >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			wk.stop()
+			return 0, errors.New("no job held after 2 minutes")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	start := time.Now()
+	wk.stop()
+	return time.Since(start), nil
+}
+
+// recording is the key of the j-th recording of a run.
+func recording(j int) string { return fmt.Sprintf("r%03d.wav", j) }
+
+// upload puts n recordings in bucket in and a job for each on queue q.
+func (b *bench) upload(ctx context.Context, q, in string, n int) error {
+	clip := wav(5 * modelspec.SampleRate)
+	for j := range n {
+		if _, err := b.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(in), Key: aws.String(recording(j)), Body: strings.NewReader(string(clip))}); err != nil {
+			return err
+		}
+		body, _ := contract.Job{Bucket: in, Key: recording(j)}.Encode()
+		if _, err := b.sqs.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q), MessageBody: aws.String(string(body))}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // done counts the jobs that reached an end: a transcript or an error
@@ -391,6 +542,22 @@ func (b *bench) waitDone(ctx context.Context, out, in string, want int, limit ti
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// gauge reads one unlabelled metric of the worker's.
+func gauge(addr, name string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics") //nolint:noctx // a local scrape
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: not in the worker's metrics", name)
 }
 
 // scrape reads the worker's messages received and its chunks transcribed

@@ -3,6 +3,7 @@ tests and benchmarks of the serving path; never for real audio)."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from .common import SAMPLE_RATE, Audio, Hypothesis, Params, Word
@@ -14,15 +15,20 @@ class EchoModel:
     result came from. A batch takes batch_delay_ms, plus row_delay_ms for
     each 30 s of audio in it (a row's share scaled by its length): a simple
     model of a GPU's batch time, so that batching, queueing and priority
-    can be observed on a real server."""
+    can be observed on a real server. While the file fail_file names
+    exists, every batch fails (a model that fails everything, as after an
+    MPS fault), for outage benchmarks on a real server."""
 
     ROW_SAMPLES = 30 * SAMPLE_RATE
 
     def __init__(self, params: Params) -> None:
         self.batch_delay = float(params.get("batch_delay_ms") or 0) / 1000
         self.row_delay = float(params.get("row_delay_ms") or 0) / 1000
+        self.fail_file = params.get("fail_file") or ""
 
     def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool) -> list[Hypothesis]:  # noqa: ARG002 - NeMo's signature
+        if self.fail_file and os.path.exists(self.fail_file):
+            raise RuntimeError("echo engine failing every request (fail_file exists)")
         delay = self.batch_delay + self.row_delay * sum(a.size for a in audio) / self.ROW_SAMPLES
         if delay > 0:
             time.sleep(delay)
