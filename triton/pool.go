@@ -73,7 +73,7 @@ func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.BackoffBase, "triton-backoff", 100*time.Millisecond, "first retry delay; doubles per attempt")
 	fs.DurationVar(&c.BackoffMax, "triton-backoff-max", 5*time.Second, "largest retry delay")
 	fs.IntVar(&c.EjectAfter, "triton-eject-after", 3, "consecutive failures to reach a partition that take it out until it passes a health check\nConnection loss and timeouts only: a server error says nothing of the partition (it lowers its in-flight limit), backpressure never ejects.")
-	fs.DurationVar(&c.PoisonWait, "triton-poison-wait", 10*time.Second, "how long a request that failed the same way on two partitions, and has no canary to judge it by, waits for one to serve another\nIf one does, the input is at fault: a permanent model_failed record, not a retry. A transcription always has a canary (a chunk served lately, else faint noise of its length); a diarization request before any was served has none.")
+	fs.DurationVar(&c.PoisonWait, "triton-poison-wait", 10*time.Second, "how long a request failed alike on two partitions, with no canary to judge it, waits for one to serve another\nIf one does, the input is at fault: a permanent model_failed record, not a retry. A transcription always has a canary (a chunk served lately, else faint noise of its length); a diarization request before any was served has none.")
 	fs.DurationVar(&c.HealthInterval, "triton-health-interval", 5*time.Second, "how often partitions are health-checked (ejected ones more often)")
 	fs.DurationVar(&c.StartTimeout, "triton-start-timeout", 15*time.Minute, "how long the worker waits at start for a partition to be ready before it exits\n"+
 		"A GPU partition compiles its encoder before it is ready: with model.py's defaults (one length bucket, six row buckets), eight NeMo partitions of an H200 were ready 177 s after start from an empty compile cache and 56-62 s from a warm one.")
@@ -263,20 +263,32 @@ func (p *Pool) broadcastLocked() {
 }
 
 // acquire takes a slot on the healthy partition with the fewest requests
-// outstanding, preferring partitions not in tried. It waits while every
-// healthy partition is full, or while none is healthy (an MPS fault takes
-// all partitions of a GPU down together; they come back together).
-func (p *Pool) acquire(ctx context.Context, tried map[*partition]bool) (*partition, error) {
+// outstanding, preferring partitions not in tried; with elsewhere, only an
+// untried one while any healthy partition is untried (after a fault, the
+// next attempt waits for another partition rather than asking the one
+// that failed again: two partitions' verdicts tell poison from a broken
+// partition). It waits while every such partition is full, or while none
+// is healthy (an MPS fault takes all partitions of a GPU down together;
+// they come back together).
+func (p *Pool) acquire(ctx context.Context, tried map[*partition]bool, elsewhere bool) (*partition, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			return nil, ErrNoPartition
 		}
+		onlyUntried := false
+		if elsewhere {
+			for _, part := range p.parts {
+				if !part.ejected && !tried[part] {
+					onlyUntried = true
+				}
+			}
+		}
 		var best *partition
 		bestUntried := false
 		for _, part := range p.parts {
-			if part.ejected || part.inflight >= part.capacity() {
+			if part.ejected || part.inflight >= part.capacity() || onlyUntried && tried[part] {
 				continue
 			}
 			untried := !tried[part]
@@ -445,7 +457,7 @@ func (p *Pool) call(ctx context.Context, input Request, ownModel bool, attempt f
 				return fmt.Errorf("%w (after %d faults, %d overloads; last: %w)", err, faults, overloads, lastErr)
 			}
 		}
-		part, err := p.acquire(ctx, tried)
+		part, err := p.acquire(ctx, tried, faults > 0)
 		if err != nil {
 			if lastErr != nil {
 				return fmt.Errorf("%w (last: %w)", err, lastErr)
