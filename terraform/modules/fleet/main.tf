@@ -12,6 +12,17 @@ data "aws_ssm_parameter" "ami" {
   name  = var.ami_ssm_parameter
 }
 
+# The AMI's own root device: /dev/sda1 on Ubuntu and the Deep Learning
+# AMIs, /dev/xvda on Amazon Linux 2023 and Bottlerocket. A mapping under
+# another name attaches the volume as a second, unused disk and leaves
+# the root at the AMI's size.
+data "aws_ami" "root" {
+  filter {
+    name   = "image-id"
+    values = [local.ami_id]
+  }
+}
+
 locals {
   # GPUs per g6e size. Capacity is counted in GPUs: with spot the group is
   # a mixed instances group weighted by GPUs, so AWS counts GPUs itself;
@@ -129,7 +140,7 @@ resource "aws_launch_template" "this" {
   }
 
   block_device_mappings {
-    device_name = "/dev/sda1"
+    device_name = data.aws_ami.root.root_device_name
     ebs {
       volume_size           = var.root_volume_size_gb
       volume_type           = "gp3"

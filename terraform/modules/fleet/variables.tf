@@ -198,8 +198,12 @@ variable "unhealthy_after_seconds" {
 
 variable "job_timeout_seconds" {
   type        = number
-  description = "The longest a job may run (the worker's FLEETSCRIBE_JOB_TIMEOUT, set from this; worker_environment must not set it)."
+  description = "The longest a job may run (the worker's FLEETSCRIBE_JOB_TIMEOUT, set from this; worker_environment must not set it). At most 43,200 s: SQS keeps a message in hand 12 hours at most from its receive, however often its visibility is extended."
   default     = 1800
+  validation {
+    condition     = var.job_timeout_seconds >= 60 && var.job_timeout_seconds <= 43200
+    error_message = "job_timeout_seconds must be 60 to 43200: SQS keeps a received message invisible 12 hours at most, so a longer job would be delivered again while it runs."
+  }
 }
 
 variable "drain_timeout_seconds" {

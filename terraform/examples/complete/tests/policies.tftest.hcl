@@ -34,6 +34,10 @@ override_data {
   target = module.fleet.data.aws_ssm_parameter.ami[0]
   values = { insecure_value = "ami-0123456789abcdef0" }
 }
+override_data {
+  target = module.fleet.data.aws_ami.root
+  values = { root_device_name = "/dev/sda1" }
+}
 
 variables {
   region                  = "us-east-1"

@@ -22,6 +22,11 @@ override_data {
   values = { insecure_value = "ami-0123456789abcdef0" }
 }
 
+override_data {
+  target = data.aws_ami.root
+  values = { root_device_name = "/dev/sda1" }
+}
+
 variables {
   name                   = "fs-fleet"
   subnet_ids             = ["subnet-0123456789abcdef0"]
@@ -291,6 +296,29 @@ run "ami_pinned" {
   }
 }
 
+# The root volume goes on the AMI's own root device, whatever it is named.
+run "root_volume_on_the_amis_root_device" {
+  command = plan
+  override_data {
+    target = data.aws_ami.root
+    values = { root_device_name = "/dev/xvda" }
+  }
+  assert {
+    condition     = one(aws_launch_template.this.block_device_mappings).device_name == "/dev/xvda"
+    error_message = "the root volume is not mapped to the AMI's root device (an Amazon Linux 2023 AMI's /dev/xvda)"
+  }
+}
+
+# SQS keeps a message in hand 12 hours at most.
+run "job_timeout_past_sqs_cap_refused" {
+  command = plan
+  variables {
+    job_timeout_seconds   = 43201
+    drain_timeout_seconds = 43201
+  }
+  expect_failures = [var.job_timeout_seconds]
+}
+
 run "ami_given" {
   command = plan
   variables {
@@ -399,7 +427,7 @@ run "drain_past_two_hours" {
 run "drain_past_the_global_timeout_refused" {
   command = plan
   variables {
-    job_timeout_seconds   = 172700
+    job_timeout_seconds   = 43200
     drain_timeout_seconds = 172700
   }
   expect_failures = [aws_launch_template.this]
