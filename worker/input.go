@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -43,7 +44,7 @@ func (i inputs) open(ctx context.Context, job contract.Job) (opened, error) {
 		Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID),
 		Range: aws.String(fmt.Sprintf("bytes=0-%d", firstRead-1)),
 	})
-	err = i.deps.answer(inputDep(job.Bucket), job.Key, err)
+	err = i.deps.answer(inputDep(job.Bucket), job.Key, true, err)
 	switch {
 	case err == nil:
 	case s3errs.ObjectNotFound(err):
@@ -78,7 +79,7 @@ func (i inputs) open(ctx context.Context, job contract.Job) (opened, error) {
 // head learns the input's ETag, version and size from a HEAD.
 func (i inputs) head(ctx context.Context, job contract.Job) (opened, error) {
 	h, err := i.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
-	err = i.deps.answer(inputDep(job.Bucket), job.Key, err)
+	err = i.deps.answer(inputDep(job.Bucket), job.Key, false, err)
 	switch {
 	case s3errs.ObjectNotFound(err):
 		return opened{}, Permanentf(contract.ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
@@ -99,7 +100,7 @@ func (i inputs) get(ctx context.Context, job contract.Job, in *contract.InputRef
 		get.Range = aws.String(rng)
 	}
 	obj, err := i.s3.GetObject(ctx, get)
-	err = i.deps.answer(inputDep(job.Bucket), job.Key, err)
+	err = i.deps.answer(inputDep(job.Bucket), job.Key, true, err)
 	switch {
 	case err == nil:
 		return obj, nil
@@ -117,32 +118,38 @@ func (i inputs) get(ctx context.Context, job contract.Job, in *contract.InputRef
 // probe reads one byte of each of keys in bucket until one answers: the
 // bucket serves reads again (an object that is gone, or empty, answers
 // too). It probes an input bucket that is down.
-func (i inputs) probe(ctx context.Context, bucket string, failing []string, served string) error {
+func (i inputs) probe(ctx context.Context, bucket string, failing, served []string) error {
 	// The listing needs s3:ListBucket under the input prefixes (the worker
-	// policy grants it, so a HEAD of a missing key answers 404): under the
+	// policy grants it, so a HEAD of a missing key answers 404): under a
 	// failing key, it is inside them.
-	prefix := served
-	if len(failing) > 0 {
+	var prefix string
+	switch {
+	case len(failing) > 0:
 		prefix = failing[0]
+	case len(served) > 0:
+		prefix = served[0]
 	}
 	if _, err := i.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(prefix), MaxKeys: aws.Int32(1)}); err != nil {
 		return fmt.Errorf("list s3://%s/%s: %w", bucket, prefix, err)
 	}
-	if served == "" {
-		return nil
+	// The bucket lists; a key it served before, and is not failing now,
+	// still reads (a broken bucket policy or credentials refuse it too).
+	var errs []error
+	for _, k := range served {
+		if slices.Contains(failing, k) {
+			continue
+		}
+		obj, err := i.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(k), Range: aws.String("bytes=0-0")})
+		switch {
+		case err == nil:
+			_ = obj.Body.Close()
+			return nil
+		case s3errs.ObjectNotFound(err) || isInvalidRange(err) || archived(err):
+			return nil // it answers about that key
+		}
+		errs = append(errs, fmt.Errorf("read s3://%s/%s, read before: %w", bucket, k, err))
 	}
-	// The bucket lists; a key it served before still reads (a broken
-	// bucket policy or credentials refuse it too).
-	obj, err := i.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(served), Range: aws.String("bytes=0-0")})
-	switch {
-	case err == nil:
-		_ = obj.Body.Close()
-		return nil
-	case s3errs.ObjectNotFound(err) || isInvalidRange(err) || archived(err):
-		return nil // it answers about that key
-	default:
-		return fmt.Errorf("read s3://%s/%s, read before: %w", bucket, served, err)
-	}
+	return errors.Join(errs...) // nil: no other key to read
 }
 
 // archivedError is the permanent error of an input S3 will not read until

@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc/codes"
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
@@ -471,20 +470,28 @@ func TestBadInputsGetErrorRecordsAndNoRedelivery(t *testing.T) {
 }
 
 // failingJob queues one job, a.wav, that its one partition always fails
-// (INTERNAL), under a configuration that allows it two receives.
-func failingJob(t *testing.T) (*env, worker.Config) {
+// (INTERNAL) while serving other inputs (so the pool's canary passes: the
+// partition is not down, and the failure is the job's, retried), under a
+// configuration that allows it two receives; heal makes a.wav work.
+func failingJob(t *testing.T) (e *env, cfg worker.Config, heal func()) {
 	t.Helper()
-	e := newEnv(t, 1, 2)
-	e.servers[0].Fail(codes.Internal, 1000)
+	e = newEnv(t, 1, 2)
+	var healed atomic.Bool
+	e.servers[0].SetRecognizer(asrFunc(func(samples []float32) (triton.Result, error) {
+		if len(samples) == 4000 && !healed.Load() {
+			return triton.Result{}, errInternal
+		}
+		return triton.Result{Text: tritontest.Text(len(samples))}, nil
+	}))
 	e.put("a.wav", tone(16000, 4000))
 	e.sendJob("a.wav")
-	cfg := e.config()
+	cfg = e.config()
 	cfg.Queues.MaxReceives = 2
-	return e, cfg
+	return e, cfg, func() { healed.Store(true) }
 }
 
 func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
-	e, cfg := failingJob(t)
+	e, cfg, heal := failingJob(t)
 	cfg.Jobs.ExitWhenIdle = 4 * time.Second // longer than the 1 s and 2 s backoffs
 	e.run(cfg, nil)
 
@@ -505,7 +512,7 @@ func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
 	// After the cause is fixed, enqueue's redrive (selecting by the
 	// record's class) brings the job back; the worker does it, and the
 	// transcript replaces the record, so the job has one outcome.
-	e.servers[0].Heal()
+	heal()
 	sum, err := enqueue.Redrive(context.Background(), e.sqs, e.s3, enqueue.RedriveOptions{
 		DLQURL: e.queue.DLQURL, ToURL: e.queue.URL, Classes: []string{contract.ClassExhausted},
 		OutputBucket: cfg.Outputs.Bucket, WorkerOutputPrefix: cfg.Outputs.Prefix, WorkerModel: "asr", Hold: time.Minute,
@@ -528,7 +535,7 @@ func TestRetryableFailuresEndInDLQWithRecord(t *testing.T) {
 // last leaves one, so the job still has an outcome (the chaos suite once
 // found an exhausted job with none).
 func TestLastReceiveLostStillLeavesARecord(t *testing.T) {
-	e, cfg := failingJob(t)
+	e, cfg, _ := failingJob(t)
 	cfg.Queues.RetryBackoff = 5 * time.Second // the run is over before the message returns
 	cfg.Jobs.ExitWhenIdle = time.Second
 	e.run(cfg, nil)
@@ -550,7 +557,7 @@ func TestLastReceiveLostStillLeavesARecord(t *testing.T) {
 // that another delivery of the same input wrote meanwhile (the other
 // delivery removed the record before this one wrote it).
 func TestRecordBeforeTheLastDoesNotOutliveATranscript(t *testing.T) {
-	e, cfg := failingJob(t)
+	e, cfg, _ := failingJob(t)
 	cfg.Queues.RetryBackoff = 5 * time.Second // the run is over before the message returns
 	cfg.Jobs.ExitWhenIdle = time.Second
 	elsewhere := &finishedElsewhereS3{S3API: e.s3}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -68,20 +69,21 @@ type unreachableError struct {
 func (e *unreachableError) Error() string { return e.err.Error() }
 func (e *unreachableError) Unwrap() error { return e.err }
 
-// answer learns from the outcome of a request for key to dep: nil, or an
+// answer learns from the outcome of a request for key to dep (read: a GET
+// of the object's bytes, which the input probe can ask again): nil, or an
 // error the service gave about the request itself (not found, precondition
 // failed), says dep answers; an error that says dep, not the request, is
 // at fault (the bucket does not exist, access is denied, the service fails
 // or cannot be reached) is returned as an unreachableError. d may be nil
 // (a worker's adapter outside Run).
-func (d *dependencies) answer(dep, key string, err error) error {
+func (d *dependencies) answer(dep, key string, read bool, err error) error {
 	switch {
 	case err != nil && dependencyFault(err):
 		return &unreachableError{dep: dep, key: key, err: err}
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return err
 	case d != nil:
-		d.ok(dep, key, err == nil)
+		d.ok(dep, key, read && err == nil)
 	}
 	return err
 }
@@ -132,8 +134,12 @@ func objectRefused(err error) bool {
 }
 
 // A prober tells whether a dependency answers, from the keys that failed
-// since its last success and the last key it served (empty: none yet).
-type prober func(ctx context.Context, failing []string, served string) error
+// since its last success and the last keys it served, newest first (a
+// read that succeeded: GET, never HEAD, which answers where a GET may not).
+type prober func(ctx context.Context, failing []string, served []string) error
+
+// servedKept is how many served keys a dependency remembers for its probe.
+const servedKept = 3
 
 // dependency is one bucket the worker needs, as its requests found it.
 type dependency struct {
@@ -143,7 +149,7 @@ type dependency struct {
 	// without one is down once two keys failed with no success between.
 	confirms bool
 	failing  map[string]error // keys failed since the last success
-	served   string           // the last key a request succeeded for
+	served   []string         // the last keys a read succeeded for, newest first
 	down     bool
 	since    time.Time
 	err      error // the failure that took it down
@@ -194,14 +200,16 @@ func (d *dependencies) broadcastLocked() {
 	d.changed = make(chan struct{})
 }
 
-// ok records a request for key to name that name answered: served, or
-// refused for what the request asked (not found, precondition failed).
+// ok records a request for key to name that name answered: served (a
+// read that succeeded), or otherwise answered (a HEAD, not found,
+// precondition failed).
 func (d *dependencies) ok(name, key string, served bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	dep := d.get(name)
-	if served {
-		dep.served = key
+	if served && !slices.Contains(dep.served, key) {
+		// The last few keys read, newest first.
+		dep.served = append([]string{key}, dep.served[:min(len(dep.served), servedKept-1)]...)
 	}
 	if len(dep.failing) == 0 && !dep.down {
 		return
@@ -391,7 +399,7 @@ func (d *dependencies) probeOnce(ctx context.Context, name string) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	probe, served := dep.probe, dep.served
+	probe, served := dep.probe, slices.Clone(dep.served)
 	d.mu.Unlock()
 
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)

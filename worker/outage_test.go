@@ -507,3 +507,32 @@ func TestReadinessSeesAHangingReceive(t *testing.T) {
 		t.Errorf("not ready only after %.0f s of a hanging receive", took.Seconds())
 	}
 }
+
+// An object whose every read fails (503) while its bucket serves the rest
+// is the job's own retryable failure: it is retried until its receives
+// run out, never taken for the bucket's outage and held (the chaos
+// suite's exhaust job, in miniature).
+func TestObjectThatAlwaysFailsExhaustsItsRetries(t *testing.T) {
+	e := newEnv(t, 1, 2)
+	s3c, proxy := proxied(t)
+	proxy.Exhaust = "/" + e.in + "/exhaust/"
+	e.put("a.wav", tone(16000, 16000))
+	e.put("exhaust/x.wav", tone(16000, 16000))
+	e.sendJob("a.wav")
+	e.sendJob("exhaust/x.wav")
+	cfg := e.config()
+	cfg.Queues.MaxReceives = 2
+	cfg.Jobs.ExitWhenIdle = 4 * time.Second
+	r := e.start(cfg, s3c)
+	r.wait(t)
+	if _, ok := e.transcript("a.wav"); !ok {
+		t.Error("a.wav: no transcript")
+	}
+	rec, ok := e.errorRecord("exhaust/x.wav")
+	if !ok || rec.Class != contract.ClassExhausted {
+		t.Errorf("exhaust/x.wav: record %+v (%v), want retries_exhausted", rec, ok)
+	}
+	if got := metricValue(t, r.reg, "fleetscribe_dependency_outages_total", map[string]string{"dependency": "input:" + e.in}, 0); got != 0 {
+		t.Errorf("the input bucket taken down %v times for one object's failures", got)
+	}
+}

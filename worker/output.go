@@ -30,7 +30,7 @@ type outputs struct {
 // exists reports whether key exists, with one HEAD.
 func (o outputs) exists(ctx context.Context, key string) (bool, error) {
 	_, err := o.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
-	err = o.deps.answer(depOutput, key, err)
+	err = o.deps.answer(depOutput, key, false, err)
 	switch {
 	case err == nil:
 		return true, nil
@@ -80,7 +80,7 @@ func (o outputs) errorRecord(ctx context.Context, key string, rec contract.Error
 // HEAD to look first is not.
 func (o outputs) remove(ctx context.Context, key string) error {
 	_, err := o.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
-	return o.deps.answer(depOutput, key, err)
+	return o.deps.answer(depOutput, key, false, err)
 }
 
 // writeCheck is the key under the output prefix that probes whether the
@@ -110,13 +110,13 @@ func (o outputs) putClaim(ctx context.Context, key string, body []byte, ifAbsent
 		in.IfNoneMatch = aws.String("*")
 	}
 	_, err := o.s3.PutObject(ctx, in)
-	return o.deps.answer(depOutput, key, err)
+	return o.deps.answer(depOutput, key, false, err)
 }
 
 // read returns at most limit bytes of key, or nil when there is none.
 func (o outputs) read(ctx context.Context, key string, limit int64) ([]byte, error) {
 	out, err := o.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
-	if err = o.deps.answer(depOutput, key, err); err != nil {
+	if err = o.deps.answer(depOutput, key, false, err); err != nil {
 		if s3errs.ObjectNotFound(err) {
 			return nil, nil
 		}
@@ -147,7 +147,7 @@ func (o outputs) put(ctx context.Context, key string, body []byte, ctype, taggin
 		ContentType: aws.String(ctype), ContentLength: aws.Int64(int64(len(body))),
 		Tagging: optional(tagging), Metadata: meta,
 	})
-	if err = o.deps.answer(depOutput, key, err); err != nil {
+	if err = o.deps.answer(depOutput, key, false, err); err != nil {
 		err = fmt.Errorf("put s3://%s/%s: %w", o.bucket, key, err)
 		if outputRejected(err) {
 			return Permanent(contract.ClassOutputRejected, err)

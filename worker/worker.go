@@ -177,15 +177,15 @@ func (w *Worker) checkQueue(ctx context.Context, url string) error {
 func (w *Worker) probeFor(name string) (prober, bool) {
 	switch name {
 	case depOutput:
-		return func(ctx context.Context, _ []string, _ string) error { return w.out.probe(ctx, w.cfg.Outputs.Prefix) }, true
+		return func(ctx context.Context, _, _ []string) error { return w.out.probe(ctx, w.cfg.Outputs.Prefix) }, true
 	case depInference:
 		if ip, ok := w.tr.(inferenceProber); ok {
-			return func(ctx context.Context, _ []string, _ string) error { return ip.Probe(ctx) }, true
+			return func(ctx context.Context, _, _ []string) error { return ip.Probe(ctx) }, true
 		}
 		return nil, false
 	}
 	bucket := strings.TrimPrefix(name, inputDep(""))
-	return func(ctx context.Context, failing []string, served string) error {
+	return func(ctx context.Context, failing, served []string) error {
 		return w.in.probe(ctx, bucket, failing, served)
 	}, true
 }
