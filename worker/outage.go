@@ -89,6 +89,9 @@ func (d *dependencies) answer(dep, key string, read bool, err error) error {
 }
 
 func dependencyFault(err error) bool {
+	if noAnswer(err) {
+		return true
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
@@ -112,6 +115,16 @@ func dependencyFault(err error) bool {
 		return strings.HasPrefix(ae.ErrorCode(), "KMS.")
 	}
 	return false
+}
+
+// noAnswer reports a request that got no answer within the client's
+// answer timeout (awsconf.ResponseHeaderTimeout): the service, or the way
+// to it, swallowed it. net/http's error for it says it is a deadline
+// exceeded, as a request whose own context ran out also is; its text is
+// what tells them apart.
+func noAnswer(err error) bool {
+	_, sent := errors.AsType[*smithyhttp.RequestSendError](err)
+	return sent && strings.Contains(err.Error(), "timeout awaiting response headers")
 }
 
 // archived reports S3 refusing to read an object for its storage class

@@ -30,13 +30,21 @@ import (
 // that can take a bucket down (real S3 errors on the wire).
 func proxied(t *testing.T) (*s3.Client, *chaos.Proxy) {
 	t.Helper()
+	return proxiedAnswering(t, awsconf.ResponseHeaderTimeout)
+}
+
+// proxiedAnswering is proxied with a client that gives a request answer
+// to wait for its answer (the binaries' is awsconf.ResponseHeaderTimeout).
+func proxiedAnswering(t *testing.T, answer time.Duration) (*s3.Client, *chaos.Proxy) {
+	t.Helper()
 	p, err := chaos.NewProxy(emulator.Endpoint, 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
-	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
+	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+		HTTPClient: awsconf.Config{}.HTTPClient(answer)}
 	_, s3c, err := awsconf.Local(cfg, srv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -535,4 +543,34 @@ func TestObjectThatAlwaysFailsExhaustsItsRetries(t *testing.T) {
 	if got := metricValue(t, r.reg, "fleetscribe_dependency_outages_total", map[string]string{"dependency": "input:" + e.in}, 0); got != 0 {
 		t.Errorf("the input bucket taken down %v times for one object's failures", got)
 	}
+}
+
+// An output bucket that swallows requests (no answer at all) is an outage
+// like one that refuses them: the request gives up at the client's answer
+// timeout, the write check does too, and the worker is not ready and
+// holds the job; once the bucket answers, the job's transcript is written.
+func TestHangingOutputBucketIsAnOutage(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	s3c, proxy := proxiedAnswering(t, time.Second)
+	e.put("a.wav", tone(16000, 16000))
+	cfg := e.config()
+	cfg.Jobs.ExitWhenIdle = 2 * time.Second
+	r := e.start(cfg, s3c)
+	testwait.For(t, "ready", func() bool { return r.w.Ready() == nil })
+	proxy.SetOutage(e.out, chaos.OutageHanging)
+	e.sendJob("a.wav")
+	start := time.Now()
+	testwait.Within(t, time.Minute, func() bool {
+		err := r.w.Ready()
+		return err != nil && strings.Contains(err.Error(), "output bucket unavailable")
+	})
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("not ready %.0f s into a hanging output bucket", took.Seconds())
+	}
+	proxy.SetOutage(e.out, chaos.Outage{})
+	r.wait(t)
+	if _, ok := e.transcript("a.wav"); !ok {
+		t.Error("no transcript once the bucket answers")
+	}
+	e.recorder.check(t, 1)
 }

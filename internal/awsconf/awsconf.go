@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -28,6 +29,14 @@ type Config struct {
 	IdleConnsPerHost int
 }
 
+// ResponseHeaderTimeout is how long a request may wait for the start of
+// its answer once it is sent: SQS's longest poll is 20 s, and S3 answers
+// in well under a second. A service that swallows requests (a network
+// path that drops them, a proxy that hangs) then fails them as it would
+// fail a connection, so the worker's outage handling sees it, instead of
+// each call waiting for its job's whole timeout.
+const ResponseHeaderTimeout = time.Minute
+
 // RegisterFlags registers -aws-region and -aws-endpoint.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Region, "aws-region", "us-east-1", "AWS region")
@@ -46,13 +55,7 @@ func (c Config) Clients(ctx context.Context) (*sqs.Client, *s3.Client, error) {
 // Load returns the SDK configuration: the default credential chain, or
 // static test credentials for a local endpoint.
 func (c Config) Load(ctx context.Context) (aws.Config, error) {
-	opts := []func(*config.LoadOptions) error{config.WithRegion(c.Region)}
-	if n := c.IdleConnsPerHost; n > 0 {
-		opts = append(opts, config.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-			t.MaxIdleConns = max(t.MaxIdleConns, 2*n)
-			t.MaxIdleConnsPerHost = n
-		})))
-	}
+	opts := []func(*config.LoadOptions) error{config.WithRegion(c.Region), config.WithHTTPClient(c.httpClient(ResponseHeaderTimeout))}
 	if c.Endpoint != "" {
 		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
 	}
@@ -62,6 +65,22 @@ func (c Config) Load(ctx context.Context) (aws.Config, error) {
 	}
 	return cfg, nil
 }
+
+// httpClient is the SDK's client with the connections and the answer
+// timeout set.
+func (c Config) httpClient(answer time.Duration) *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		if n := c.IdleConnsPerHost; n > 0 {
+			t.MaxIdleConns = max(t.MaxIdleConns, 2*n)
+			t.MaxIdleConnsPerHost = n
+		}
+		t.ResponseHeaderTimeout = answer
+	})
+}
+
+// HTTPClient is the HTTP client Load gives the SDK, with a shorter answer
+// timeout (for tests of what a hang does).
+func (c Config) HTTPClient(answer time.Duration) aws.HTTPClient { return c.httpClient(answer) }
 
 // Local returns clients for cfg, pointed at endpoint when it is set.
 func Local(cfg aws.Config, endpoint string) (*sqs.Client, *s3.Client, error) {

@@ -7,8 +7,10 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/logging"
@@ -57,5 +59,22 @@ func TestGetObjectWithoutChecksumLogsNothing(t *testing.T) {
 	srv.CloseClientConnections()
 	if len(rec.lines) != 0 {
 		t.Errorf("SDK logged %q", rec.lines)
+	}
+}
+
+// The binaries' clients give up on a request that gets no answer (a
+// service or path that swallows it) after ResponseHeaderTimeout, so that
+// the worker's outage handling sees a hang as it sees a refusal.
+func TestClientsGiveUpOnNoAnswer(t *testing.T) {
+	cfg, err := awsconf.Config{Region: "us-east-1", Endpoint: "http://127.0.0.1:1"}.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient)
+	if !ok {
+		t.Fatalf("HTTP client %T", cfg.HTTPClient)
+	}
+	if got := bc.GetTransport().ResponseHeaderTimeout; got != awsconf.ResponseHeaderTimeout || got < 30*time.Second {
+		t.Errorf("response header timeout %v, want %v (past SQS's 20-s poll)", got, awsconf.ResponseHeaderTimeout)
 	}
 }

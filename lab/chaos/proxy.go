@@ -76,13 +76,15 @@ func (p *Proxy) SetFaults(on bool) { p.on.Store(on) }
 type Outage struct {
 	Status int
 	Code   string
+	Hang   bool // no answer at all: the request waits until its client gives up
 }
 
 // Outages an operator meets.
 var (
-	OutageMissing = Outage{http.StatusNotFound, "NoSuchBucket"}
-	OutageDenied  = Outage{http.StatusForbidden, "AccessDenied"}
-	OutageFailing = Outage{http.StatusServiceUnavailable, "SlowDown"}
+	OutageMissing = Outage{http.StatusNotFound, "NoSuchBucket", false}
+	OutageDenied  = Outage{http.StatusForbidden, "AccessDenied", false}
+	OutageFailing = Outage{http.StatusServiceUnavailable, "SlowDown", false}
+	OutageHanging = Outage{Code: "hang", Hang: true}
 )
 
 // A Refusal is how S3 answers reads (GET, HEAD) of one object while its
@@ -199,6 +201,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sqs := r.Header.Get("X-Amz-Target") != ""
 	if o, ok := p.outageOf(r); ok {
 		_, _ = io.Copy(io.Discard, r.Body)
+		if o.Hang {
+			<-r.Context().Done()
+			return
+		}
 		w.Header().Set("Content-Type", "application/xml")
 		w.WriteHeader(o.Status)
 		if r.Method != http.MethodHead {

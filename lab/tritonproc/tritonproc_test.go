@@ -19,6 +19,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/lab/leaktest"
 	"github.com/fleetscribe/fleetscribe/lab/syncbuf"
+	"github.com/fleetscribe/fleetscribe/lab/testwait"
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
@@ -80,8 +81,13 @@ func TestCPURepository(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool.CollectStats(context.Background())
+	// A worker collects every health interval; one collection on a busy
+	// machine can miss the metrics endpoint's answer.
 	want := triton.Engine{Engine: "pocketsphinx", Device: "cpu", Encoder: "none", DecoderGraphs: "none"}
+	testwait.Within(t, 30*time.Second, func() bool {
+		pool.CollectStats(context.Background())
+		return pool.Engines()[s.Addr] == want
+	})
 	if got := pool.Engines()[s.Addr]; got != want {
 		t.Errorf("engine %+v, want %+v", got, want)
 	}
