@@ -24,8 +24,8 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/internal/s3errs"
 	"github.com/fleetscribe/fleetscribe/enqueue"
+	"github.com/fleetscribe/fleetscribe/internal/s3errs"
 	"github.com/fleetscribe/fleetscribe/lab/localaws"
 	"github.com/fleetscribe/fleetscribe/lab/testwait"
 	"github.com/fleetscribe/fleetscribe/lab/tritontest"
