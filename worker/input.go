@@ -115,9 +115,9 @@ func (i inputs) get(ctx context.Context, job contract.Job, in *contract.InputRef
 	}
 }
 
-// probe reads one byte of each of keys in bucket until one answers: the
-// bucket serves reads again (an object that is gone, or empty, answers
-// too). It probes an input bucket that is down.
+// probe tells whether bucket answers without reading any failing object:
+// it lists under a failing key, then reads one byte of a key it served
+// lately (a key that is gone, empty or archived answers too).
 func (i inputs) probe(ctx context.Context, bucket string, failing, served []string) error {
 	// The listing needs s3:ListBucket under the input prefixes (the worker
 	// policy grants it, so a HEAD of a missing key answers 404): under a

@@ -182,7 +182,7 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, d *delivery
 	// job again: it runs once, and the message's outcome is its.
 	seen := make(map[string]bool, len(records))
 	for i, rec := range records {
-		if rec.Err == nil {
+		if rec.Err == nil && len(records) > 1 {
 			b, _ := json.Marshal(rec.Job)
 			if seen[string(b)] {
 				w.m.duplicateRecords.Inc()

@@ -32,8 +32,9 @@ import (
 //
 // A dependency is down when its probe, which does not depend on any one
 // object, fails: a PUT of the write check under the output prefix; for an
-// input bucket a listing under the failing key and a one-byte GET of the
-// last key it served. An object that refuses while its bucket answers
+// input bucket a listing under the failing key and a one-byte GET of a key
+// it served lately by GET (the last three, the failing ones skipped); for
+// inference the canary on every partition. An object that refuses while its bucket answers
 // (403 for a KMS key the worker may not use or another account's object)
 // is the job's own: a permanent access_denied record, no hold; an archived
 // object (InvalidObjectState) is never an outage: archived.
@@ -54,10 +55,6 @@ type inferenceProber interface {
 }
 
 func inputDep(bucket string) string { return "input:" + bucket }
-
-// outageConfirm is how long a lone failure of an input bucket waits for a
-// second key to fail (an outage) or any to succeed (the key's own fault).
-const outageConfirm = 10 * time.Second
 
 // unreachableError is a failed request that says its dependency may be
 // down rather than the job at fault.
@@ -156,17 +153,16 @@ const servedKept = 3
 
 // dependency is one bucket the worker needs, as its requests found it.
 type dependency struct {
-	probe prober
-	// confirms: a probe success says a lone failure was the key's own
-	// (the probe does not depend on the failing object); a dependency
-	// without one is down once two keys failed with no success between.
-	confirms bool
-	failing  map[string]error // keys failed since the last success
-	served   []string         // the last keys a read succeeded for, newest first
-	down     bool
-	since    time.Time
-	err      error // the failure that took it down
-	probing  bool
+	// probe decides a failure: its success says the failure was the
+	// key's own (it does not depend on the failing object), its failure
+	// that the dependency is down. nil: no probe, every failure the key's.
+	probe   prober
+	failing map[string]error // keys failed since the last success
+	served  []string         // the last keys a read succeeded for, newest first
+	down    bool
+	since   time.Time
+	err     error // the failure that took it down
+	probing bool
 }
 
 // dependencies tracks the worker's dependencies and the jobs waiting for
@@ -177,7 +173,7 @@ type dependencies struct {
 	wait time.Duration // the most a job waits for one
 	m    *outageMetrics
 	// probeFor returns how to probe a dependency, by name.
-	probeFor func(name string) (p prober, confirms bool)
+	probeFor func(name string) prober
 
 	mu      sync.Mutex
 	deps    map[string]*dependency
@@ -193,7 +189,7 @@ type outageMetrics struct {
 
 func newDependencies(log zerolog.Logger, now func() time.Time, wait time.Duration, m *outageMetrics) *dependencies {
 	d := &dependencies{log: log, now: now, wait: wait, m: m, deps: map[string]*dependency{}, changed: make(chan struct{})}
-	d.probeFor = func(string) (prober, bool) { return nil, false }
+	d.probeFor = func(string) prober { return nil }
 	return d
 }
 
@@ -202,7 +198,7 @@ func (d *dependencies) get(name string) *dependency {
 	dep, ok := d.deps[name]
 	if !ok {
 		dep = &dependency{failing: map[string]error{}}
-		dep.probe, dep.confirms = d.probeFor(name)
+		dep.probe = d.probeFor(name)
 		d.deps[name] = dep
 	}
 	return dep
@@ -232,16 +228,12 @@ func (d *dependencies) ok(name, key string, served bool) {
 }
 
 // failed records a failure of key on name and reports whether name is
-// down (this one or an earlier failure of another key since the last
-// success).
+// down already.
 func (d *dependencies) failed(name, key string, err error) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	dep := d.get(name)
 	dep.failing[key] = err
-	if !dep.down && !dep.confirms && len(dep.failing) >= 2 {
-		d.setDownLocked(name, dep, err)
-	}
 	return dep.down
 }
 
@@ -325,9 +317,8 @@ func (w *Worker) whileHeld(ctx context.Context, d *delivery) func() {
 // hold decides what a job whose request failed with ue does: back once
 // the dependency, which was down, is back (run the step again); own when
 // the dependency answers and the failure is the job's own; neither when
-// the wait ended (fail as before). A lone failure is confirmed first: the
-// probe of a dependency that has one, or else a short wait for a second
-// key to fail.
+// the wait ended (fail as before). A failure while the dependency is up
+// is confirmed first by its probe.
 func (d *dependencies) hold(ctx context.Context, waiting func() (done func()), ue *unreachableError) (back, own bool) {
 	if !d.failed(ue.dep, ue.key, ue.err) && !d.confirm(ctx, ue.dep) {
 		return false, ctx.Err() == nil
@@ -353,38 +344,19 @@ func (d *dependencies) hold(ctx context.Context, waiting func() (done func()), u
 	}
 }
 
-// confirm reports whether name is down after a lone failure.
+// confirm reports whether name is down after a failure while it was up:
+// its probe decides (a dependency without one: the key's own failure).
 func (d *dependencies) confirm(ctx context.Context, name string) bool {
 	d.mu.Lock()
-	byProbe := d.get(name).confirms
+	probed := d.get(name).probe != nil
 	d.mu.Unlock()
-	if byProbe {
-		d.probeOnce(ctx, name)
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return d.get(name).down
+	if !probed {
+		return false
 	}
-	timer := time.NewTimer(outageConfirm)
-	defer timer.Stop()
-	for {
-		d.mu.Lock()
-		dep := d.get(name)
-		down, cleared, wait := dep.down, len(dep.failing) == 0, d.changed
-		d.mu.Unlock()
-		switch {
-		case down:
-			return true
-		case cleared:
-			return false
-		}
-		select {
-		case <-wait:
-		case <-timer.C:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-	}
+	d.probeOnce(ctx, name)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.get(name).down
 }
 
 // probeOnce probes name (or waits for the probe already running) and marks

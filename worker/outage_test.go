@@ -57,17 +57,25 @@ type running struct {
 	w    *worker.Worker
 	reg  *prometheus.Registry
 	done chan error
+	stop context.CancelFunc // as SIGTERM: the worker drains and Run returns
 }
 
 func (e *env) start(cfg worker.Config, s3c worker.S3API) *running {
 	e.t.Helper()
+	return e.startOn(cfg, e.recorder, s3c)
+}
+
+// startOn is start with the worker's SQS client given too.
+func (e *env) startOn(cfg worker.Config, sqsc worker.SQSAPI, s3c worker.S3API) *running {
+	e.t.Helper()
 	r := &running{reg: prometheus.NewRegistry(), done: make(chan error, 1)}
 	var err error
-	if r.w, err = worker.New(cfg, worker.Deps{Model: "asr", SQS: e.recorder, S3: s3c, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: r.reg}); err != nil {
+	if r.w, err = worker.New(cfg, worker.Deps{Model: "asr", SQS: sqsc, S3: s3c, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: r.reg}); err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	e.t.Cleanup(cancel)
+	var ctx context.Context
+	ctx, r.stop = context.WithTimeout(context.Background(), 3*time.Minute)
+	e.t.Cleanup(r.stop)
 	go func() { r.done <- r.w.Run(ctx) }()
 	return r
 }
@@ -167,10 +175,10 @@ func TestOutputUnwritableAtStart(t *testing.T) {
 	}
 }
 
-// An input bucket that answers 403 for every key: the jobs in hand wait
-// for it (two keys failing is an outage, not the inputs' fault), and run
-// once it reads again, each message received once.
-func TestInputOutageHoldsTheJobs(t *testing.T) {
+// inputOutage queues a.wav and b.wav in an input bucket that answers 403
+// to every request, listings included: an outage, not the inputs' fault.
+func inputOutage(t *testing.T) (*env, worker.S3API, *chaos.Proxy) {
+	t.Helper()
 	e := newEnv(t, 1, 3)
 	s3c, proxy := proxied(t)
 	e.put("a.wav", tone(16000, 16000))
@@ -178,6 +186,14 @@ func TestInputOutageHoldsTheJobs(t *testing.T) {
 	proxy.SetOutage(e.in, chaos.OutageDenied)
 	e.sendJob("a.wav")
 	e.sendJob("b.wav")
+	return e, s3c, proxy
+}
+
+// An input bucket that answers 403 for every key, its probe's listing
+// included: the jobs in hand wait for it, and run once it reads again,
+// each message received once.
+func TestInputOutageHoldsTheJobs(t *testing.T) {
+	e, s3c, proxy := inputOutage(t)
 	cfg := e.config()
 	cfg.Jobs.ExitWhenIdle = time.Second
 	r := e.start(cfg, s3c)
@@ -365,30 +381,15 @@ func TestInferenceOutageHoldsTheJobs(t *testing.T) {
 // waiting out -drain-timeout; nothing is written for them, and they are
 // in the queue for the next worker.
 func TestDrainReleasesHeldJobs(t *testing.T) {
-	e := newEnv(t, 1, 3)
-	s3c, proxy := proxied(t)
-	e.put("a.wav", tone(16000, 16000))
-	e.put("b.wav", tone(16000, 16000))
-	proxy.SetOutage(e.in, chaos.OutageDenied)
-	e.sendJob("a.wav")
-	e.sendJob("b.wav")
+	e, s3c, _ := inputOutage(t)
 	cfg := e.config()
 	cfg.Jobs.DrainTimeout = time.Minute
-	reg := prometheus.NewRegistry()
-	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: e.recorder, S3: s3c, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	testwait.For(t, "both jobs waiting for the input bucket", func() bool {
-		return metricValue(t, reg, "fleetscribe_jobs_waiting_for_dependency", nil, 0) == 2
-	})
+	r := e.start(cfg, s3c)
+	testwait.For(t, "both jobs waiting for the input bucket", func() bool { return r.waiting(t) == 2 })
 	start := time.Now()
-	stop()
+	r.stop()
 	select {
-	case err := <-done:
+	case err := <-r.done:
 		if err != nil {
 			t.Fatalf("worker: %v", err)
 		}
@@ -494,19 +495,13 @@ func TestReadinessSeesAHangingReceive(t *testing.T) {
 	h := &hangingSQS{SQSAPI: e.recorder, cut: make(chan struct{})}
 	cfg := e.config()
 	cfg.Jobs.ExitWhenIdle = 0
-	w, err := worker.New(cfg, worker.Deps{Model: "asr", SQS: h, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(io.Discard), Metrics: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() { stop(); close(h.cut); <-done }()
-	testwait.For(t, "ready", func() bool { return w.Ready() == nil })
+	r := e.startOn(cfg, h, e.s3)
+	defer func() { r.stop(); close(h.cut); <-r.done }()
+	testwait.For(t, "ready", func() bool { return r.w.Ready() == nil })
 	h.hang.Store(true)
 	start := time.Now()
 	testwait.Within(t, time.Minute, func() bool {
-		err := w.Ready()
+		err := r.w.Ready()
 		return err != nil && strings.Contains(err.Error(), "unanswered")
 	})
 	// Past the long poll and the allowance; before the receive's own

@@ -174,18 +174,18 @@ func (w *Worker) checkQueue(ctx context.Context, url string) error {
 // key it served (see inputs.probe), inference by the pool's canary on
 // every partition. None depends on the failing object or chunk, so each
 // confirms a lone failure.
-func (w *Worker) probeFor(name string) (prober, bool) {
+func (w *Worker) probeFor(name string) prober {
 	switch name {
 	case depOutput:
-		return func(ctx context.Context, _, _ []string) error { return w.out.probe(ctx, w.cfg.Outputs.Prefix) }, true
+		return func(ctx context.Context, _, _ []string) error { return w.out.probe(ctx, w.cfg.Outputs.Prefix) }
 	case depInference:
 		if ip, ok := w.tr.(inferenceProber); ok {
-			return func(ctx context.Context, _, _ []string) error { return ip.Probe(ctx) }, true
+			return func(ctx context.Context, _, _ []string) error { return ip.Probe(ctx) }
 		}
-		return nil, false
+		return nil
 	}
 	bucket := strings.TrimPrefix(name, inputDep(""))
 	return func(ctx context.Context, failing, served []string) error {
 		return w.in.probe(ctx, bucket, failing, served)
-	}, true
+	}
 }
