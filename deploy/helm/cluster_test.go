@@ -146,15 +146,24 @@ func newCluster(t *testing.T, cp *controlPlane) *cluster {
 
 func (c *cluster) refreshMapper(t *testing.T) {
 	t.Helper()
+	if err := c.readDiscovery(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readDiscovery maps kinds to resources as the server's discovery lists
+// them now.
+func (c *cluster) readDiscovery() error {
 	d, err := discovery.NewDiscoveryClientForConfig(c.cp.cfg)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	groups, err := restmapper.GetAPIGroupResources(d)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	c.mapper = restmapper.NewDiscoveryRESTMapper(groups)
+	return nil
 }
 
 // installCRDs creates (or replaces) every CustomResourceDefinition in the
@@ -164,6 +173,7 @@ func (c *cluster) installCRDs(t *testing.T, files ...string) {
 	ctx := context.Background()
 	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	var names []string
+	var kinds []schema.GroupVersionKind
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -171,6 +181,15 @@ func (c *cluster) installCRDs(t *testing.T, files ...string) {
 		}
 		for _, u := range toUnstructured(t, b) {
 			names = append(names, u.GetName())
+			group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(u.Object, "spec", "names", "kind")
+			versions, _, _ := unstructured.NestedSlice(u.Object, "spec", "versions")
+			for _, v := range versions {
+				m, _ := v.(map[string]any)
+				if name, _ := m["name"].(string); name != "" && m["served"] == true {
+					kinds = append(kinds, schema.GroupVersionKind{Group: group, Version: name, Kind: kind})
+				}
+			}
 			old, err := c.dyn.Resource(gvr).Get(ctx, u.GetName(), metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
@@ -200,7 +219,19 @@ func (c *cluster) installCRDs(t *testing.T, files ...string) {
 			return false
 		})
 	}
-	c.refreshMapper(t)
+	// Established is not yet served: discovery lists a new group version
+	// a moment later, and a mapper read before that maps none of its kinds.
+	testwait.For(t, "the CRDs' kinds in discovery", func() bool {
+		if c.readDiscovery() != nil {
+			return false
+		}
+		for _, k := range kinds {
+			if _, err := c.mapper.RESTMapping(k.GroupKind(), k.Version); err != nil {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func toUnstructured(t *testing.T, b []byte) []*unstructured.Unstructured {
