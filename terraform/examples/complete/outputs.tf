@@ -47,3 +47,8 @@ output "fleet_launch_template_version" {
   description = "The launch template version the fleet runs."
   value       = module.fleet.fleet_launch_template_version
 }
+
+output "user_data_bytes" {
+  description = "Bytes of the fleet's user data that count against EC2's 16 KB (gzipped)."
+  value       = module.fleet.user_data_bytes
+}

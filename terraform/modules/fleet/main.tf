@@ -112,6 +112,12 @@ locals {
   })
 }
 
+locals {
+  user_data_gz_b64 = base64gzip(local.user_data)
+  # What EC2 counts against its 16 KB: the bytes before base64.
+  user_data_bytes = floor(length(local.user_data_gz_b64) * 3 / 4) - length(regexall("=", local.user_data_gz_b64))
+}
+
 resource "aws_cloudwatch_log_group" "this" {
   name              = local.log_group
   retention_in_days = var.log_retention_days
@@ -123,7 +129,9 @@ resource "aws_launch_template" "this" {
   name_prefix   = "${var.name}-"
   image_id      = local.ami_id
   instance_type = var.instance_types[0]
-  user_data     = base64encode(local.user_data)
+  # Gzipped: cloud-init decompresses it before running the script, and
+  # EC2's 16 KB counts the compressed bytes.
+  user_data = local.user_data_gz_b64
 
   vpc_security_group_ids = var.security_group_ids
 
@@ -170,8 +178,8 @@ resource "aws_launch_template" "this" {
 
   lifecycle {
     precondition {
-      condition     = length(local.user_data) <= 16384
-      error_message = "User data exceeds EC2's 16 KB limit; shorten compose_yaml or worker_environment."
+      condition     = local.user_data_bytes <= 16384
+      error_message = "User data exceeds EC2's 16 KB limit, gzipped; shorten compose_yaml or worker_environment."
     }
     precondition {
       condition     = var.drain_timeout_seconds + 180 <= 172800

@@ -41,6 +41,11 @@ output "user_data" {
   value       = local.user_data
 }
 
+output "user_data_bytes" {
+  description = "Bytes of user data EC2 counts against its 16 KB limit (the script gzipped, as the launch template carries it)."
+  value       = local.user_data_bytes
+}
+
 output "uses_mixed_instances_policy" {
   description = "Whether the group launches through a mixed instances policy weighted by GPUs (every fleet without a warm pool, spot or not)."
   value       = length(aws_autoscaling_group.this.mixed_instances_policy) > 0

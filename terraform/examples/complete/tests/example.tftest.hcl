@@ -300,3 +300,52 @@ run "supplied_kms_key" {
     error_message = "a supplied key must be used, not a new one"
   }
 }
+
+# User data fits EC2's 16 KB with room to spare for what a real fleet is
+# called and runs: the example's suggested name, images from two ECR
+# registries in two regions, a warm pool, the bulk window (its script is
+# 16.5 KB before gzip, over the limit).
+run "user_data_fits_for_real_names" {
+  command = apply
+
+  variables {
+    name         = "fleetscribe-prod"
+    worker_image = "111122223333.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:2026.12.05-9f8e7d6"
+    triton_image = "444455556666.dkr.ecr.us-west-2.amazonaws.com/nvidia/tritonserver:24.10-py3"
+    cuda_image   = "444455556666.dkr.ecr.us-west-2.amazonaws.com/docker-hub/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    warm_pool    = { enabled = true, min_gpus = 2 }
+    bulk_window  = { enabled = true }
+    tags         = { team = "ml-infra", cost-center = "transcription", environment = "production" }
+  }
+
+  assert {
+    condition     = module.fleet.user_data_bytes <= 12288
+    error_message = "user data leaves less than a quarter of EC2's 16 KB for longer names and settings"
+  }
+  assert {
+    condition     = length(module.fleet.user_data) > 16384 && strcontains(module.fleet.user_data, "WORKER_IMAGE=111122223333.dkr.ecr.us-east-1.amazonaws.com/fleetscribe/worker:2026.12.05-9f8e7d6")
+    error_message = "the test's inputs are not the realistic ones it names"
+  }
+}
+
+# The same with a long name, three queues (the most with a bulk window)
+# and every optional setting the user data carries.
+run "user_data_fits_for_long_names" {
+  command = apply
+
+  variables {
+    name         = "fleetscribe-clinical-transcription-prod-eu-central-1"
+    region       = "eu-central-1"
+    queues       = ["live", "bulk", "reprocess-model-upgrade"]
+    worker_image = "111122223333.dkr.ecr.eu-central-1.amazonaws.com/clinical-speech/fleetscribe/worker:2026.12.05-9f8e7d6c5b4a"
+    triton_image = "444455556666.dkr.ecr.eu-west-1.amazonaws.com/nvidia/tritonserver:24.10-py3"
+    cuda_image   = "777788889999.dkr.ecr.us-east-1.amazonaws.com/docker-hub/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    warm_pool    = { enabled = true, min_gpus = 4 }
+    bulk_window  = { enabled = true }
+  }
+
+  assert {
+    condition     = module.fleet.user_data_bytes <= 12288
+    error_message = "user data leaves less than a quarter of EC2's 16 KB for a long name and three queues"
+  }
+}
