@@ -11,7 +11,7 @@ import (
 
 // A small evaluator of CloudWatch metric math, enough for the fleet's
 // expressions: numbers, metric ids, + - * /, comparisons, AND, OR,
-// IF(cond, a, b) and FILL(m, value|REPEAT). A series is one value per
+// IF(cond, a, b), FILL(m, value|REPEAT) and DIFF(m). A series is one value per
 // period; NaN is a missing data point. Arithmetic and comparisons work
 // point by point, and a missing operand makes the point missing, as
 // CloudWatch drops it.
@@ -107,6 +107,17 @@ func (c call) eval(env map[string]series, n int) series {
 				out[i] = a[i]
 			default:
 				out[i] = b[i]
+			}
+		}
+		return out
+	case "DIFF":
+		// Each value less the one before it; the first has none.
+		s := c.args[0].eval(env, n)
+		out := make(series, n)
+		for i := range out {
+			out[i] = math.NaN()
+			if i > 0 && !math.IsNaN(s[i]) && !math.IsNaN(s[i-1]) {
+				out[i] = s[i] - s[i-1]
 			}
 		}
 		return out
@@ -396,24 +407,75 @@ func TestLaunchShortfallMath(t *testing.T) {
 	}
 }
 
-// The never-in-service alarm: desired capacity above what is in service,
-// launching or not (an ABANDON loop always has a replacement launching).
+// The never-in-service alarm: desired capacity above what is in service
+// while none enters service, minute after minute for a boot's time and
+// the shortfall's (every point breaching fires it; one minute where
+// capacity entered service ends the run). A long, healthy scale-out ramp
+// always has desired above in service, but a boot finishes within
+// boot_timeout_seconds, so capacity enters service inside every window;
+// an ABANDON loop, or boots that die before their start script, never do.
 func TestNeverInServiceMath(t *testing.T) {
 	expr := alarmExpression(t, "never_in_service")
+	window := 2700/60 + 15 // the defaults: boot_timeout_seconds, launch_shortfall_minutes
+	const minutes = 240
+	boot := 40 // minutes from launch to service, within the boot timeout
+	ramp := func(every int, until int) (desired, inService series) {
+		// One more instance desired every `every` minutes until `until`;
+		// each enters service boot minutes after its launch.
+		desired, inService = make(series, minutes), make(series, minutes)
+		for m := range minutes {
+			for l := 0; l <= min(m, until); l += every {
+				desired[m]++
+				if m >= l+boot {
+					inService[m]++
+				}
+			}
+		}
+		return desired, inService
+	}
+	flat := func(v float64) series {
+		s := make(series, minutes)
+		for i := range s {
+			s[i] = v
+		}
+		return s
+	}
+	slowDesired, slowIn := ramp(30, minutes) // a slow ramp for 4 hours: desired above in service throughout
+	fastDesired, fastIn := ramp(2, 100)      // 50 instances asked for over 100 minutes
 	for _, c := range []struct {
-		desired, inService float64
-		short              bool
+		name              string
+		desired, inService series
+		fires             bool
 	}{
-		{4, 4, false},
-		{4, 2, true}, // launching, abandoned, launching again
-		{0, 0, false},
-		{2, 3, false}, // draining past a scale-in
+		{"steady", flat(4), flat(4), false},
+		{"a slow scale-out ramp", slowDesired, slowIn, false},
+		{"a fast scale-out ramp", fastDesired, fastIn, false},
+		{"an ABANDON loop (launching, abandoned, launching again)", flat(4), flat(2), true},
+		{"draining past a scale-in", flat(2), flat(3), false},
+		{"nothing asked", flat(0), flat(0), false},
 	} {
-		v := evalMath(t, expr, map[string]series{"desired": one(c.desired), "in_service": one(c.inService)})
-		if (v[0] >= 1) != c.short {
-			t.Errorf("%s: desired %g, in service %g: %g", expr, c.desired, c.inService, v[0])
+		v := evalMath(t, expr, map[string]series{"desired": c.desired, "in_service": c.inService})
+		if got := fires(v, window); got != c.fires {
+			t.Errorf("%s: %s: fires %v over %d minutes, want %v", c.name, expr, got, minutes, c.fires)
 		}
 	}
+}
+
+// fires reports whether an alarm of n one-minute periods, every one of
+// them breaching (>= 1; missing is not breaching), fires on v.
+func fires(v series, n int) bool {
+	run := 0
+	for _, x := range v {
+		if x >= 1 {
+			run++
+		} else {
+			run = 0
+		}
+		if run >= n {
+			return true
+		}
+	}
+	return false
 }
 
 // alarmExpression is the metric math expression of the fleet module's

@@ -69,8 +69,14 @@ resource "aws_cloudwatch_metric_alarm" "launch_shortfall" {
 }
 
 # Launches that never reach service: desired capacity above what is in
-# service for longer than a boot may take (boot_timeout_seconds) and
-# launch_shortfall_minutes more. An ABANDON loop always has a replacement
+# service, and no capacity entering service, every minute for longer than a
+# boot may take (boot_timeout_seconds) and launch_shortfall_minutes more.
+# A long, healthy scale-out ramp has desired above in service throughout,
+# but its boots end within the boot timeout, so capacity enters service in
+# every such window and the alarm (which stops refreshes) stays quiet
+# (metricmath_test.go's ramps). The first minute CloudWatch fetches has no
+# minute before it to differ from: FILL counts it as none entering. An
+# ABANDON loop always has a replacement
 # launching, so the shortfall alarm (which counts launches) stays quiet;
 # and a boot that dies before its start script (Docker broken on a new AMI,
 # instance metadata down) publishes no boot failure. Only the group's own
@@ -78,7 +84,7 @@ resource "aws_cloudwatch_metric_alarm" "launch_shortfall" {
 resource "aws_cloudwatch_metric_alarm" "never_in_service" {
   for_each            = local.alarm_groups
   alarm_name          = "${each.value.name}-never-in-service"
-  alarm_description   = "${each.value.what} has had less capacity in service than desired for ${local.never_in_service_minutes} minutes, longer than a boot may take: launches are abandoned in a loop, or die before they start their stack (see the instances' console output)."
+  alarm_description   = "${each.value.what} has had less capacity in service than desired, none entering service, for ${local.never_in_service_minutes} minutes, longer than a boot may take: launches are abandoned in a loop, or die before they start their stack (see the instances' console output)."
   comparison_operator = "GreaterThanOrEqualToThreshold"
   threshold           = 1
   evaluation_periods  = local.never_in_service_minutes
@@ -104,8 +110,8 @@ resource "aws_cloudwatch_metric_alarm" "never_in_service" {
 
   metric_query {
     id          = "short"
-    expression  = "IF(desired > in_service, 1, 0)"
-    label       = "Desired capacity not in service"
+    expression  = "IF(desired > in_service AND FILL(DIFF(in_service), 0) <= 0, 1, 0)"
+    label       = "Desired capacity not in service, none entering"
     return_data = true
   }
 
