@@ -165,9 +165,11 @@ esac`)
 	in.standIn("nvidia-smi", fails("nvidia-smi"))
 	// The first $COMPLETE_FAILS lifecycle completions fail.
 	// Auto Scaling names the instance's group: $GROUP (the fleet's, fleet,
-	// unless a test says otherwise; unreadable: the call fails).
+	// unless a test says otherwise; unreadable: the call fails), after
+	// $GROUP_FAILS failed calls.
 	in.standIn("aws", `case "$1 $2" in
-  "autoscaling describe-auto-scaling-instances") [ "$GROUP" != unreadable ] || exit 255; echo "${GROUP:-fleet}";;
+  "autoscaling describe-auto-scaling-instances") n=$(($(cat "$STATE.group" 2>/dev/null || echo 0) + 1)); echo $n >"$STATE.group"
+    [ "$GROUP" != unreadable ] && [ "$n" -gt "${GROUP_FAILS:-0}" ] || exit 255; echo "${GROUP:-fleet}";;
   "ecr get-login-password") `+fails("aws-ecr")+`; echo token;;
   "s3 sync") `+fails("aws-s3")+`;;
   "autoscaling complete-lifecycle-action") n=$(($(cat "$STATE.complete" 2>/dev/null || echo 0) + 1)); echo $n >"$STATE.complete"
@@ -313,7 +315,7 @@ func TestBootAbandonsOnEveryFailure(t *testing.T) {
 		}},
 		// A canary's instance (the same template on the canary's group)
 		// reports to its own group: hooks, boot failures, the worker's
-		// group name; where Auto Scaling cannot say, the fleet's.
+		// group name.
 		{name: "canary", env: []string{"GROUP=fleet-canary"}, want: "CONTINUE", check: func(t *testing.T, in *instance) {
 			if in.count("aws autoscaling complete-lifecycle-action --region eu-west-1 --auto-scaling-group-name fleet-canary --lifecycle-hook-name fleet-launch") != 1 {
 				t.Errorf("the canary's launch not completed on its own group:\n%s", strings.Join(in.called(), "\n"))
@@ -323,9 +325,22 @@ func TestBootAbandonsOnEveryFailure(t *testing.T) {
 				t.Errorf("the worker's group is not the canary's:\n%s", env)
 			}
 		}},
-		{name: "group unreadable", env: []string{"GROUP=unreadable"}, want: "CONTINUE", check: func(t *testing.T, in *instance) {
-			if in.count("aws autoscaling complete-lifecycle-action --region eu-west-1 --auto-scaling-group-name fleet --lifecycle-hook-name fleet-launch") != 1 {
-				t.Error("without Auto Scaling's answer the launch is not completed on the fleet's group")
+		// Auto Scaling failing a while (throttled, 15 s and more): the
+		// canary is asked again, and still reports to its own group.
+		{name: "group read late", env: []string{"GROUP=fleet-canary", "GROUP_FAILS=8"}, want: "CONTINUE", check: func(t *testing.T, in *instance) {
+			if in.count("aws autoscaling complete-lifecycle-action --region eu-west-1 --auto-scaling-group-name fleet-canary --lifecycle-hook-name fleet-launch") != 1 {
+				t.Errorf("a canary whose group was read late is taken for another group:\n%s", strings.Join(in.called(), "\n"))
+			}
+		}},
+		// Auto Scaling never answering: the instance is no group's, so it
+		// starts nothing and charges no group a boot failure; the launch
+		// hook's timeout abandons it.
+		{name: "group unreadable", env: []string{"GROUP=unreadable"}, want: "", check: func(t *testing.T, in *instance) {
+			if in.count("aws autoscaling describe-auto-scaling-instances") < 20 {
+				t.Errorf("the group asked %d times before giving up", in.count("aws autoscaling describe-auto-scaling-instances"))
+			}
+			if in.count("docker") != 0 || in.count("aws cloudwatch put-metric-data") != 0 || in.count("aws autoscaling record-lifecycle-action-heartbeat") != 0 {
+				t.Errorf("an instance of no known group started or reported:\n%s", strings.Join(in.called(), "\n"))
 			}
 		}},
 		// Where the launch is headed cannot be read: asked again, then
@@ -350,7 +365,7 @@ func TestBootAbandonsOnEveryFailure(t *testing.T) {
 				t.Errorf("exit ok=%v with %s", ok, c.want)
 			}
 			failures := in.count("aws cloudwatch put-metric-data --region eu-west-1 --namespace fleetscribe --metric-name BootFailures --dimensions AutoScalingGroupName=fleet --value 1")
-			if failures != map[bool]int{true: 0, false: 1}[c.want == "CONTINUE"] {
+			if failures != map[bool]int{true: 1, false: 0}[c.want == "ABANDON"] {
 				t.Errorf("%d boot failures published with %s", failures, c.want)
 			}
 			if c.within > 0 && time.Since(start) > c.within {

@@ -43,6 +43,12 @@ locals {
   # every 30 s carry a longer one up to the global timeout.
   drain_hook_timeout = min(var.drain_timeout_seconds + 180, 7200)
 
+  # Deleting a group (the canary at an abort, the fleet at a destroy) waits
+  # for its instances to terminate, each through its drain: the drain and
+  # the stack's stop, and ten minutes for the terminations themselves. The
+  # provider's default (10 minutes) fails the apply mid-drain.
+  group_delete_timeout = "${ceil((var.drain_timeout_seconds + 180) / 60) + 10}m"
+
   # How long desired capacity may exceed what is in service before the
   # never-in-service alarm fires: a boot, and the shortfall's minutes more.
   never_in_service_minutes = ceil(var.boot_timeout_seconds / 60) + var.launch_shortfall_minutes
@@ -321,6 +327,10 @@ resource "aws_autoscaling_group" "this" {
     }
   }
 
+  timeouts {
+    delete = local.group_delete_timeout
+  }
+
   lifecycle {
     # Target tracking owns desired capacity, and scheduled actions (the
     # overnight floor) own min_size once the group exists: an apply inside
@@ -385,6 +395,20 @@ resource "aws_autoscaling_group" "canary" {
     version = var.canary.version
   }
 
+  # A new canary version replaces the instances of the one before
+  # (launching first); without it they would run on, taking jobs with a
+  # version no longer under trial. No rollback: the canary's alarms say
+  # what failed, and the fleet is untouched either way.
+  instance_refresh {
+    strategy = "Rolling"
+    preferences {
+      min_healthy_percentage = 100
+      max_healthy_percentage = 200
+      skip_matching          = true
+      instance_warmup        = var.instance_warmup_seconds
+    }
+  }
+
   dynamic "tag" {
     for_each = merge(local.tags, { Name = local.canary_name })
     content {
@@ -394,7 +418,17 @@ resource "aws_autoscaling_group" "canary" {
     }
   }
 
+  # An abort deletes the group while its instances drain jobs.
+  timeouts {
+    delete = local.group_delete_timeout
+  }
+
   lifecycle {
+    # As the fleet's: the hook resources below own the hooks' settings, a
+    # change to these blocks would replace the group (its instances drain,
+    # a new one boots).
+    ignore_changes = [initial_lifecycle_hook]
+
     precondition {
       condition     = var.canary.version <= aws_launch_template.this.latest_version
       error_message = "canary.version is past the template's newest version (output launch_template_latest_version)."
@@ -431,6 +465,25 @@ resource "aws_autoscaling_lifecycle_hook" "drain" {
 resource "aws_autoscaling_lifecycle_hook" "launch" {
   name                   = local.launch_hook
   autoscaling_group_name = aws_autoscaling_group.this.name
+  lifecycle_transition   = "autoscaling:EC2_INSTANCE_LAUNCHING"
+  heartbeat_timeout      = var.launch_heartbeat_timeout_seconds
+  default_result         = "ABANDON"
+}
+
+# The canary's hooks, the same settings, updated in place as the fleet's.
+resource "aws_autoscaling_lifecycle_hook" "canary_drain" {
+  count                  = var.canary == null ? 0 : 1
+  name                   = local.lifecycle_hook
+  autoscaling_group_name = aws_autoscaling_group.canary[0].name
+  lifecycle_transition   = "autoscaling:EC2_INSTANCE_TERMINATING"
+  heartbeat_timeout      = local.drain_hook_timeout
+  default_result         = "CONTINUE"
+}
+
+resource "aws_autoscaling_lifecycle_hook" "canary_launch" {
+  count                  = var.canary == null ? 0 : 1
+  name                   = local.launch_hook
+  autoscaling_group_name = aws_autoscaling_group.canary[0].name
   lifecycle_transition   = "autoscaling:EC2_INSTANCE_LAUNCHING"
   heartbeat_timeout      = var.launch_heartbeat_timeout_seconds
   default_result         = "ABANDON"

@@ -359,7 +359,7 @@ run "operations" {
   # before the start script: desired above in service, pending or not,
   # for longer than a boot may take (2,700 s) and the shortfall's 15 min.
   assert {
-    condition     = one([for q in aws_cloudwatch_metric_alarm.never_in_service["fleet"].metric_query : q.expression if q.return_data]) == "IF(desired > in_service, 1, 0)" && aws_cloudwatch_metric_alarm.never_in_service["fleet"].evaluation_periods == 60 && aws_cloudwatch_metric_alarm.never_in_service["fleet"].datapoints_to_alarm == 60 && aws_cloudwatch_metric_alarm.never_in_service["fleet"].treat_missing_data == "notBreaching" && contains(aws_autoscaling_group.this.instance_refresh[0].preferences[0].alarm_specification[0].alarms, "fs-fleet-never-in-service")
+    condition     = one([for q in aws_cloudwatch_metric_alarm.never_in_service["fleet"].metric_query : q.expression if q.return_data]) == "IF(desired > in_service AND FILL(DIFF(in_service), 0) <= 0, 1, 0)" && aws_cloudwatch_metric_alarm.never_in_service["fleet"].evaluation_periods == 60 && aws_cloudwatch_metric_alarm.never_in_service["fleet"].datapoints_to_alarm == 60 && aws_cloudwatch_metric_alarm.never_in_service["fleet"].treat_missing_data == "notBreaching" && contains(aws_autoscaling_group.this.instance_refresh[0].preferences[0].alarm_specification[0].alarms, "fs-fleet-never-in-service")
     error_message = "no alarm on launches that never reach service, or it does not stop a refresh"
   }
   # A period without boots is not a failure.
@@ -421,6 +421,11 @@ run "drain_past_two_hours" {
   assert {
     condition     = aws_autoscaling_lifecycle_hook.drain.heartbeat_timeout == 7200 && strcontains(output.user_data, "docker compose stop -t 9060") && strcontains(output.user_data, "record-lifecycle-action-heartbeat")
     error_message = "a drain past 7,020 s does not plan, or is not heartbeated"
+  }
+  # Deleting the group (or an aborted canary's) waits out every drain.
+  assert {
+    condition     = aws_autoscaling_group.this.timeouts.delete == "163m"
+    error_message = "deleting the group gives up before a 9,000-s drain ends"
   }
 }
 
@@ -517,6 +522,19 @@ run "canary_beside_the_release" {
       && aws_cloudwatch_metric_alarm.boot_failures["fleet"].dimensions.AutoScalingGroupName == "fs-fleet"
     && output.canary.alarm_names == ["fs-fleet-canary-boot-failures", "fs-fleet-canary-never-in-service"])
     error_message = "the canary's boot failures or shortfall are not alarmed on its own group"
+  }
+  # A hook setting changed later is updated in place, on the canary as on
+  # the fleet: a change to initial_lifecycle_hook would replace the group.
+  assert {
+    condition = (aws_autoscaling_lifecycle_hook.canary_launch[0].autoscaling_group_name == "fs-fleet-canary" && aws_autoscaling_lifecycle_hook.canary_launch[0].default_result == "ABANDON"
+    && aws_autoscaling_lifecycle_hook.canary_drain[0].autoscaling_group_name == "fs-fleet-canary" && aws_autoscaling_lifecycle_hook.canary_drain[0].heartbeat_timeout == 1800 + 180)
+    error_message = "the canary's hooks are not resources of their own"
+  }
+  # A new canary version replaces the instances of the one before, and an
+  # abort (deleting the group) waits for a 30-minute job's drain.
+  assert {
+    condition     = aws_autoscaling_group.canary[0].instance_refresh[0].preferences[0].min_healthy_percentage == 100 && aws_autoscaling_group.canary[0].timeouts.delete == "43m"
+    error_message = "a new canary version leaves the old instances running, or an abort gives up mid-drain"
   }
   # The canary's alarms say "do not promote"; they never stop the fleet's
   # refreshes (the fleet is not changing).
