@@ -139,6 +139,7 @@ type Pool struct {
 	mHealthy  *prometheus.GaugeVec
 	mEjects   *prometheus.CounterVec
 	mPoison   prometheus.Counter
+	mShmSwept prometheus.Counter
 	mLatency  *prometheus.HistogramVec
 	stats     *serverStats
 	engines   *engines
@@ -175,6 +176,10 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 			Name: "fleetscribe_triton_poison_inputs_total",
 			Help: "Requests the model failed with the same error on two partitions that went on serving others: the input's fault.",
 		}),
+		mShmSwept: f.NewCounter(prometheus.CounterOpts{
+			Name: "fleetscribe_triton_shared_memory_swept_total",
+			Help: "Shared memory regions that killed workers left in /dev/shm, removed when this worker started.",
+		}),
 		mHealthy: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fleetscribe_triton_partition_healthy",
 			Help: "1 while a partition takes requests, 0 while ejected.",
@@ -186,6 +191,14 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 		}, []string{"partition"}),
 		stats:   newServerStats(f),
 		engines: newEngines(f),
+	}
+	if cfg.SharedMemory {
+		if swept, err := SweepSharedMemory(); len(swept) > 0 || err != nil {
+			p.mShmSwept.Add(float64(len(swept)))
+			if err != nil && cfg.OnSharedMemoryError != nil {
+				cfg.OnSharedMemoryError("", fmt.Errorf("remove shared memory left by killed workers: %w", err))
+			}
+		}
 	}
 	for _, addr := range cfg.Addrs {
 		c, err := Dial(addr, io)

@@ -62,6 +62,46 @@ type sharedMemory struct {
 	lastErr    error       // under mu: why the last registration failed
 	failures   int         // under mu: registrations failed in a row
 	onErr      func(error) // if set, hears each failed registration or unregistration
+	swept      bool        // under reg: the server's stale regions were let go
+}
+
+// sharedMemoryMinAge spares a region created a moment ago, before its
+// creator locked it, from SweepSharedMemory.
+const sharedMemoryMinAge = 10 * time.Second
+
+// SweepSharedMemory removes the regions of /dev/shm that workers killed
+// before they could remove them left behind (a live worker's region holds
+// its lock; see shm.Sweep): where /dev/shm is the host's (compose's
+// ipc: host), each held its memory until the host rebooted. A pool that
+// uses shared memory sweeps when it starts; each partition then lets go of
+// the swept regions it had mapped once the pool's own region is
+// registered there. It returns the regions removed.
+func SweepSharedMemory() ([]string, error) {
+	return shm.Sweep("fleetscribe-", sharedMemoryMinAge)
+}
+
+// unregisterStale asks the server to let go of every worker region it
+// holds whose object is gone from /dev/shm (swept, or removed by a worker
+// that could not unregister it): the server's mapping is all that keeps
+// its pages. Regions of live workers, whose objects exist, stay.
+func (s *sharedMemory) unregisterStale(ctx context.Context, c *Client) {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := c.rpc.SystemSharedMemoryStatus(sctx, &pb.SystemSharedMemoryStatusRequest{})
+	if err != nil {
+		return
+	}
+	for name, r := range st.GetRegions() {
+		if !strings.HasPrefix(name, "fleetscribe-") || name == s.name {
+			continue
+		}
+		if _, err := os.Stat(shm.Dir + "/" + strings.TrimPrefix(r.GetKey(), "/")); !os.IsNotExist(err) {
+			continue
+		}
+		if err := UnregisterSharedMemory(sctx, c.rpc, name); err != nil && s.onErr != nil {
+			s.onErr(fmt.Errorf("let go of shared memory region %s, left by a worker that is gone, on %s: %w", name, c.addr, err))
+		}
+	}
 }
 
 // SharedMemoryPrefix begins the name of every shared memory region a
@@ -200,6 +240,13 @@ func (s *sharedMemory) register(ctx context.Context, c *Client) bool {
 	if err == nil {
 		s.registered, s.lastErr, s.failures = true, nil, 0
 		s.mu.Unlock()
+		if !s.swept {
+			// The server maps this host's /dev/shm (it mapped ours): the
+			// regions a killed worker left registered there are its
+			// pages, held until the server lets go of them.
+			s.swept = true
+			s.unregisterStale(ctx, c)
+		}
 		return true
 	}
 	s.lastErr = fmt.Errorf("register shared memory region %s with %s: %w", s.name, c.addr, err)

@@ -1,10 +1,13 @@
 package triton_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -381,4 +384,98 @@ func TestPoolSharedMemoryBudget(t *testing.T) {
 	if c := complaints(); len(c) != 2 || !strings.Contains(c[0], "over its budget") {
 		t.Errorf("complaints %q, want two over the budget", c)
 	}
+}
+
+// A worker killed with regions registered (SIGKILL, an OOM kill, a crash)
+// leaves each one's object in /dev/shm and mapped by its partition: with
+// compose's ipc: host, host memory held until reboot, 234 MiB per crash
+// at one GPU. The next worker's pool removes the object when it starts
+// and, once its own region is registered there, has the partition let go
+// of the killed worker's; a live worker's region stays.
+func TestPoolSweepsWhatAKilledWorkerLeft(t *testing.T) {
+	if addr := os.Getenv("SHM_KILLED_WORKER"); addr != "" {
+		c, err := triton.Dial(addr, triton.DefaultModelIO())
+		if err == nil {
+			err = c.UseSharedMemory(2, 30*16000)
+		}
+		if err == nil {
+			_, err = c.Infer(context.Background(), triton.Request{Samples: tone(16000, 0.3)})
+		}
+		if err != nil || !c.SharedMemory().Registered {
+			fmt.Println("not registered:", err)
+			os.Exit(1)
+		}
+		fmt.Println("registered")
+		select {} // until killed
+	}
+	srv := shmServer(t, "127.0.0.1:0")
+	rpc := pbClient(t, srv.Addr)
+	// A live worker's region, registered: it stays.
+	live, _ := shmClient(t, srv.Addr, triton.DefaultModelIO(), 2)
+	inferAs(t, live, tone(16000, 0.5))
+	// A worker that is killed.
+	child := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestPoolSweepsWhatAKilledWorkerLeft$")
+	child.Env = append(os.Environ(), "SHM_KILLED_WORKER="+srv.Addr)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "registered\n" {
+		t.Fatalf("the worker to be killed: %q", line)
+	}
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	left, _ := filepath.Glob(filepath.Join(shm.Dir, triton.SharedMemoryPrefix(child.Process.Pid)+"*"))
+	if len(left) != 1 {
+		t.Fatalf("the killed worker left %v in %s, want its one region", left, shm.Dir)
+	}
+	t.Cleanup(func() { _ = os.Remove(left[0]) })
+	old := time.Now().Add(-time.Hour) // created well before the restart
+	if err := os.Chtimes(left[0], old, old); err != nil {
+		t.Fatal(err)
+	}
+	killed := filepath.Base(left[0])
+
+	cfg := poolConfig(srv.Addr)
+	cfg.SharedMemory, cfg.ChunkSamples = true, 30*16000
+	reg := prometheus.NewRegistry()
+	p := newPool(t, cfg, reg)
+	if _, err := os.Stat(left[0]); !os.IsNotExist(err) {
+		t.Errorf("the killed worker's object is still in %s after a pool started (%v)", shm.Dir, err)
+	}
+	if _, err := p.Transcribe(context.Background(), triton.Request{Samples: tone(16000, 0.7)}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := rpc.SystemSharedMemoryStatus(context.Background(), &pb.SystemSharedMemoryStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for name := range st.GetRegions() {
+		names = append(names, name)
+	}
+	if slices.Contains(names, killed) || !slices.Contains(names, live.SharedMemory().Region) || len(names) != 2 {
+		t.Errorf("the partition holds %v: want the live worker's %s and the pool's, not the killed worker's %s", names, live.SharedMemory().Region, killed)
+	}
+	if v := counter(t, reg, "fleetscribe_triton_shared_memory_swept_total"); v != 1 {
+		t.Errorf("fleetscribe_triton_shared_memory_swept_total %g, want 1", v)
+	}
+}
+
+// counter reads a counter without labels from reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }

@@ -8,6 +8,7 @@ package shm
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -23,7 +24,8 @@ type Mapping struct {
 	Key  string // the object's name, as shm_open takes it ("/name")
 	Data []byte // the mapped bytes
 	path string
-	own  bool // created here: unlinked on Close
+	own  bool     // created here: unlinked on Close
+	lock *os.File // created here: holds the object's flock while it lives
 }
 
 // path returns the file of the object named key ("/name" or "name").

@@ -1,9 +1,12 @@
 package shm
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // Create makes a new object of size bytes, readable and writable by this
@@ -22,21 +25,77 @@ func Create(key string, size int) (*Mapping, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create shared memory: %w", err)
 	}
-	defer f.Close() // the mapping outlives the descriptor
-	if err := f.Truncate(int64(size)); err != nil {
+	// The descriptor stays open with the object's flock while the mapping
+	// lives: the kernel lets go of it when this process ends, however it
+	// ends, and that is how Sweep tells an object left by a killed process
+	// from a live one (across containers sharing /dev/shm too).
+	fail := func(err error) (*Mapping, error) {
 		_ = os.Remove(p)
-		return nil, fmt.Errorf("size shared memory %s: %w", key, err)
+		_ = f.Close()
+		return nil, err
+	}
+	if err := flock(f, syscall.LOCK_EX); err != nil {
+		return fail(fmt.Errorf("lock shared memory %s: %w", key, err))
+	}
+	if err := f.Truncate(int64(size)); err != nil {
+		return fail(fmt.Errorf("size shared memory %s: %w", key, err))
 	}
 	if err := reserve(f, size); err != nil {
-		_ = os.Remove(p)
-		return nil, fmt.Errorf("reserve %d MiB of shared memory for %s: %w", size>>20, key, err)
+		return fail(fmt.Errorf("reserve %d MiB of shared memory for %s: %w", size>>20, key, err))
 	}
 	data, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
-		_ = os.Remove(p)
-		return nil, fmt.Errorf("map shared memory %s: %w", key, err)
+		return fail(fmt.Errorf("map shared memory %s: %w", key, err))
 	}
-	return &Mapping{Key: key, Data: data, path: p, own: true}, nil
+	return &Mapping{Key: key, Data: data, path: p, own: true, lock: f}, nil
+}
+
+func flock(f *os.File, how int) error {
+	err := syscall.Flock(int(f.Fd()), how)
+	for err == syscall.EINTR {
+		err = syscall.Flock(int(f.Fd()), how)
+	}
+	return err
+}
+
+// Sweep removes the objects of Dir whose names begin with prefix, older
+// than minAge, that no live process created: one whose creator (Create)
+// still runs holds its flock; one left by a process that was killed holds
+// none. A server that mapped a removed object keeps its pages until it
+// unmaps it. It returns the names removed. minAge spares an object being
+// created this moment, before its creator has locked it.
+func Sweep(prefix string, minAge time.Duration) ([]string, error) {
+	entries, err := os.ReadDir(Dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, prefix) || !e.Type().IsRegular() {
+			continue
+		}
+		if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < minAge {
+			continue
+		}
+		p := Dir + "/" + name
+		f, err := os.Open(p)
+		if err != nil {
+			continue // gone meanwhile, or not ours to read
+		}
+		if flock(f, syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			// No live creator: removed while locked, so that a creator
+			// cannot take it meanwhile (names are never reused).
+			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, err)
+			} else {
+				removed = append(removed, name)
+			}
+		}
+		_ = f.Close()
+	}
+	return removed, errors.Join(errs...)
 }
 
 // Open maps size bytes from offset of an existing object, read-only. The
@@ -80,6 +139,9 @@ func (m *Mapping) Close() error {
 		if rerr := os.Remove(m.path); rerr != nil && err == nil {
 			err = rerr
 		}
+	}
+	if m.lock != nil {
+		_ = m.lock.Close()
 	}
 	return err
 }

@@ -1,12 +1,17 @@
 package shm_test
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fleetscribe/fleetscribe/internal/shm"
 	"github.com/fleetscribe/fleetscribe/lab/shmtest"
@@ -46,4 +51,76 @@ func fill(b []byte) {
 	for i := range b {
 		b[i] = byte(i)
 	}
+}
+
+// A process that created an object and was killed (SIGKILL: no Close, no
+// unlink) leaves it in /dev/shm, holding memory until the host reboots
+// where /dev/shm is the host's; Sweep removes it, and never an object
+// whose creator still runs, nor one younger than minAge.
+func TestSweepRemovesWhatKilledProcessesLeft(t *testing.T) {
+	if key := os.Getenv("SHM_SWEEP_CHILD"); key != "" {
+		if _, err := shm.Create(key, 1<<16); err != nil {
+			fmt.Println("create:", err)
+			os.Exit(1)
+		}
+		fmt.Println("created")
+		select {} // until killed
+	}
+	prefix := fmt.Sprintf("shmsweep-%d-", os.Getpid())
+	t.Cleanup(func() {
+		left, _ := filepath.Glob(shm.Dir + "/" + prefix + "*")
+		for _, f := range left {
+			_ = os.Remove(f)
+		}
+	})
+	old := time.Now().Add(-time.Hour)
+	age := func(name string) {
+		t.Helper()
+		if err := os.Chtimes(shm.Dir+"/"+name, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Killed: a child creates an object and is killed.
+	child := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestSweepRemovesWhatKilledProcessesLeft$")
+	child.Env = append(os.Environ(), "SHM_SWEEP_CHILD=/"+prefix+"killed")
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "created\n" {
+		t.Fatalf("child: %q", line)
+	}
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	age(prefix + "killed")
+	// Live: created here, and still mapped.
+	live, err := shm.Create("/"+prefix+"live", 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	age(prefix + "live")
+	// Young: no creator holds it, but it was made a moment ago.
+	if err := os.WriteFile(shm.Dir+"/"+prefix+"young", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := shm.Sweep(prefix, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{prefix + "killed"}; !slices.Equal(removed, want) {
+		t.Errorf("swept %v, want %v", removed, want)
+	}
+	for name, kept := range map[string]bool{"killed": false, "live": true, "young": true} {
+		if _, err := os.Stat(shm.Dir + "/" + prefix + name); (err == nil) != kept {
+			t.Errorf("%s: kept %v, want %v", name, err == nil, kept)
+		}
+	}
+	fill(live.Data) // still usable
 }
