@@ -443,9 +443,9 @@ func TestNeverInServiceMath(t *testing.T) {
 	slowDesired, slowIn := ramp(30, minutes) // a slow ramp for 4 hours: desired above in service throughout
 	fastDesired, fastIn := ramp(2, 100)      // 50 instances asked for over 100 minutes
 	for _, c := range []struct {
-		name              string
+		name               string
 		desired, inService series
-		fires             bool
+		fires              bool
 	}{
 		{"steady", flat(4), flat(4), false},
 		{"a slow scale-out ramp", slowDesired, slowIn, false},
