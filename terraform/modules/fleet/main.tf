@@ -441,14 +441,16 @@ resource "aws_autoscaling_group" "canary" {
 }
 
 # The hooks' settings after creation: these resources update them in place
-# (PutLifecycleHook), where a change to the group's initial_lifecycle_hook
-# would replace the whole group.
+# (PutLifecycleHook), where a change to a group's initial_lifecycle_hook
+# would replace the whole group. Each group has both, the fleet's and the
+# canary's while there is one.
 
 # Terminating instances wait here while the worker drains; the instance's
 # drain service completes the action (or it times out and continues).
 resource "aws_autoscaling_lifecycle_hook" "drain" {
+  for_each               = local.hooked_groups
   name                   = local.lifecycle_hook
-  autoscaling_group_name = aws_autoscaling_group.this.name
+  autoscaling_group_name = each.value
   lifecycle_transition   = "autoscaling:EC2_INSTANCE_TERMINATING"
   # The drain heartbeats every 30 s, so a drain past AWS's longest
   # heartbeat timeout (7,200 s) lasts up to the hook's global timeout.
@@ -463,28 +465,27 @@ resource "aws_autoscaling_lifecycle_hook" "drain" {
 # every minute meanwhile; a boot that fails, or outlasts
 # boot_timeout_seconds, abandons the instance.
 resource "aws_autoscaling_lifecycle_hook" "launch" {
+  for_each               = local.hooked_groups
   name                   = local.launch_hook
-  autoscaling_group_name = aws_autoscaling_group.this.name
+  autoscaling_group_name = each.value
   lifecycle_transition   = "autoscaling:EC2_INSTANCE_LAUNCHING"
   heartbeat_timeout      = var.launch_heartbeat_timeout_seconds
   default_result         = "ABANDON"
 }
 
-# The canary's hooks, the same settings, updated in place as the fleet's.
-resource "aws_autoscaling_lifecycle_hook" "canary_drain" {
-  count                  = var.canary == null ? 0 : 1
-  name                   = local.lifecycle_hook
-  autoscaling_group_name = aws_autoscaling_group.canary[0].name
-  lifecycle_transition   = "autoscaling:EC2_INSTANCE_TERMINATING"
-  heartbeat_timeout      = local.drain_hook_timeout
-  default_result         = "CONTINUE"
+locals {
+  # The groups whose hooks the resources above own, by the same keys as
+  # alarm_groups (the names through the groups, so each hook follows its
+  # group).
+  hooked_groups = merge({ fleet = aws_autoscaling_group.this.name }, var.canary == null ? {} : { canary = aws_autoscaling_group.canary[0].name })
 }
 
-resource "aws_autoscaling_lifecycle_hook" "canary_launch" {
-  count                  = var.canary == null ? 0 : 1
-  name                   = local.launch_hook
-  autoscaling_group_name = aws_autoscaling_group.canary[0].name
-  lifecycle_transition   = "autoscaling:EC2_INSTANCE_LAUNCHING"
-  heartbeat_timeout      = var.launch_heartbeat_timeout_seconds
-  default_result         = "ABANDON"
+moved {
+  from = aws_autoscaling_lifecycle_hook.drain
+  to   = aws_autoscaling_lifecycle_hook.drain["fleet"]
+}
+
+moved {
+  from = aws_autoscaling_lifecycle_hook.launch
+  to   = aws_autoscaling_lifecycle_hook.launch["fleet"]
 }

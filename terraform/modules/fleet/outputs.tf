@@ -31,8 +31,8 @@ output "scale_from_zero_adjustment_type" {
 output "lifecycle_hooks" {
   description = "The launch and drain lifecycle hooks."
   value = {
-    drain  = { name = aws_autoscaling_lifecycle_hook.drain.name, heartbeat_timeout = aws_autoscaling_lifecycle_hook.drain.heartbeat_timeout, default_result = aws_autoscaling_lifecycle_hook.drain.default_result }
-    launch = { name = aws_autoscaling_lifecycle_hook.launch.name, heartbeat_timeout = aws_autoscaling_lifecycle_hook.launch.heartbeat_timeout, default_result = aws_autoscaling_lifecycle_hook.launch.default_result }
+    drain  = { name = aws_autoscaling_lifecycle_hook.drain["fleet"].name, heartbeat_timeout = aws_autoscaling_lifecycle_hook.drain["fleet"].heartbeat_timeout, default_result = aws_autoscaling_lifecycle_hook.drain["fleet"].default_result }
+    launch = { name = aws_autoscaling_lifecycle_hook.launch["fleet"].name, heartbeat_timeout = aws_autoscaling_lifecycle_hook.launch["fleet"].heartbeat_timeout, default_result = aws_autoscaling_lifecycle_hook.launch["fleet"].default_result }
   }
 }
 

@@ -123,7 +123,7 @@ run "refresh_launches_before_terminating" {
 run "boot_dependencies" {
   command = plan
   assert {
-    condition     = aws_autoscaling_lifecycle_hook.launch.heartbeat_timeout == 300 && aws_autoscaling_group.this.default_instance_warmup == 300
+    condition     = aws_autoscaling_lifecycle_hook.launch["fleet"].heartbeat_timeout == 300 && aws_autoscaling_group.this.default_instance_warmup == 300
     error_message = "launch hook timeout"
   }
   assert {
@@ -419,7 +419,7 @@ run "drain_past_two_hours" {
     drain_timeout_seconds = 9000
   }
   assert {
-    condition     = aws_autoscaling_lifecycle_hook.drain.heartbeat_timeout == 7200 && strcontains(output.user_data, "docker compose stop -t 9060") && strcontains(output.user_data, "record-lifecycle-action-heartbeat")
+    condition     = aws_autoscaling_lifecycle_hook.drain["fleet"].heartbeat_timeout == 7200 && strcontains(output.user_data, "docker compose stop -t 9060") && strcontains(output.user_data, "record-lifecycle-action-heartbeat")
     error_message = "a drain past 7,020 s does not plan, or is not heartbeated"
   }
   # Deleting the group (or an aborted canary's) waits out every drain.
@@ -478,7 +478,7 @@ run "warm_pool_in_gpus_on_eight_gpu_instances" {
 run "launches_the_version_and_hooks_it_made" {
   command = plan
   assert {
-    condition     = strcontains(output.user_data, "--lifecycle-hook-name '${aws_autoscaling_lifecycle_hook.launch.name}'") && strcontains(output.user_data, "--lifecycle-hook-name '${aws_autoscaling_lifecycle_hook.drain.name}'")
+    condition     = strcontains(output.user_data, "--lifecycle-hook-name '${aws_autoscaling_lifecycle_hook.launch["fleet"].name}'") && strcontains(output.user_data, "--lifecycle-hook-name '${aws_autoscaling_lifecycle_hook.drain["fleet"].name}'")
     error_message = "the user data completes a lifecycle hook the group does not have"
   }
   # unhealthy_after_seconds 300 at a check every 30 s: 10 failed checks in
@@ -526,8 +526,8 @@ run "canary_beside_the_release" {
   # A hook setting changed later is updated in place, on the canary as on
   # the fleet: a change to initial_lifecycle_hook would replace the group.
   assert {
-    condition = (aws_autoscaling_lifecycle_hook.canary_launch[0].autoscaling_group_name == "fs-fleet-canary" && aws_autoscaling_lifecycle_hook.canary_launch[0].default_result == "ABANDON"
-    && aws_autoscaling_lifecycle_hook.canary_drain[0].autoscaling_group_name == "fs-fleet-canary" && aws_autoscaling_lifecycle_hook.canary_drain[0].heartbeat_timeout == 1800 + 180)
+    condition = (aws_autoscaling_lifecycle_hook.launch["canary"].autoscaling_group_name == "fs-fleet-canary" && aws_autoscaling_lifecycle_hook.launch["canary"].default_result == "ABANDON"
+    && aws_autoscaling_lifecycle_hook.drain["canary"].autoscaling_group_name == "fs-fleet-canary" && aws_autoscaling_lifecycle_hook.drain["canary"].heartbeat_timeout == 1800 + 180)
     error_message = "the canary's hooks are not resources of their own"
   }
   # A new canary version replaces the instances of the one before, and an
