@@ -193,11 +193,10 @@ func NewPool(cfg PoolConfig, io ModelIO, reg prometheus.Registerer) (*Pool, erro
 		engines: newEngines(f),
 	}
 	if cfg.SharedMemory {
-		if swept, err := SweepSharedMemory(); len(swept) > 0 || err != nil {
-			p.mShmSwept.Add(float64(len(swept)))
-			if err != nil && cfg.OnSharedMemoryError != nil {
-				cfg.OnSharedMemoryError("", fmt.Errorf("remove shared memory left by killed workers: %w", err))
-			}
+		swept, err := SweepSharedMemory()
+		p.mShmSwept.Add(float64(len(swept)))
+		if err != nil && cfg.OnSharedMemoryError != nil {
+			cfg.OnSharedMemoryError("", fmt.Errorf("remove shared memory left by killed workers: %w", err))
 		}
 	}
 	for _, addr := range cfg.Addrs {

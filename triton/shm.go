@@ -95,7 +95,7 @@ func (s *sharedMemory) unregisterStale(ctx context.Context, c *Client) {
 		if !strings.HasPrefix(name, "fleetscribe-") || name == s.name {
 			continue
 		}
-		if _, err := os.Stat(shm.Dir + "/" + strings.TrimPrefix(r.GetKey(), "/")); !os.IsNotExist(err) {
+		if !shm.Gone(r.GetKey()) {
 			continue
 		}
 		if err := UnregisterSharedMemory(sctx, c.rpc, name); err != nil && s.onErr != nil {

@@ -1,12 +1,10 @@
 package triton_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -414,21 +412,8 @@ func TestPoolSweepsWhatAKilledWorkerLeft(t *testing.T) {
 	live, _ := shmClient(t, srv.Addr, triton.DefaultModelIO(), 2)
 	inferAs(t, live, tone(16000, 0.5))
 	// A worker that is killed.
-	child := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestPoolSweepsWhatAKilledWorkerLeft$")
-	child.Env = append(os.Environ(), "SHM_KILLED_WORKER="+srv.Addr)
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line, _ := bufio.NewReader(out).ReadString('\n'); line != "registered\n" {
-		t.Fatalf("the worker to be killed: %q", line)
-	}
-	_ = child.Process.Kill()
-	_ = child.Wait()
-	left, _ := filepath.Glob(filepath.Join(shm.Dir, triton.SharedMemoryPrefix(child.Process.Pid)+"*"))
+	pid := shmtest.Killed(t, "SHM_KILLED_WORKER="+srv.Addr, "registered")
+	left, _ := filepath.Glob(filepath.Join(shm.Dir, triton.SharedMemoryPrefix(pid)+"*"))
 	if len(left) != 1 {
 		t.Fatalf("the killed worker left %v in %s, want its one region", left, shm.Dir)
 	}

@@ -34,10 +34,11 @@ import (
 // object, fails: a PUT of the write check under the output prefix; for an
 // input bucket a listing under the failing key and a one-byte GET of a key
 // it served lately by GET (the last three, the failing ones skipped); for
-// inference the canary on every partition. An object that refuses while its bucket answers
-// (403 for a KMS key the worker may not use or another account's object)
-// is the job's own: a permanent access_denied record, no hold; an archived
-// object (InvalidObjectState) is never an outage: archived.
+// inference the canary on every partition. An object that refuses while
+// its bucket answers (403 for a KMS key the worker may not use or another
+// account's object) is the job's own: a permanent access_denied record,
+// no hold; an archived object (InvalidObjectState) is never an outage:
+// archived.
 
 // Names of the dependencies.
 const (

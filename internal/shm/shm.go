@@ -36,3 +36,14 @@ func path(key string) (string, error) {
 	}
 	return Dir + "/" + name, nil
 }
+
+// Gone reports whether the object named key is known to be absent from
+// Dir (a key that names no object of Dir is not).
+func Gone(key string) bool {
+	p, err := path(key)
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(p)
+	return os.IsNotExist(err)
+}

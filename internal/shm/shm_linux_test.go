@@ -1,11 +1,9 @@
 package shm_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -81,23 +79,7 @@ func TestSweepRemovesWhatKilledProcessesLeft(t *testing.T) {
 		}
 	}
 	// Killed: a child creates an object and is killed.
-	child := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestSweepRemovesWhatKilledProcessesLeft$")
-	child.Env = append(os.Environ(), "SHM_SWEEP_CHILD=/"+prefix+"killed")
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if line != "created\n" {
-		t.Fatalf("child: %q", line)
-	}
-	if err := child.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = child.Wait()
+	shmtest.Killed(t, "SHM_SWEEP_CHILD=/"+prefix+"killed", "created")
 	age(prefix + "killed")
 	// Live: created here, and still mapped.
 	live, err := shm.Create("/"+prefix+"live", 1<<16)

@@ -5,6 +5,7 @@
 package shmtest
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -62,4 +63,31 @@ func Small(t *testing.T, mib int) bool {
 	}
 	t.Logf("with a %d MiB /dev/shm:\n%s", mib, out)
 	return false
+}
+
+// Killed runs the test again in a child process with env ("NAME=value")
+// added, which the child's run of the test sees and acts on: it makes
+// what a killed process leaves behind, prints ready as a line, and blocks.
+// Killed waits for that line, kills the child with SIGKILL (no cleanup of
+// any kind runs), waits for it to end and returns its pid.
+func Killed(t *testing.T, env, ready string) int {
+	t.Helper()
+	child := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
+	child.Env = append(os.Environ(), env)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	if line != ready+"\n" {
+		t.Fatalf("the child to be killed said %q, want %q", line, ready)
+	}
+	return child.Process.Pid
 }
