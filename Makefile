@@ -33,8 +33,8 @@ deps: ## install apt packages, the local AWS emulator (npm) and Go modules, if m
 	@scripts/deps.sh
 
 .PHONY: build
-build: deps ## build worker, enqueue and demo into bin/
-	$(GO) build -o $(BIN)/ ./cmd/worker ./cmd/enqueue ./lab/cmd/demo
+build: deps ## build worker, enqueue, fleetctl and demo into bin/
+	$(GO) build -o $(BIN)/ ./cmd/worker ./cmd/enqueue ./cmd/fleetctl ./lab/cmd/demo
 
 .PHONY: demo
 demo: build ## transcribe synthesised speech end to end: local SQS/S3, four real Triton partitions serving pocketsphinx, the worker

@@ -302,7 +302,12 @@ resource "aws_autoscaling_group" "this" {
   # Launch before terminating (a one-instance fleet keeps its instance until
   # the new one is in service), skip instances already on the new template,
   # replace any instance protected from scale-in through the drain, and stop
-  # when a new boot fails or launches fall short.
+  # when a new boot fails or launches fall short. No auto rollback: the
+  # provider points the group at the new version before it starts the
+  # refresh (it sends no desired configuration), so AWS's rollback would
+  # "restore" the new version while it held the fleet for the rollback's
+  # length; a stopped refresh is undone by `fleetctl undo` (the README's
+  # "Undo").
   instance_refresh {
     strategy = "Rolling"
     preferences {
@@ -311,7 +316,7 @@ resource "aws_autoscaling_group" "this" {
       skip_matching                = true
       instance_warmup              = var.instance_warmup_seconds
       scale_in_protected_instances = "Refresh"
-      auto_rollback                = true
+      auto_rollback                = false
       alarm_specification {
         alarms = concat([aws_cloudwatch_metric_alarm.boot_failures["fleet"].alarm_name, aws_cloudwatch_metric_alarm.launch_shortfall.alarm_name, aws_cloudwatch_metric_alarm.never_in_service["fleet"].alarm_name], var.refresh_stop_alarm_names)
       }

@@ -388,7 +388,7 @@ variable "launch_shortfall_minutes" {
 
 variable "launch_template_version" {
   type        = number
-  description = "The launch template version the fleet runs: the release proven good. null: the newest, so an apply that changes the template starts a refresh to it at once (which, if it fails, rolls back to that same new version: the provider saves it on the group first). Pinned, a template change stays off the fleet until it is set to the new version (launch_template_latest_version), after a canary."
+  description = "The launch template version the fleet runs: the release proven good. null: the newest, so an apply that changes the template starts a refresh to it at once (a stopped refresh leaves the group on it: undo with fleetctl undo, the README's \"Undo\"). Pinned, a template change stays off the fleet until it is set to the new version (launch_template_latest_version), after a canary."
   default     = null
 
   validation {

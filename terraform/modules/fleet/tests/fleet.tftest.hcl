@@ -96,8 +96,9 @@ run "defaults" {
 
 # Item 3: a refresh launches before it terminates (a one-instance fleet is
 # never at zero), skips instances already on the new template, replaces
-# busy (protected) instances through the drain, and stops and rolls back on
-# the fleet's own alarms.
+# busy (protected) instances through the drain, and stops on the fleet's own
+# alarms without an auto rollback (which, the provider setting the group's
+# version first, would restore the new version: fleetctl undo restores).
 run "refresh_launches_before_terminating" {
   command = plan
   assert {
@@ -105,8 +106,8 @@ run "refresh_launches_before_terminating" {
     error_message = "the refresh terminates before it launches (min_healthy_percentage below 100)"
   }
   assert {
-    condition     = aws_autoscaling_group.this.instance_refresh[0].preferences[0].skip_matching && aws_autoscaling_group.this.instance_refresh[0].preferences[0].auto_rollback
-    error_message = "the refresh replaces instances already on the template, or does not roll back"
+    condition     = aws_autoscaling_group.this.instance_refresh[0].preferences[0].skip_matching && !aws_autoscaling_group.this.instance_refresh[0].preferences[0].auto_rollback
+    error_message = "the refresh replaces instances already on the template, or rolls back to the version the provider already set on the group"
   }
   assert {
     condition     = aws_autoscaling_group.this.instance_refresh[0].preferences[0].scale_in_protected_instances == "Refresh"
