@@ -30,8 +30,8 @@ type refreshingGroup struct {
 	overrides   []string // instance types of the mixed policy
 	instances   []string // each instance's version
 	refreshes   []*fakeRefresh
-	cancelLooks int  // looks a cancel takes to finish
-	failLooks   int  // a refresh fails after this many looks (0: never)
+	cancelLooks int // looks a cancel takes to finish
+	failLooks   int // a refresh fails after this many looks (0: never)
 	calls       []string
 	problems    []string // requests AWS would refuse or that lose settings
 }
