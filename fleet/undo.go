@@ -263,10 +263,17 @@ func (u *Undo) wait(ctx context.Context, r *types.InstanceRefresh) (*types.Insta
 	}
 	id := aws.ToString(r.InstanceRefreshId)
 	start, last := u.now(), ""
+	status := r.Status
+	stopped := func() error {
+		return fmt.Errorf("stopped waiting for instance refresh %s of %s (%s): %w; run this again to go on from where the group is", id, u.Group, status, context.Cause(ctx))
+	}
 	for {
 		out, err := u.API.DescribeInstanceRefreshes(ctx, &autoscaling.DescribeInstanceRefreshesInput{
 			AutoScalingGroupName: aws.String(u.Group), InstanceRefreshIds: []string{id},
 		})
+		if err != nil && ctx.Err() != nil {
+			return nil, stopped()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("describe instance refresh %s of %s: %w", id, u.Group, err)
 		}
@@ -274,6 +281,7 @@ func (u *Undo) wait(ctx context.Context, r *types.InstanceRefresh) (*types.Insta
 			return nil, fmt.Errorf("instance refresh %s of %s is gone from its history", id, u.Group)
 		}
 		cur := &out.InstanceRefreshes[0]
+		status = cur.Status
 		if !refreshActive[cur.Status] {
 			return cur, nil
 		}
@@ -284,7 +292,7 @@ func (u *Undo) wait(ctx context.Context, r *types.InstanceRefresh) (*types.Insta
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("stopped waiting for instance refresh %s of %s (%s): %w; run this again to go on from where the group is", id, u.Group, cur.Status, context.Cause(ctx))
+			return nil, stopped()
 		case <-time.After(poll):
 		}
 	}

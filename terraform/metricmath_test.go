@@ -7,6 +7,11 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+	"github.com/zclconf/go-cty/cty/function/stdlib"
 )
 
 // A small evaluator of CloudWatch metric math, enough for the fleet's
@@ -493,4 +498,94 @@ func alarmExpression(t *testing.T, name string) string {
 		t.Fatalf("alarm %s has no expression", name)
 	}
 	return expr
+}
+
+// canaryVars are the canary's defaults and two dead-letter queues.
+func canaryVars() map[string]cty.Value {
+	return map[string]cty.Value{
+		"canary":                  cty.ObjectVal(map[string]cty.Value{"version": cty.NumberIntVal(4), "instances": cty.NumberIntVal(1), "failure_margin": cty.NumberFloatVal(0.05), "min_jobs": cty.NumberIntVal(20)}),
+		"dead_letter_queue_names": cty.ListVal([]cty.Value{cty.StringVal("fs-live-dlq"), cty.StringVal("fs-bulk-dlq")}),
+	}
+}
+
+// alarmExpressionWith is alarmExpression for an expression built from the
+// module's variables.
+func alarmExpressionWith(t *testing.T, name string, vars map[string]cty.Value) string {
+	t.Helper()
+	alarm := load(t, "modules/fleet").one(t, "resource", "aws_cloudwatch_metric_alarm", name)
+	ctx := &hcl.EvalContext{
+		Variables: map[string]cty.Value{"var": cty.ObjectVal(vars)},
+		Functions: map[string]function.Function{"join": stdlib.JoinFunc},
+	}
+	for _, q := range nested(alarm, "metric_query") {
+		if e := attr(q, "expression"); e != nil {
+			v, diags := e.Value(ctx)
+			if diags.HasErrors() {
+				t.Fatalf("alarm %s: %s", name, diags)
+			}
+			return v.AsString()
+		}
+	}
+	t.Fatalf("alarm %s has no expression", name)
+	return ""
+}
+
+// The canary's job-failure alarm, over one 15-minute period: its failed
+// share against the fleet's, which takes jobs from the same queues. Input
+// that fails everywhere (a burst of corrupt uploads) fails as large a share
+// of each and says nothing; a version that breaks work fails the canary's
+// alone. NaN is a period without a data point (the log metric filter
+// publishes none while nothing matches).
+func TestCanaryJobFailuresMath(t *testing.T) {
+	expr := alarmExpressionWith(t, "canary_job_failures", canaryVars())
+	nan := math.NaN()
+	for _, c := range []struct {
+		name                       string
+		cdone, cfail, fdone, ffail float64
+		fires                      bool
+	}{
+		{"both healthy", 60, 1, 900, 12, false},
+		{"a new version breaks half its jobs", 60, 30, 900, 12, true},
+		{"it breaks every job it takes (the fleet failing none)", 40, 40, 900, nan, true},
+		{"corrupt uploads fail 30% everywhere", 60, 18, 900, 270, false},
+		{"too few jobs to say", 5, 5, 900, 10, false},
+		{"an idle canary", nan, nan, 900, 10, false},
+		{"the fleet at zero, the canary healthy", 60, 1, nan, nan, false},
+		{"the fleet at zero, the canary failing", 60, 12, nan, nan, true},
+		{"just under the margin", 100, 8, 1000, 40, false},
+	} {
+		v := evalMath(t, expr, map[string]series{"cdone": one(c.cdone), "cfail": one(c.cfail), "fdone": one(c.fdone), "ffail": one(c.ffail)})
+		if got := v[0] >= 1; got != c.fires {
+			t.Errorf("%s: %s = %g, want fires %v", c.name, expr, v[0], c.fires)
+		}
+	}
+}
+
+// The canary's dead-letter alarm, over 5-minute periods: a rise in any
+// dead-letter queue fires it; a steady count, a queue emptied by a
+// redrive, or SQS's metrics stopping on an idle queue (missing points,
+// carried over) do not.
+func TestCanaryDeadLettersMath(t *testing.T) {
+	expr := alarmExpressionWith(t, "canary_dead_letters", canaryVars())
+	nan := math.NaN()
+	for _, c := range []struct {
+		name   string
+		d0, d1 series
+		fires  bool
+	}{
+		{"steady", series{3, 3, 3, 3}, series{0, 0, 0, 0}, false},
+		{"a message dead-lettered", series{3, 3, 4, 4}, series{0, 0, 0, 0}, true},
+		{"on the other queue", series{3, 3, 3, 3}, series{0, 0, 0, 2}, true},
+		{"redriven", series{3, 3, 0, 0}, series{0, 0, 0, 0}, false},
+		{"idle queues stop reporting", series{3, nan, nan, 3}, series{0, nan, 0, nan}, false},
+	} {
+		v := evalMath(t, expr, map[string]series{"d0": c.d0, "d1": c.d1})
+		got := false
+		for _, x := range v {
+			got = got || x >= 1
+		}
+		if got != c.fires {
+			t.Errorf("%s: %s = %v, want fires %v", c.name, expr, v, c.fires)
+		}
+	}
 }

@@ -86,7 +86,7 @@ func (c *config) registerFleetFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.rebalance, "drain-on-rebalance", false, "treat an EC2 rebalance recommendation like a termination: stop receiving and drain\nOff by default: an Auto Scaling group with capacity rebalancing launches a replacement and then terminates this instance through its drain, and a worker that stopped at the recommendation would leave GPUs idle that still count as capacity.")
 	fs.BoolVar(&c.protect, "scale-in-protection", false, "protect this instance from scale-in while it holds jobs, unprotect it when idle\nNeeds -asg-name and instance metadata. SetInstanceProtection is called when the first job is taken and after -scale-in-protection-idle without one, not per job.")
 	fs.DurationVar(&c.protectIdle, "scale-in-protection-idle", 30*time.Second, "how long the worker must hold no job before its instance is unprotected")
-	fs.StringVar(&c.asgName, "asg-name", "", "this instance's Auto Scaling group, for -scale-in-protection")
+	fs.StringVar(&c.asgName, "asg-name", "", "this instance's Auto Scaling group: on every log line, and for -scale-in-protection")
 	fs.StringVar(&c.asEndpoint, "autoscaling-endpoint", "", "override endpoint for Auto Scaling (tests); empty uses AWS")
 }
 
@@ -141,7 +141,13 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 		return err
 	}
 	defer stop()
-	log := zerolog.New(stderr).Level(level).With().Timestamp().Str("component", "worker").Logger()
+	lc := zerolog.New(stderr).Level(level).With().Timestamp().Str("component", "worker")
+	if cfg.asgName != "" {
+		// The fleet's log metric filters count jobs by group: a canary's
+		// failures against the fleet's.
+		lc = lc.Str("group", cfg.asgName)
+	}
+	log := lc.Logger()
 
 	reg := prometheus.NewRegistry()
 	registerProcessMetrics(reg, cfg)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -61,6 +62,7 @@ func TestSIGTERMFinishesJobInHandAndStopsReceiving(t *testing.T) {
 		"FLEETSCRIBE_CONCURRENCY=1",
 		"FLEETSCRIBE_WAIT_TIME=1s",
 		"FLEETSCRIBE_METRICS_ADDR=127.0.0.1:0",
+		"FLEETSCRIBE_ASG_NAME=fleetscribe-prod-canary",
 	)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -111,6 +113,22 @@ func TestSIGTERMFinishesJobInHandAndStopsReceiving(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("worker did not exit after SIGTERM")
+	}
+
+	// The fleet's log metric filters count jobs by the group on the line
+	// that ends each job (terraform/modules/fleet: job_metrics).
+	jobLine := false
+	for l := range strings.SplitSeq(log.String(), "\n") {
+		var e struct{ Message, Outcome, Group string }
+		if json.Unmarshal([]byte(l), &e) == nil && e.Message == "job done" {
+			jobLine = true
+			if e.Group != "fleetscribe-prod-canary" || e.Outcome == "" {
+				t.Errorf("job's last line names group %q and outcome %q, want the instance's group and an outcome: %s", e.Group, e.Outcome, l)
+			}
+		}
+	}
+	if !jobLine {
+		t.Errorf("no \"job done\" line in the worker's log\n%s", log.String())
 	}
 
 	transcripts := 0

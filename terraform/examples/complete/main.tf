@@ -112,6 +112,7 @@ module "fleet" {
   # fleet on the pinned release, a canary on the new version beside it.
   launch_template_version = var.launch_template_version
   canary                  = var.canary
+  dead_letter_queue_names = values(module.queues.dlq_names)
   # With the bulk window the bulk queue counts bulk_window.bulk_weight of
   # its messages: backfills fill idle GPUs and the window's floor.
   queue_weights = var.bulk_window.enabled ? { (module.queues.queue_names["bulk"]) = var.bulk_window.bulk_weight } : {}

@@ -133,3 +133,104 @@ moved {
   from = aws_cloudwatch_metric_alarm.never_in_service
   to   = aws_cloudwatch_metric_alarm.never_in_service["fleet"]
 }
+
+# Jobs by group, from the workers' "job done" log lines in the fleet's log
+# group (the worker puts its Auto Scaling group on every line): every job,
+# and those that failed or will be retried. Bad input fails on the canary as
+# on the fleet; only the canary's alarm compares the two.
+resource "aws_cloudwatch_log_metric_filter" "jobs" {
+  for_each       = local.job_metrics
+  name           = "${var.name}-${each.value.metric}"
+  log_group_name = aws_cloudwatch_log_group.this.name
+  pattern        = each.value.pattern
+
+  metric_transformation {
+    name       = each.value.metric
+    namespace  = local.metric_ns
+    value      = "1"
+    unit       = "Count"
+    dimensions = { AutoScalingGroupName = "$.group" }
+  }
+}
+
+# The canary fails more of its jobs than the fleet: both take jobs from the
+# same queues, so a burst of bad input fails as large a share on each, and
+# a new version that breaks work (a codec missing from the image, a model
+# that loads but answers wrong shapes) fails a larger share on the canary
+# alone. Shares are smoothed by one job (a group with none has a share of
+# 0, and no division by zero); below min_jobs canary jobs in the window
+# nothing is said.
+resource "aws_cloudwatch_metric_alarm" "canary_job_failures" {
+  count               = var.canary == null ? 0 : 1
+  alarm_name          = "${local.canary_name}-job-failures"
+  alarm_description   = "${local.alarm_groups.canary.what} failed or retried a share of its jobs more than ${var.canary.failure_margin} above the fleet's in 15 minutes (at least ${var.canary.min_jobs} jobs): the new version fails work the old one does. Its workers' \"job failed\" lines in ${local.log_group} give the error classes."
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  threshold           = 1
+  evaluation_periods  = 1
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.alarm_actions
+  tags                = var.tags
+
+  dynamic "metric_query" {
+    for_each = {
+      cdone = { metric = "JobsDone", group = local.canary_name }, cfail = { metric = "JobsFailed", group = local.canary_name }
+      fdone = { metric = "JobsDone", group = var.name }, ffail = { metric = "JobsFailed", group = var.name }
+    }
+    content {
+      id = metric_query.key
+      metric {
+        namespace   = local.metric_ns
+        metric_name = metric_query.value.metric
+        period      = 900
+        stat        = "Sum"
+        dimensions  = { AutoScalingGroupName = metric_query.value.group }
+      }
+    }
+  }
+
+  metric_query {
+    id          = "worse"
+    expression  = "IF(FILL(cdone, 0) >= ${var.canary.min_jobs} AND FILL(cfail, 0) / (FILL(cdone, 0) + 1) - FILL(ffail, 0) / (FILL(fdone, 0) + 1) > ${var.canary.failure_margin}, 1, 0)"
+    label       = "Canary's failed share above the fleet's by more than the margin"
+    return_data = true
+  }
+}
+
+# A message reached a dead-letter queue while the canary runs: whoever put
+# it there (the canary's jobs or the fleet's), look before promoting. Each
+# queue's count is carried over the minutes SQS reports nothing (an idle
+# queue's metrics stop), so only a rise fires.
+resource "aws_cloudwatch_metric_alarm" "canary_dead_letters" {
+  count               = var.canary != null && length(var.dead_letter_queue_names) > 0 ? 1 : 0
+  alarm_name          = "${local.canary_name}-dead-letters"
+  alarm_description   = "A message reached a dead-letter queue (${join(", ", var.dead_letter_queue_names)}) while ${local.alarm_groups.canary.what} runs. Its error record (the output bucket's errors/ prefix) says which worker failed it and why; enqueue redrive moves it back after a fix."
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  threshold           = 1
+  evaluation_periods  = 1
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = var.alarm_actions
+  ok_actions          = var.alarm_actions
+  tags                = var.tags
+
+  dynamic "metric_query" {
+    for_each = { for i, q in var.dead_letter_queue_names : "d${i}" => q }
+    content {
+      id = metric_query.key
+      metric {
+        namespace   = "AWS/SQS"
+        metric_name = "ApproximateNumberOfMessagesVisible"
+        period      = 300
+        stat        = "Maximum"
+        dimensions  = { QueueName = metric_query.value }
+      }
+    }
+  }
+
+  metric_query {
+    id          = "rise"
+    expression  = "IF(FILL(DIFF(${join(" + ", [for i, q in var.dead_letter_queue_names : "FILL(d${i}, REPEAT)"])}), 0) > 0, 1, 0)"
+    label       = "Messages added to the dead-letter queues"
+    return_data = true
+  }
+}

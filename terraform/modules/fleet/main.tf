@@ -72,8 +72,14 @@ locals {
   lifecycle_hook = "${var.name}-drain"
   launch_hook    = "${var.name}-launch"
   log_group      = coalesce(var.log_group_name, "/fleetscribe/${var.name}")
-  metric_ns      = "fleetscribe"
-  compose_yaml   = var.compose_yaml != null ? var.compose_yaml : file("${path.module}/../../../docker-compose.yml")
+  # The worker's line at the end of every job (worker/job.go) carries its
+  # outcome and, on an instance, its group (cmd/worker's -asg-name).
+  job_metrics = {
+    done   = { metric = "JobsDone", pattern = "{ $.message = \"job done\" }" }
+    failed = { metric = "JobsFailed", pattern = "{ ($.message = \"job done\") && (($.outcome = \"failed\") || ($.outcome = \"retry\")) }" }
+  }
+  metric_ns    = "fleetscribe"
+  compose_yaml = var.compose_yaml != null ? var.compose_yaml : file("${path.module}/../../../docker-compose.yml")
   # Where the model repository is on the instance: the boot syncs
   # MODEL_S3_URI into it, and the Triton services mount it (compose's own
   # default, ./deploy/triton/models, is nothing on an instance).

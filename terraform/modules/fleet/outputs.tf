@@ -116,10 +116,11 @@ output "fleet_launch_template_version" {
 }
 
 output "canary" {
-  description = "The canary's group and alarms (null without one): promote its version by setting launch_template_version to it once neither alarm has fired and it has served."
+  description = "The canary's group and alarms (null without one): promote its version by setting launch_template_version to it once none of its alarms has fired and it has served."
   value = var.canary == null ? null : {
     autoscaling_group_name = aws_autoscaling_group.canary[0].name
     version                = var.canary.version
-    alarm_names            = [aws_cloudwatch_metric_alarm.boot_failures["canary"].alarm_name, aws_cloudwatch_metric_alarm.never_in_service["canary"].alarm_name]
+    alarm_names = concat([aws_cloudwatch_metric_alarm.boot_failures["canary"].alarm_name, aws_cloudwatch_metric_alarm.never_in_service["canary"].alarm_name, aws_cloudwatch_metric_alarm.canary_job_failures[0].alarm_name],
+    aws_cloudwatch_metric_alarm.canary_dead_letters[*].alarm_name)
   }
 }

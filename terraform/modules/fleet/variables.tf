@@ -399,14 +399,26 @@ variable "launch_template_version" {
 
 variable "canary" {
   type = object({
-    version   = number
-    instances = optional(number, 1)
+    version        = number
+    instances      = optional(number, 1)
+    failure_margin = optional(number, 0.05)
+    min_jobs       = optional(number, 20)
   })
-  description = "A canary: this launch template version (usually launch_template_latest_version) on a group of its own beside the fleet (NAME-canary, instances instances, taking real jobs), while the fleet stays on launch_template_version. Its boot-failure and never-in-service alarms notify alarm_actions. Promote by setting launch_template_version to its version; abort by removing it: the fleet never ran it. null: no canary."
+  description = "A canary: this launch template version (usually launch_template_latest_version) on a group of its own beside the fleet (NAME-canary, instances instances, taking real jobs), while the fleet stays on launch_template_version. Its alarms notify alarm_actions: boot failures, never in service, job failures (in 15 minutes, at least min_jobs jobs and a failed or retried share more than failure_margin above the fleet's, which takes jobs from the same queues) and dead letters (a message reaching dead_letter_queue_names while it runs). Promote by setting launch_template_version to its version once none has fired; abort by removing it: the fleet never ran it. null: no canary."
   default     = null
 
   validation {
     condition     = var.canary == null ? true : var.canary.version >= 1 && var.canary.instances >= 1 && var.canary.instances <= 10
     error_message = "canary: version is a launch template version (1 or more), instances 1 to 10."
   }
+  validation {
+    condition     = var.canary == null ? true : var.canary.failure_margin > 0 && var.canary.failure_margin < 1 && var.canary.min_jobs >= 1
+    error_message = "canary: failure_margin is a share above the fleet's (between 0 and 1, e.g. 0.05), min_jobs at least 1."
+  }
+}
+
+variable "dead_letter_queue_names" {
+  type        = list(string)
+  description = "Dead-letter queues of the queues the fleet drains (the queues module's dlq_names): while a canary runs, a message reaching any of them fires NAME-canary-dead-letters. Empty: no such alarm."
+  default     = []
 }

@@ -500,6 +500,7 @@ run "canary_beside_the_release" {
   variables {
     launch_template_version = 3
     canary                  = { version = 4 }
+    dead_letter_queue_names = ["fs-live-dlq", "fs-bulk-dlq"]
   }
   assert {
     condition     = aws_autoscaling_group.this.mixed_instances_policy[0].launch_template[0].launch_template_specification[0].version == "3" && output.fleet_launch_template_version == 3
@@ -521,8 +522,18 @@ run "canary_beside_the_release" {
     condition = (aws_cloudwatch_metric_alarm.boot_failures["canary"].dimensions.AutoScalingGroupName == "fs-fleet-canary"
       && toset(flatten([for q in aws_cloudwatch_metric_alarm.never_in_service["canary"].metric_query : [for m in q.metric : m.dimensions.AutoScalingGroupName]])) == toset(["fs-fleet-canary"])
       && aws_cloudwatch_metric_alarm.boot_failures["fleet"].dimensions.AutoScalingGroupName == "fs-fleet"
-    && output.canary.alarm_names == ["fs-fleet-canary-boot-failures", "fs-fleet-canary-never-in-service"])
+    && output.canary.alarm_names == ["fs-fleet-canary-boot-failures", "fs-fleet-canary-never-in-service", "fs-fleet-canary-job-failures", "fs-fleet-canary-dead-letters"])
     error_message = "the canary's boot failures or shortfall are not alarmed on its own group"
+  }
+  # It takes production jobs: its failed share is compared with the
+  # fleet's (jobs counted by group from the workers' log lines), and a
+  # message reaching a DLQ while it runs is said.
+  assert {
+    condition = (toset([for q in aws_cloudwatch_metric_alarm.canary_job_failures[0].metric_query : "${q.id}:${q.metric[0].metric_name}:${q.metric[0].dimensions.AutoScalingGroupName}" if length(q.metric) > 0]) ==
+      toset(["cdone:JobsDone:fs-fleet-canary", "cfail:JobsFailed:fs-fleet-canary", "fdone:JobsDone:fs-fleet", "ffail:JobsFailed:fs-fleet"])
+      && alltrue([for f in aws_cloudwatch_log_metric_filter.jobs : f.log_group_name == "/fleetscribe/fs-fleet" && f.metric_transformation[0].dimensions.AutoScalingGroupName == "$.group" && f.metric_transformation[0].namespace == "fleetscribe"])
+    && toset([for q in aws_cloudwatch_metric_alarm.canary_dead_letters[0].metric_query : q.metric[0].dimensions.QueueName if length(q.metric) > 0]) == toset(["fs-live-dlq", "fs-bulk-dlq"]))
+    error_message = "the canary's job failures are not compared with the fleet's, or the DLQs are not watched while it runs"
   }
   # A hook setting changed later is updated in place, on the canary as on
   # the fleet: a change to initial_lifecycle_hook would replace the group.
@@ -555,7 +566,7 @@ run "promoted" {
     error_message = "promoting does not move the fleet to the canary's version and end the canary"
   }
   assert {
-    condition     = keys(aws_cloudwatch_metric_alarm.boot_failures) == ["fleet"] && keys(aws_cloudwatch_metric_alarm.never_in_service) == ["fleet"]
+    condition     = keys(aws_cloudwatch_metric_alarm.boot_failures) == ["fleet"] && keys(aws_cloudwatch_metric_alarm.never_in_service) == ["fleet"] && length(aws_cloudwatch_metric_alarm.canary_job_failures) == 0 && length(aws_cloudwatch_metric_alarm.canary_dead_letters) == 0
     error_message = "the canary's alarms outlive it"
   }
 }
