@@ -18,7 +18,7 @@ var update = flag.Bool("update", false, "rewrite the README's reference section 
 // its order.
 var referenceDirs = []string{
 	"modules/queues", "modules/buckets", "modules/notifications", "modules/kms",
-	"modules/worker-policy", "modules/iam", "modules/pod-role", "modules/fleet", "modules/alarms", "examples/complete",
+	"modules/worker-policy", "modules/iam", "modules/pod-role", "modules/fleet", "modules/alarms", "modules/gpu-node-group-tags", "examples/complete",
 }
 
 const referenceHeading = "## Reference\n"
