@@ -68,6 +68,10 @@ tf-lint: tflint ## lint every Terraform module with tflint
 tf-validate: ## terraform init from the local provider mirror, validate and mock-provider tests of every module and the example
 	@scripts/tf-validate.sh
 
+.PHONY: tf-mutations
+tf-mutations: tf-validate ## change the Terraform and user data one mutation at a time (terraform/mutations.jsonl) and check that a test catches each; ends with RESULT
+	$(GO) run ./lab/cmd/mutate -table terraform/mutations.jsonl
+
 .PHONY: k8s-validate
 k8s-validate: deps ## render the Helm chart (1, 4 and 8 GPUs, each sharing mode) with helm, decode every object strictly, check its invariants and that each catches its mutation; then against a real kube-apiserver and kube-scheduler (built from k8s.io/kubernetes, cached): strict server-side dry runs with the KEDA and Prometheus-operator CRDs, Pod Security restricted, every plan placed on g6e-shaped nodes
 	@scripts/tools.sh helm

@@ -594,15 +594,12 @@ func TestBacklogPerGPUTargetTracking(t *testing.T) {
 	want := map[string]string{
 		`"visible${metrics.value}"`:  "ApproximateNumberOfMessagesVisible",
 		`"inflight${metrics.value}"`: "ApproximateNumberOfMessagesNotVisible",
+		`"desired"`:                  "GroupDesiredCapacity", // desired GPUs: a weighted group's is in GPUs
 	}
 	for id, name := range want {
 		if metricNames[id] != name {
 			t.Errorf("metric %s is %q, want %s (all: %v)", id, metricNames[id], name, metricNames)
 		}
-	}
-	src := string(m.src["modules/fleet/scaling.tf"])
-	if !strings.Contains(src, `metric_name = "GroupDesiredCapacity"`) {
-		t.Error("desired GPUs: the group's desired capacity (a weighted group's is in GPUs)")
 	}
 	asg := m.one(t, "resource", "aws_autoscaling_group", "this")
 	if em, _ := strs(t, attr(asg, "enabled_metrics")); !slices.Contains(em, "GroupDesiredCapacity") || !slices.Contains(em, "GroupInServiceCapacity") {
@@ -681,8 +678,16 @@ func TestScaleFromZero(t *testing.T) {
 		t.Error("the scale-from-zero alarm does not trigger the step policy")
 	}
 	// What the alarm's expression decides is TestScaleFromZeroAlarmMath's.
-	if !strings.Contains(string(m.src["modules/fleet/scaling.tf"]), `metric_name = "GroupDesiredCapacity"`) {
-		t.Error("scale-from-zero does not watch desired capacity")
+	watched := ""
+	for _, q := range nested(alarm, "metric_query") {
+		if id := attr(q, "id"); id != nil && str(t, id) == "desired" {
+			for _, met := range nested(q, "metric") {
+				watched = str(t, attr(met, "metric_name"))
+			}
+		}
+	}
+	if watched != "GroupDesiredCapacity" {
+		t.Errorf("scale-from-zero's desired is %q: it does not watch desired capacity", watched)
 	}
 	if v := literal(t, attr(m.one(t, "variable", "min_gpus"), "default")); v == cty.NilVal || !v.Equals(cty.Zero).True() {
 		t.Error("min_gpus does not default to 0")

@@ -3,6 +3,7 @@ package terraform
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,7 +155,7 @@ func newInstance(t *testing.T, script string) *instance {
 	// The script's own paths, pointed into the test's folder.
 	paths := strings.NewReplacer("/opt/fleetscribe", in.opt, "/usr/local/bin/fleetscribe-worker", filepath.Join(in.bin, "fleetscribe-worker"),
 		"/run/fleetscribe-health.failures", filepath.Join(dir, "health.failures"), "install -d -m 0755", "mkdir -p")
-	for path, tag := range map[string]string{"fleetscribe-stack": "STACK", "fleetscribe-start": "START", "fleetscribe-health": "HEALTH", "fleetscribe-group": "GROUP"} {
+	for path, tag := range map[string]string{"fleetscribe-stack": "STACK", "fleetscribe-start": "START", "fleetscribe-health": "HEALTH", "fleetscribe-group": "GROUP", "fleetscribe-drain": "DRAIN"} {
 		in.write(path, paths.Replace(heredoc(t, script, "/usr/local/bin/"+path, tag)))
 	}
 	fails := func(what string) string { return `if [ "$FAIL" = "` + what + `" ]; then exit 1; fi` }
@@ -181,6 +182,7 @@ exit 0`)
   "pull "*) `+fails("docker-pull")+`; [ -z "$PULL_SECONDS" ] || /bin/sleep "$PULL_SECONDS";;
   "create "*) echo c0ffee;;
   "compose pull") `+fails("compose-pull")+`;;
+  "compose stop") /bin/sleep "${STOP_SECONDS:-0}";; # the workers draining
 esac
 exit 0`)
 	in.standIn("fleetscribe-worker", `if [ "$2" = up ]; then `+fails("worker")+`; fi`)
@@ -411,5 +413,40 @@ func TestHealthCheckMarksUnhealthy(t *testing.T) {
 	}
 	if marked() != 1 {
 		t.Error("marked unhealthy while not in service")
+	}
+}
+
+// The drain keeps the termination's lifecycle action alive while the
+// workers drain: it heartbeats the hook at least every quarter of the
+// hook's heartbeat timeout (the rendered 300-s drain's hook: 480 s) for as
+// long as compose takes to stop them, then continues the termination once.
+func TestDrainHeartbeatsWhileTheWorkersStop(t *testing.T) {
+	in := newInstance(t, renderUserData(t, testEnv, renderOpts{}))
+	out, ok := in.run("fleetscribe-drain", "TARGET=Terminated", "STOP_SECONDS=1.5")
+	if !ok {
+		t.Fatalf("drain failed:\n%s", out)
+	}
+	const hookTimeout = min(300+180, 7200) // main.tf's drain_hook_timeout at the rendered drain
+	stopping, heartbeats, completed := false, 0, 0
+	for _, c := range in.called() {
+		switch {
+		case strings.HasPrefix(c, "docker compose stop"):
+			stopping = true
+		case strings.HasPrefix(c, "aws autoscaling record-lifecycle-action-heartbeat") && strings.Contains(c, "--lifecycle-hook-name fleet-drain"):
+			heartbeats++
+		case strings.HasPrefix(c, "aws autoscaling complete-lifecycle-action"):
+			completed++
+			if !strings.HasSuffix(c, "--lifecycle-action-result CONTINUE") {
+				t.Errorf("the drain ends the termination with %q", c)
+			}
+		case stopping && strings.HasPrefix(c, "sleep "):
+			var every int
+			if _, err := fmt.Sscanf(c, "sleep %d", &every); err != nil || every > hookTimeout/4 {
+				t.Errorf("%q between heartbeats: the hook (%d s) may time out mid-drain", c, hookTimeout)
+			}
+		}
+	}
+	if !stopping || heartbeats < 2 || completed != 1 {
+		t.Errorf("stopped %v, %d heartbeats, %d completions: want the stop, heartbeats while it lasts, one completion\n%v", stopping, heartbeats, completed, in.called())
 	}
 }

@@ -92,6 +92,20 @@ run "defaults" {
     condition     = strcontains(output.user_data, "-per-gpu 8 -jobs-per-gpu 16 ")
     error_message = "the instance's jobs are not derived from its GPUs"
   }
+  # The drain's hook outlasts the worker's drain and the stack's stop (a
+  # shorter one ends a drain mid-job), and systemd waits for compose; the
+  # boot is cut at its timeout and heartbeats its hook every minute, well
+  # inside the hook's 300 s.
+  assert {
+    condition = (aws_autoscaling_lifecycle_hook.drain["fleet"].heartbeat_timeout == 1800 + 180 && aws_autoscaling_lifecycle_hook.launch["fleet"].heartbeat_timeout == 300
+    && alltrue([for s in ["TimeoutStopSec=1890", "timeout --kill-after=30 2700 fleetscribe-stack", "while sleep 60; do hook record-lifecycle-action-heartbeat"] : strcontains(output.user_data, s)]))
+    error_message = "the drain hook, the stack's stop, the boot timeout or the boot's heartbeat does not follow the settings"
+  }
+  # EC2 gets the script compressed, as user_data_bytes counts it.
+  assert {
+    condition     = aws_launch_template.this.user_data == base64gzip(output.user_data)
+    error_message = "the launch template does not carry the user data gzipped"
+  }
 }
 
 # Item 3: a refresh launches before it terminates (a one-instance fleet is
@@ -464,14 +478,93 @@ run "max_size_refused" {
 run "warm_pool_in_gpus_on_eight_gpu_instances" {
   command = plan
   variables {
-    instance_types = ["g6e.48xlarge"]
-    max_gpus       = 32
-    warm_pool      = { enabled = true, min_gpus = 8, max_prepared_gpus = 16 }
+    instance_types           = ["g6e.48xlarge"]
+    max_gpus                 = 32
+    warm_pool                = { enabled = true, min_gpus = 8, max_prepared_gpus = 16 }
+    scale_from_zero_capacity = 16
   }
   assert {
     condition     = aws_autoscaling_group.this.warm_pool[0].min_size == 1 && aws_autoscaling_group.this.warm_pool[0].max_group_prepared_capacity == 2 && aws_autoscaling_group.this.max_size == 4
     error_message = "warm-pool or group sizes not converted from GPUs to 8-GPU instances"
   }
+  # A group counted in instances adds 16 GPUs as two instances, not 16.
+  assert {
+    condition     = [for a in aws_autoscaling_policy.scale_from_zero.step_adjustment : a.scaling_adjustment] == [2]
+    error_message = "scale from zero adds scale_from_zero_capacity instances, not GPUs"
+  }
+}
+
+# A version the template does not have yet is refused, for the pin and
+# the canary (the template's newest version made known at plan).
+run "pin_past_the_newest_version_refused" {
+  command = plan
+  override_resource {
+    target          = aws_launch_template.this
+    override_during = plan
+    values          = { latest_version = 3, id = "lt-0123456789abcdef0" }
+  }
+  variables {
+    launch_template_version = 4
+  }
+  expect_failures = [aws_autoscaling_group.this]
+}
+
+run "canary_past_the_newest_version_refused" {
+  command = plan
+  override_resource {
+    target          = aws_launch_template.this
+    override_during = plan
+    values          = { latest_version = 3, id = "lt-0123456789abcdef0" }
+  }
+  variables {
+    launch_template_version = 3
+    canary                  = { version = 4 }
+  }
+  expect_failures = [aws_autoscaling_group.canary[0]]
+}
+
+run "newest_version_pinned_and_canaried" {
+  command = plan
+  override_resource {
+    target          = aws_launch_template.this
+    override_during = plan
+    values          = { latest_version = 4, id = "lt-0123456789abcdef0" }
+  }
+  variables {
+    launch_template_version = 3
+    canary                  = { version = 4 }
+  }
+  assert {
+    condition     = aws_autoscaling_group.canary[0].launch_template[0].version == "4"
+    error_message = "a canary of the newest version is refused"
+  }
+}
+
+# A boot longer than the launch hook can be kept alive (100 heartbeat
+# timeouts), or a hook that a missed heartbeat or two would end, is
+# refused; so is a drain a second shorter than the longest job.
+run "boot_past_the_launch_hooks_global_timeout_refused" {
+  command = plan
+  variables {
+    boot_timeout_seconds = 30001
+  }
+  expect_failures = [aws_launch_template.this]
+}
+
+run "launch_hook_under_three_heartbeats_refused" {
+  command = plan
+  variables {
+    launch_heartbeat_timeout_seconds = 179
+  }
+  expect_failures = [var.launch_heartbeat_timeout_seconds]
+}
+
+run "drain_a_second_short_refused" {
+  command = plan
+  variables {
+    drain_timeout_seconds = 1799
+  }
+  expect_failures = [aws_launch_template.this]
 }
 
 # The boot completes the hooks the group has (the group's version is
