@@ -347,6 +347,31 @@ func TestPoolFaultEverywhereIsNotPoison(t *testing.T) {
 	}
 }
 
+// An input the pool served lately (its canary) that now fails on every
+// partition is not poison and is not waited on: the partitions fail, not
+// it (the outage benchmark's copies of one recording waited PoisonWait on
+// every fault).
+func TestPoolServedInputFailingIsNotWaitedOn(t *testing.T) {
+	a, b := tritontest.Start(t), tritontest.Start(t)
+	cfg := poolConfig(a.Addr, b.Addr)
+	cfg.PoisonWait = time.Minute
+	p := newPool(t, cfg, prometheus.NewRegistry())
+	req := triton.Request{Samples: make([]float32, 5)}
+	if _, err := p.Transcribe(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	a.Fail(codes.Internal, 100)
+	b.Fail(codes.Internal, 100)
+	start := time.Now()
+	_, err := p.Transcribe(context.Background(), req)
+	if errors.Is(err, triton.ErrPoisonInput) || !errors.Is(err, triton.ErrServerFault) {
+		t.Errorf("err %v, want a server fault", err)
+	}
+	if took := time.Since(start); took > cfg.PoisonWait/2 {
+		t.Errorf("took %v: the served input's faults waited for other requests", took)
+	}
+}
+
 // NOT_FOUND (the model is not loaded on one partition) sends the request
 // to another and takes that partition out; the job does not fail.
 func TestPoolModelNotFoundTriesAnotherPartition(t *testing.T) {

@@ -552,6 +552,11 @@ func (p *Pool) servesOthers(ctx context.Context, faults []partitionFault, failed
 	if p.servedSince(faults) {
 		return true
 	}
+	if p.isCanary(failed) {
+		// The pool served this very input lately: it is not what fails
+		// (a batch of copies of one recording, a retried chunk).
+		return false
+	}
 	if canary, ok := p.canaryRequest(failed); ok {
 		part := faults[len(faults)-1].part
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
@@ -604,6 +609,13 @@ func (p *Pool) keepCanary(req Request) {
 	}
 	p.canary = Request{Samples: slices.Clone(req.Samples), Model: req.Model}
 	p.canaryAt = time.Now()
+}
+
+// isCanary reports whether req is the canary: an input the pool served.
+func (p *Pool) isCanary(req Request) bool {
+	p.canaryMu.Lock()
+	defer p.canaryMu.Unlock()
+	return p.canary.Samples != nil && req.Model == p.canary.Model && slices.Equal(p.canary.Samples, req.Samples)
 }
 
 // canaryRequest returns the canary, unless it is the failed input itself;

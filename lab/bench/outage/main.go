@@ -473,9 +473,11 @@ func (b *bench) sigtermDuring(ctx context.Context, i, n int) (time.Duration, err
 func recording(j int) string { return fmt.Sprintf("r%03d.wav", j) }
 
 // upload puts n recordings in bucket in and a job for each on queue q.
+// Each is a tone of its own, as users' recordings differ: copies of one
+// clip would make every failed chunk the pool's own canary.
 func (b *bench) upload(ctx context.Context, q, in string, n int) error {
-	clip := wav(5 * modelspec.SampleRate)
 	for j := range n {
+		clip := wav(5*modelspec.SampleRate, 220+10*float64(j))
 		if _, err := b.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(in), Key: aws.String(recording(j)), Body: strings.NewReader(string(clip))}); err != nil {
 			return err
 		}
@@ -589,8 +591,8 @@ func scrape(addr string) (received, chunks float64, err error) {
 	return received, chunks, nil
 }
 
-// wav is n samples of a 440 Hz tone, mono 16-bit at the model's rate.
-func wav(n int) []byte {
+// wav is n samples of a tone of hz, mono 16-bit at the model's rate.
+func wav(n int, hz float64) []byte {
 	b := make([]byte, 44+2*n)
 	copy(b, "RIFF")
 	le32(b[4:], uint32(36+2*n))
@@ -603,7 +605,7 @@ func wav(n int) []byte {
 	copy(b[36:], "data")
 	le32(b[40:], uint32(2*n))
 	for i := range n {
-		v := int16(8000 * sinApprox(float64(i)*440/modelspec.SampleRate))
+		v := int16(8000 * sinApprox(float64(i)*hz/modelspec.SampleRate))
 		b[44+2*i], b[45+2*i] = byte(v), byte(uint16(v)>>8)
 	}
 	return b
