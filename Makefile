@@ -87,10 +87,11 @@ k8s-validate: deps ## render the Helm chart (1, 4 and 8 GPUs, each sharing mode)
 	  shm=false; grep -q '^INVARIANT shared_memory_holds_the_plan .* caught' $(BIN)/k8s-validate.log && shm=true; \
 	  grep -E '^(\| |# .* dry runs|KUBE_BUILD|REPLICAS )' $(BIN)/k8s-validate.log || true; \
 	  kept=false; grep -q '^REPLICAS ' $(BIN)/k8s-validate.log && kept=true; \
+	  nodes=$$(grep -m1 '^NODEGROUPS ' $(BIN)/k8s-validate.log | cut -d' ' -f2-); \
 	  cluster=$$(grep -m1 '^CLUSTER ' $(BIN)/k8s-validate.log | cut -d' ' -f2-); \
 	  [ -n "$$cluster" ] || { echo "k8s-validate: no CLUSTER line"; exit 1; }; \
 	  set -- $$cluster; \
-	  echo "RESULT $$charts invariants=$$(grep -c '^INVARIANT ' $(BIN)/k8s-validate.log) $$1 $$2 psa=$$psa $$3 $$4 shm_reserved=$$shm replicas_kept=$$kept"
+	  echo "RESULT $$charts invariants=$$(grep -c '^INVARIANT ' $(BIN)/k8s-validate.log) $$1 $$2 psa=$$psa $$3 $$4 shm_reserved=$$shm replicas_kept=$$kept $$nodes"
 
 .PHONY: tf-fmt
 tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)

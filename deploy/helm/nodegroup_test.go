@@ -155,6 +155,8 @@ func fitsTemplate(pod *corev1.Pod, node *corev1.Node) string {
 // them) takes the plan's rendered pod on the smallest size of its GPU
 // count; built from the instance type alone (no tags), it takes none.
 func TestNodeGroupTagsScaleFromZero(t *testing.T) {
+	plans, fit := 0, 0
+	defer func() { fmt.Printf("NODEGROUPS scale_from_zero=%d/%d\n", fit, plans) }()
 	for _, sharing := range mps.KubeSharings {
 		for _, gpus := range []int{1, 4, 8} {
 			name := fmt.Sprintf("gpus%d-%s", gpus, sharing)
@@ -169,8 +171,11 @@ func TestNodeGroupTagsScaleFromZero(t *testing.T) {
 					}
 				}
 				tags := nodeGroupTags(t, gpus, sharing, replicas(sharing))
+				plans++
 				if why := fitsTemplate(pod, templateNode(t, size, tags)); why != "" {
 					t.Errorf("the template node of %s with the module's tags does not take the pod: %s (tags %v)", size.name, why, tags)
+				} else {
+					fit++
 				}
 				if why := fitsTemplate(pod, templateNode(t, size, nil)); why == "" {
 					t.Errorf("the template node of %s without tags takes the pod: the tags would not be needed", size.name)
