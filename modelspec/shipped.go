@@ -68,8 +68,9 @@ with zeros to the smallest bucket that holds it and sends its true length
 in audio_length; the model masks everything past that length, so no word
 can fall in the padding. Copy over config.pbtxt to use it. One bucket at
 -chunk-seconds is what ` + "`make bench-buckets`" + ` measured best on a realistic
-length mix: 37% padding, but every queued chunk can share a batch, which
-matters far more for a model whose decode loop costs the same per batch.
+length mix (its padding, measured, is in docs/contracts.md): every queued
+chunk can share a batch, which matters far more than the padding for a
+model whose decode loop costs the same per batch.
 Rendered from the package modelspec (go test ./modelspec -update).`
 	c.Backend, c.Buckets, c.Kind, c.InstanceComment = "tensorrt", true, "KIND_GPU", ""
 	return c

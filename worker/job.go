@@ -399,10 +399,8 @@ func (t *task) beforeTheLast(ctx context.Context, cause error) {
 	if t.d.attempt != w.cfg.Queues.MaxReceives-1 || t.keys.Error == "" || t.rejected || ctx.Err() != nil {
 		return
 	}
-	rec := contract.ErrorRecord{
-		Schema: contract.ErrorSchema, Input: t.in, Model: t.infer.model, Class: contract.ClassExhausted, Attempt: t.d.attempt, CreatedAt: w.now().UTC(),
-		Message: fmt.Sprintf("attempt %d of %d failed (%v); this record remains only if the last receive never reached a worker", t.d.attempt, w.cfg.Queues.MaxReceives, cause),
-	}
+	rec := t.record(contract.ClassExhausted,
+		fmt.Sprintf("attempt %d of %d failed (%v); this record remains only if the last receive never reached a worker", t.d.attempt, w.cfg.Queues.MaxReceives, cause))
 	if err := w.out.errorRecord(ctx, t.keys.Error, rec); err != nil {
 		t.log.Warn().Err(err).Msg("error record before the last attempt not written")
 		return
@@ -418,6 +416,14 @@ func (t *task) beforeTheLast(ctx context.Context, cause error) {
 	}
 }
 
+// record is an error record of the job's input (its model's), from this
+// delivery's attempt; not final unless the caller says so.
+func (t *task) record(class, message string) contract.ErrorRecord {
+	rec := t.w.newRecord(t.d, class, message)
+	rec.Input, rec.Model = t.in, t.infer.model
+	return rec
+}
+
 // provisional leaves an error record before the last attempt: the queue
 // will not deliver this message again, so even an attempt that takes the
 // process down (out of memory, killed) ends with one. Success removes it;
@@ -427,10 +433,8 @@ func (t *task) provisional(ctx context.Context) error {
 	if t.d.attempt < w.cfg.Queues.MaxReceives {
 		return nil
 	}
-	rec := contract.ErrorRecord{
-		Schema: contract.ErrorSchema, Input: t.in, Model: t.infer.model, Class: contract.ClassExhausted, Attempt: t.d.attempt, CreatedAt: w.now().UTC(),
-		Message: fmt.Sprintf("last attempt (%d of %d) started; this record remains only if that attempt never finished (process crash or kill)", t.d.attempt, w.cfg.Queues.MaxReceives),
-	}
+	rec := t.record(contract.ClassExhausted,
+		fmt.Sprintf("last attempt (%d of %d) started; this record remains only if that attempt never finished (process crash or kill)", t.d.attempt, w.cfg.Queues.MaxReceives))
 	return w.out.errorRecord(ctx, t.keys.Error, rec)
 }
 
@@ -528,10 +532,8 @@ func (t *task) fail(ctx context.Context, err error) (string, error) {
 		class = contract.ClassExhausted
 	}
 	w.m.errors.WithLabelValues(class).Inc()
-	rec := contract.ErrorRecord{
-		Schema: contract.ErrorSchema, Input: t.in, Model: t.infer.model, Class: class, Message: err.Error(),
-		Attempt: t.d.attempt, Final: final, CreatedAt: w.now().UTC(),
-	}
+	rec := t.record(class, err.Error())
+	rec.Final = final
 	if t.rejected {
 		// The message is at fault, not the input: its record is named by
 		// the message (several messages for one input each keep theirs),

@@ -155,7 +155,7 @@ func (h *heartbeat) extendBatch(ctx context.Context, queueURL string, ids []stri
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, e := range entries {
-		id := ids[mustAtoi(*e.Id)]
+		id := ids[entryIndex(*e.Id)]
 		b, ok := h.beats[id]
 		if !ok {
 			continue
@@ -177,8 +177,10 @@ func (h *heartbeat) extendBatch(ctx context.Context, queueURL string, ids []stri
 	}
 }
 
-func mustAtoi(s string) int {
-	n, _ := strconv.Atoi(s)
+// entryIndex is the index a batch entry's id names: the ids are the
+// indexes this code gave the entries, so they always parse.
+func entryIndex(id string) int {
+	n, _ := strconv.Atoi(id)
 	return n
 }
 
@@ -297,7 +299,7 @@ func (d *deleter) flush(ctx context.Context, url string, dels []*deletion) {
 	}
 	failed := map[int]error{}
 	for _, f := range out.Failed {
-		failed[mustAtoi(aws.ToString(f.Id))] = fmt.Errorf("delete message: %s: %s", aws.ToString(f.Code), aws.ToString(f.Message))
+		failed[entryIndex(aws.ToString(f.Id))] = fmt.Errorf("delete message: %s: %s", aws.ToString(f.Code), aws.ToString(f.Message))
 	}
 	for i, del := range dels {
 		del.done <- failed[i]

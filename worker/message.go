@@ -221,17 +221,24 @@ func (w *Worker) runMessage(ctx context.Context, log zerolog.Logger, d *delivery
 	return MessageDeleted, nil
 }
 
+// newRecord is every error record the worker writes, before what its
+// writer adds (the input, the message): class and message, the worker's
+// model, d's attempt, now.
+func (w *Worker) newRecord(d *delivery, class, message string) contract.ErrorRecord {
+	return contract.ErrorRecord{
+		Schema: contract.ErrorSchema, Model: w.model, Class: class, Message: message,
+		Attempt: d.attempt, CreatedAt: w.now().UTC(),
+	}
+}
+
 // recordRejected writes the error record of a message, or of one of its
 // records, that the worker refuses: at key (named by the message), with
 // the message's id and body, so nothing is lost. A failed write leaves the
 // message for redelivery.
 func (w *Worker) recordRejected(ctx context.Context, d *delivery, key string, err error) error {
 	w.m.errors.WithLabelValues(ErrorClass(err)).Inc()
-	rec := contract.ErrorRecord{
-		Schema: contract.ErrorSchema, Model: w.model, Class: ErrorClass(err), Message: err.Error(),
-		Attempt: d.attempt, Final: true, CreatedAt: w.now().UTC(),
-		MessageID: d.id, MessageBody: d.body,
-	}
+	rec := w.newRecord(d, ErrorClass(err), err.Error())
+	rec.Final, rec.MessageID, rec.MessageBody = true, d.id, d.body
 	for {
 		if err := w.out.errorRecord(ctx, key, rec); !w.waitFor(ctx, d, err) {
 			return err
