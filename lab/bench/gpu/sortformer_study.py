@@ -124,8 +124,10 @@ def pad_to(x, n):
     return torch.nn.functional.pad(x, (0, 0, 0, n - x.shape[1]))
 
 
-def walk(model, rows, seconds, compiled, device, warm_steps):
-    """Walks rows recordings of seconds through the streaming steps; returns
+def walk(model, rows, seconds, device, warm_steps, compiled=None, pre=None, fast=False):
+    """Walks rows recordings of seconds through the streaming steps (the
+    encoder compiled where compiled is given, the chunk's pre-encode where
+    pre is, and fast's concatenation and update instead of NeMo's); returns
     the steady steps' times by part, the steps timed and the chunk seconds."""
     sm = model.sortformer_modules
     audio = speechlike(rows, seconds, seed=rows).to(device)
@@ -148,10 +150,13 @@ def walk(model, rows, seconds, compiled, device, warm_steps):
         t = Timer(device) if steady else timer
         start = time.perf_counter()
         with torch.inference_mode(), autocast:
-            emb, emb_len = t("pre_encode", model.encoder.pre_encode, x=chunk, lengths=chunk_len)
+            emb, emb_len = t("pre_encode", model.encoder.pre_encode if pre is None else pre, x=chunk, lengths=chunk_len)
             emb_len = emb_len.to(torch.int64)
-            seq, seq_len = t("concat", sm.concat_and_pad,
-                             [state.spkcache, state.fifo, emb], [state.spkcache_lengths, state.fifo_lengths, emb_len])
+            if fast:
+                seq, seq_len = t("concat", fast_concat, state, emb.float(), emb_len, full)
+            else:
+                seq, seq_len = t("concat", sm.concat_and_pad,
+                                 [state.spkcache, state.fifo, emb], [state.spkcache_lengths, state.fifo_lengths, emb_len])
             if compiled is not None:
                 seq = pad_to(seq, full)
                 preds = t("encode", compiled, seq, seq_len)
@@ -164,7 +169,8 @@ def walk(model, rows, seconds, compiled, device, warm_steps):
                     valid = torch.arange(preds.shape[1], device=device)[None, :, None] < seq_len[:, None, None]
                     pad_diff = float(((padded.float() - preds.float()).abs() * valid).max())
             preds = sm.apply_mask_to_preds(preds.float(), seq_len)
-            new_state, _ = t("update", sm.streaming_update_async,
+            update = functools.partial(fast_update, sm) if fast else sm.streaming_update_async
+            new_state, _ = t("update", update,
                              streaming_state=state, chunk=emb.float(), chunk_lengths=emb_len, preds=preds,
                              lc=round(lo / sm.subsampling_factor), rc=math.ceil(ro / sm.subsampling_factor))
         state = new_state
@@ -176,6 +182,134 @@ def walk(model, rows, seconds, compiled, device, warm_steps):
             total += time.perf_counter() - start
             steps += 1
     return timer.parts, steps, total, sm.chunk_len * FRAME_S, state, pad_diff
+
+
+def _take(x, idx):
+    """x (rows, frames, dim) at frame indices idx (rows, n), clamped to x."""
+    idx = idx.clamp(0, max(x.shape[1] - 1, 0)).expand(x.shape[0], -1)
+    return torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2]))
+
+
+def _spliced(parts, total):
+    """The rows' valid frames of each (x, length) part, one after another,
+    in a sequence of total frames (zeros past the sum), and that sum."""
+    rows = parts[0][0].shape[0]
+    t = torch.arange(total, device=parts[0][0].device).unsqueeze(0).expand(rows, -1)
+    out, start = None, torch.zeros((rows, 1), dtype=torch.long, device=t.device)
+    for x, n in parts:
+        if x.shape[1] == 0:
+            continue
+        n = n.view(-1, 1)
+        inside = ((t >= start) & (t < start + n)).unsqueeze(-1)
+        piece = torch.where(inside, _take(x, t - start), torch.zeros((), dtype=x.dtype, device=x.device))
+        out = piece if out is None else out + piece.to(out.dtype)
+        start = start + n
+    return out, start.view(-1)
+
+
+def fast_concat(state, emb, emb_len, total):
+    """NeMo's concat_and_pad of speaker cache, FIFO and chunk, without its
+    loop over rows: one fixed length (total) for every step."""
+    return _spliced([(state.spkcache, state.spkcache_lengths), (state.fifo, state.fifo_lengths), (emb, emb_len)], total)
+
+
+def fast_update(sm, streaming_state, chunk, chunk_lengths, preds, lc, rc):
+    """NeMo's streaming_update_async (speaker cache and FIFO of rows at their
+    own lengths) as tensor operations over all rows at once, no host sync
+    per row; the speaker-cache compression is NeMo's own, on the rows that
+    overflow. Returns the new state and the chunk's predictions."""
+    from nemo.collections.asr.modules.sortformer_modules import StreamingSortformerState
+
+    state = streaming_state
+    dev = chunk.device
+    cache_n, fifo_n, c = sm.spkcache_len, sm.fifo_len, chunk.shape[1] - lc - rc
+    sl, fl = state.spkcache_lengths.view(-1, 1), state.fifo_lengths.view(-1, 1)
+    cl = (chunk_lengths.view(-1, 1) - lc).clamp(0, c)
+
+    def rng(n):
+        return torch.arange(n, device=dev).unsqueeze(0)
+
+    def masked(x, idx, keep):
+        return torch.where(keep.unsqueeze(-1), _take(x, idx), torch.zeros((), dtype=x.dtype, device=dev))
+
+    fifo_preds = masked(preds, sl + rng(fifo_n), rng(fifo_n) < fl) if fifo_n else preds[:, :0]
+    chunk_preds = masked(preds, sl + fl + lc + rng(c), rng(c) < cl)
+    # The FIFO with the chunk appended.
+    new_n = fl + cl
+    grown, _ = _spliced([(state.fifo, fl.view(-1)), (chunk[:, lc:lc + c], cl.view(-1))], fifo_n + c)
+    grown_preds, _ = _spliced([(fifo_preds, fl.view(-1)), (chunk_preds, cl.view(-1))], fifo_n + c)
+    # What overflows moves to the speaker cache.
+    period = max(sm.spkcache_update_period, c)
+    max_pop = min(period, c + fifo_n)
+    pop = torch.where(new_n > fifo_n, torch.minimum(torch.clamp(c - fifo_n + fl, min=sm.spkcache_update_period), new_n),
+                      torch.zeros_like(new_n))
+    keep = rng(max_pop) < pop
+    pop_embs = masked(grown, rng(max_pop), keep)
+    pop_preds = masked(grown_preds, rng(max_pop), keep)
+    is_sil = (pop_preds.sum(dim=2) < sm.sil_threshold) & keep
+    count = is_sil.sum(dim=1)
+    n_sil = state.n_sil_frames + count
+    mean = (state.mean_sil_emb * state.n_sil_frames.unsqueeze(1) + (pop_embs * is_sil.unsqueeze(-1)).sum(dim=1)) / n_sil.clamp(min=1).unsqueeze(1)
+    mean = torch.where((count > 0).unsqueeze(1), mean, state.mean_sil_emb)
+    cache, cache_preds = _spliced([(state.spkcache, sl.view(-1)), (grown, pop.view(-1))], cache_n + max_pop)[0], \
+        _spliced([(state.spkcache_preds, sl.view(-1)), (grown_preds, pop.view(-1))], cache_n + max_pop)[0]
+    left = new_n - pop
+    fifo = masked(grown, pop + rng(fifo_n), rng(fifo_n) < left) if fifo_n else grown[:, :0]
+    out = StreamingSortformerState()
+    out.fifo, out.fifo_lengths = fifo, left.view(-1)
+    out.fifo_preds = masked(grown_preds, pop + rng(fifo_n), rng(fifo_n) < left) if fifo_n else grown_preds[:, :0]
+    out.mean_sil_emb, out.n_sil_frames = mean, n_sil
+    lengths = (sl + pop).view(-1)
+    out.spkcache, out.spkcache_preds = cache[:, :cache_n].clone(), cache_preds[:, :cache_n].clone()
+    idx = torch.where(lengths > cache_n)[0]
+    if len(idx) > 0:
+        out.spkcache[idx], out.spkcache_preds[idx], _ = sm._compress_spkcache(
+            emb_seq=cache[idx], preds=cache_preds[idx], mean_sil_emb=mean[idx], permute_spk=False)
+    out.spkcache_lengths = lengths.clamp(max=cache_n)
+    return out, chunk_preds
+
+
+def check_update(sm, device, steps=30, rows=6, seed=1):
+    """fast_concat and fast_update against NeMo's on the same inputs, rows of
+    different fills (some recordings ending: shorter and empty chunks).
+    Returns the largest difference in any state tensor or prediction."""
+    g = torch.Generator().manual_seed(seed)
+    lc, rc, c = sm.chunk_left_context, sm.chunk_right_context, sm.chunk_len
+    state = sm.init_streaming_state(batch_size=rows, async_streaming=True, device=device)
+    worst = 0.0
+    for step in range(steps):
+        chunk = torch.randn(rows, lc + c + rc, sm.fc_d_model, generator=g).to(device)
+        n = torch.full((rows,), lc + c + rc, dtype=torch.long)
+        n[0] = int(torch.randint(0, lc + c + rc, (1,), generator=g))  # a recording's last, short chunk
+        if step % 5 == 4:
+            n[1] = 0  # a row with nothing this step
+        n = n.to(device)
+        total = sm.spkcache_len + sm.fifo_len + lc + c + rc
+        seq, seq_len = sm.concat_and_pad([state.spkcache, state.fifo, chunk], [state.spkcache_lengths, state.fifo_lengths, n])
+        fseq, fseq_len = fast_concat(state, chunk, n, total)
+        worst = max(worst, float((fseq[:, : seq.shape[1]] - seq).abs().max()), float((fseq_len - seq_len).abs().max()))
+        preds = torch.sigmoid(torch.randn(rows, total, sm.n_spk, generator=g)).to(device)
+        mask = torch.arange(total, device=device)[None, :, None] < seq_len[:, None, None]
+        preds = preds * mask
+        ref_in = copy_state(state)
+        fast, fast_preds = fast_update(sm, copy_state(state), chunk, n, preds, lc, rc)
+        ref, ref_preds = sm.streaming_update_async(streaming_state=ref_in, chunk=chunk, chunk_lengths=n, preds=preds, lc=lc, rc=rc)
+        worst = max(worst, float((fast_preds - ref_preds).abs().max()))
+        for name in ("spkcache", "spkcache_lengths", "spkcache_preds", "fifo", "fifo_lengths", "mean_sil_emb", "n_sil_frames"):
+            a, b = getattr(fast, name), getattr(ref, name)
+            worst = max(worst, float((a.float() - b.float()).abs().max()))
+        state = ref
+    return worst
+
+
+def copy_state(state):
+    from nemo.collections.asr.modules.sortformer_modules import StreamingSortformerState
+
+    out = StreamingSortformerState()
+    for name in ("spkcache", "spkcache_lengths", "spkcache_preds", "fifo", "fifo_lengths", "fifo_preds", "mean_sil_emb", "n_sil_frames", "spk_perm"):
+        v = getattr(state, name)
+        setattr(out, name, None if v is None else v.clone())
+    return out
 
 
 def encode(model, seq, seq_len):
@@ -203,6 +337,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=240.0, help="each recording's length")
     ap.add_argument("--compile-batches", default="16,64")
     ap.add_argument("--compile-points", default="issue-27s", help="points also run compiled (a compile per batch size)")
+    ap.add_argument("--check", action="store_true", help="first check the fast concatenation and update against NeMo's")
     args = ap.parse_args()
     torch.manual_seed(0)
     results = []
@@ -212,14 +347,21 @@ def main():
         sm = model.sortformer_modules
         # Steps before every row's cache and FIFO are full are not timed.
         warm = math.ceil((sm.spkcache_len + sm.fifo_len) / sm.chunk_len) + 1
-        modes = [("eager", None, [int(b) for b in args.batches.split(",")])]
+        modes = [("eager", {}, [int(b) for b in args.batches.split(",")])]
         if args.compile and name in args.compile_points.split(","):
+            cb = [int(b) for b in args.compile_batches.split(",")]
             fn = torch.compile(functools.partial(encode, model), dynamic=False)
-            modes.append(("compiled", fn, [int(b) for b in args.compile_batches.split(",")]))
-        for mode, fn, batches in modes:
+            modes.append(("compiled", {"compiled": fn}, cb))
+            modes.append(("compiled+fast", {"compiled": fn, "fast": True}, cb))
+        if args.check:
+            with torch.inference_mode():
+                diff = check_update(sm, args.device)
+            print(json.dumps({"point": name, "fast_vs_nemo_update_max_abs": diff}), flush=True)
+            results.append({"point": name, "fast_vs_nemo_update_max_abs": diff})
+        for mode, kw, batches in modes:
             for rows in batches:
                 t0 = time.perf_counter()
-                parts, steps, total, chunk_s, state, pad_diff = walk(model, rows, args.seconds, fn, args.device, warm)
+                parts, steps, total, chunk_s, state, pad_diff = walk(model, rows, args.seconds, args.device, warm, **kw)
                 if steps == 0:
                     print(f"{name} {mode} b{rows}: no steady step in {args.seconds} s", file=sys.stderr)
                     continue
