@@ -28,12 +28,17 @@ if [[ -z "$dir" || ! -d "$dir/registry.terraform.io/hashicorp/aws" ]]; then
 fi
 echo "tf-validate: provider mirror found"
 export TF_IN_AUTOMATION=1 TF_INPUT=0 TF_CLI_CONFIG_FILE=/dev/null
+dirs=0 tested=0 runs=0 log=$(mktemp); trap 'rm -f "$log"' EXIT
 for d in terraform/modules/* terraform/examples/*; do
   [[ -d "$d" ]] || continue
   echo "tf-validate: $d"
   terraform -chdir="$d" init -backend=false -plugin-dir="$dir" -input=false -no-color >/dev/null
   terraform -chdir="$d" validate -no-color
+  dirs=$((dirs + 1))
   if compgen -G "$d/tests/*.tftest.hcl" >/dev/null; then
-    terraform -chdir="$d" test -no-color
+    terraform -chdir="$d" test -no-color | tee "$log"
+    tested=$((tested + 1))
+    runs=$((runs + $(sed -n 's/^Success! \([0-9]*\) passed, 0 failed\.$/\1/p' "$log" | tail -1)))
   fi
 done
+echo "RESULT validated=$dirs tested=$tested runs_passed=$runs provider=$provider_version terraform=$(terraform version -json | sed -n 's/.*"terraform_version": *"\([^"]*\)".*/\1/p')"
