@@ -487,17 +487,7 @@ func fires(v series, n int) bool {
 // alarm name (a literal: the alarms over the group's own metrics).
 func alarmExpression(t *testing.T, name string) string {
 	t.Helper()
-	alarm := load(t, "modules/fleet").one(t, "resource", "aws_cloudwatch_metric_alarm", name)
-	var expr string
-	for _, q := range nested(alarm, "metric_query") {
-		if e := attr(q, "expression"); e != nil {
-			expr = str(t, e)
-		}
-	}
-	if expr == "" {
-		t.Fatalf("alarm %s has no expression", name)
-	}
-	return expr
+	return alarmExpressionWith(t, name, nil)
 }
 
 // canaryVars are the canary's defaults and two dead-letter queues.
