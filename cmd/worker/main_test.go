@@ -96,23 +96,27 @@ func TestSIGTERMFinishesJobInHandAndStopsReceiving(t *testing.T) {
 	var log strings.Builder
 	waitLine(t, lines, &log, "stopped receiving")
 	asr.Release()
+	// The rest of the log is read by one goroutine until the worker's
+	// stderr ends; the test reads log only after drained is closed.
+	drained := make(chan struct{})
 	go func() {
+		defer close(drained)
 		for l := range lines {
 			log.WriteString(l + "\n")
 		}
 	}()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	// Wait closes the pipe, so it comes after the last read (os/exec).
 	select {
-	case err := <-done:
+	case <-drained:
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker did not exit after SIGTERM")
+	}
+	if err := cmd.Wait(); err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
 			t.Fatalf("worker exited %d, want 0\n%s", ee.ExitCode(), log.String())
-		} else if err != nil {
-			t.Fatal(err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("worker did not exit after SIGTERM")
+		t.Fatal(err)
 	}
 
 	// The fleet's log metric filters count jobs by the group on the line
