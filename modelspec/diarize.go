@@ -29,6 +29,12 @@ const (
 	// DiarizeMaxSpeakers is the most speakers the shipped CPU diarizer
 	// (engine pyannote_campp) separates: a job's max above it is refused.
 	DiarizeMaxSpeakers = 20
+
+	// SortformerMaxSpeakers is the most speakers the GPU repository's
+	// diarizer (engine sortformer, NeMo's streaming Sortformer 4spk-v2)
+	// separates: workers of a GPU repository run with
+	// -diarize-max-speakers 4.
+	SortformerMaxSpeakers = 4
 )
 
 // DiarizeInputs are the diarization model's inputs.

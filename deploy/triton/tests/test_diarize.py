@@ -25,7 +25,7 @@ model = importlib.util.module_from_spec(spec)
 sys.modules["diarize_model"] = model
 spec.loader.exec_module(model)
 
-from fleetscribe_asr import checkpoint, diarize  # noqa: E402 - model.py put its folder on the path
+from fleetscribe_asr import checkpoint, diarize, sortformer  # noqa: E402 - model.py put its folder on the path
 
 
 def flite(text, voice):
@@ -139,15 +139,17 @@ class DiarizeOptionsTest(unittest.TestCase):
         path = os.path.join(HERE, "..", "..", "..", "docs", "triton.md")
         with open(path) as f:
             doc = f.read()
-        begin, end = "<!-- diarize parameters: begin -->\n", "<!-- diarize parameters: end -->"
-        head, rest = doc.split(begin)
-        _, tail = rest.split(end)
-        want = head + begin + diarize.DiarizeOptions.reference() + end + tail
+        want = doc
+        for name, cls in (("diarize", diarize.DiarizeOptions), ("sortformer", sortformer.SortformerOptions)):
+            begin, end = f"<!-- {name} parameters: begin -->\n", f"<!-- {name} parameters: end -->"
+            head, rest = want.split(begin)
+            _, tail = rest.split(end)
+            want = head + begin + cls.reference() + end + tail
         if os.environ.get("UPDATE_DOCS") == "1":
             with open(path, "w") as f:
                 f.write(want)
             return
-        self.assertEqual(doc, want, "docs/triton.md's diarize parameters are not DiarizeOptions' (UPDATE_DOCS=1 rewrites them)")
+        self.assertEqual(doc, want, "docs/triton.md's diarize parameters are not DiarizeOptions' and SortformerOptions' (UPDATE_DOCS=1 rewrites them)")
 
     def test_state_round_trip_and_refusal(self):
         st = diarize.State([np.arange(192, dtype=np.float32)], [1.5], [0.25], 30.0)
@@ -183,3 +185,62 @@ class DiarizeOptionsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SortformerContractTest(unittest.TestCase):
+    """The GPU diarizer's options and state, which need neither torch nor
+    NeMo (its model runs in lab/bench/gpu/test_sortformer.py, where NeMo is)."""
+
+    def test_options_refuse_unknown_and_bad(self):
+        with self.assertRaisesRegex(ValueError, r"unknown diarize model parameter\(s\) chunk_secs; known: .*chunk_seconds"):
+            sortformer.SortformerOptions.from_params({"engine": "sortformer", "chunk_secs": "30"})
+        for params, why in (({"max_speakers": "5"}, "1 to 4"), ({"encoder": "fast"}, "compiled or eager"),
+                            ({"batch_buckets": "x"}, "batch_buckets"), ({"threshold": "1.5"}, "threshold"),
+                            ({"fifo_frames": "a lot"}, "want a int"), ({"engine": "pyannote_campp"}, "want sortformer")):
+            with self.assertRaisesRegex(ValueError, why):
+                sortformer.SortformerOptions.from_params({"engine": "sortformer", **params})
+        opts = sortformer.SortformerOptions.from_params({"engine": "sortformer", "chunk_seconds": "45", "batch_buckets": "16,4,8"})
+        self.assertEqual((opts.chunk_frames, opts.buckets()), (563, [4, 8, 16]))
+
+    def test_state_round_trip_and_refusals(self):
+        g = np.random.default_rng(1)
+        st = sortformer.Stream(g.standard_normal((12, 8)).astype(np.float32), g.random((12, 4)).astype(np.float32),
+                               g.standard_normal((3, 8)).astype(np.float32), g.random((3, 4)).astype(np.float32),
+                               g.standard_normal(8).astype(np.float32), 5, [1.0, 0.0, 2.5, 0.0], [0.5, -1.0, 3.0, -1.0], 60.0)
+        raw = st.encode()
+        back = sortformer.Stream.decode(raw, 8, 20, 5)
+        for a, b in ((st.cache, back.cache), (st.cache_preds, back.cache_preds), (st.fifo, back.fifo), (st.sil, back.sil)):
+            self.assertTrue(np.array_equal(a, b))  # lossless: the next chunk sees what NeMo's own loop would
+        self.assertEqual((back.n_sil, back.talk, back.first, back.seconds), (5, st.talk, st.first, 60.0))
+        self.assertEqual(back.encode(), raw)
+        self.assertEqual(len(sortformer.Stream.decode(b"", 8, 20, 5).cache), 0)
+        bad = [(b'{"v": 1}', "not a Sortformer state"), (raw[:-4], "inconsistent"), (raw[:4] + b"\x02" + raw[5:], "version 2"),
+               (raw[:9] + b"[" + raw[10:], "not this model.s")]
+        for b, why in bad:
+            with self.assertRaisesRegex(diarize.StateError, why):
+                sortformer.Stream.decode(b, 8, 20, 5)
+        with self.assertRaisesRegex(diarize.StateError, "at most 10 and 5 of 8"):
+            sortformer.Stream.decode(raw, 8, 10, 5)  # more cache frames than this model keeps
+        with self.assertRaisesRegex(diarize.StateError, "of 16"):
+            sortformer.Stream.decode(raw, 16, 20, 5)  # another model's width
+        nan = sortformer.Stream(st.cache.copy(), st.cache_preds, st.fifo, st.fifo_preds, st.sil, 5, st.talk, st.first, 60.0)
+        nan.cache[0, 0] = np.nan
+        with self.assertRaisesRegex(diarize.StateError, "inconsistent"):
+            sortformer.Stream.decode(nan.encode(), 8, 20, 5)
+
+    def test_final_labels_merge_the_most_alike_to_the_jobs_max(self):
+        g = np.random.default_rng(7)
+        voices = g.standard_normal((3, 8)).astype(np.float32)
+        cache = np.concatenate([voices[0] + 0.01 * g.standard_normal((4, 8)), voices[1] + 0.01 * g.standard_normal((4, 8)),
+                                voices[0] * 0.9 + voices[2] * 0.1 + 0.01 * g.standard_normal((4, 8))]).astype(np.float32)
+        preds = np.zeros((12, 4), np.float32)
+        preds[:4, 0] = preds[4:8, 2] = preds[8:, 3] = 1
+        st = sortformer.Stream(cache, preds, np.zeros((0, 8), np.float32), np.zeros((0, 4), np.float32), np.zeros(8, np.float32), 0,
+                               [30.0, 0.0, 20.0, 10.0], [5.0, -1.0, 1.0, 9.0], 60.0)
+        labels = lambda lo, hi: diarize.final_labels(st.speakers(), lo, hi, 4, 1.01, 0.5)  # noqa: E731 - the engine's settings
+        self.assertEqual(labels(0, 0), [1, -1, 0, 2])  # by first appearance; speaker 1 never heard
+        self.assertEqual(labels(0, 2), [1, -1, 0, 1])  # speakers 0 and 3 sound alike: one
+        self.assertEqual(labels(0, 1), [0, -1, 0, 0])
+        for lo, hi in ((3, 2), (0, 5)):
+            with self.assertRaises(diarize.StateError):
+                labels(lo, hi)

@@ -27,6 +27,13 @@
 #   profile          where the encoder's GPU time goes, eager and each way of
 #                    compiling it (encoder_profile.py; PROFILE_ARGS) -> OUTDIR/profile-nemo.json
 #   model            builds the NeMo model the nemo steps serve, if missing
+#   sftest           the GPU diarizer's tests (test_sortformer.py: NeMo's
+#                    Sortformer built tiny, its compiled encoder on the GPU)
+#   sortformer:A,..  with the shipped engine serving $NEMO_MODEL and the diarize
+#                    model serving $SORTFORMER_MODEL (NeMo's Sortformer-shaped,
+#                    random weights, built if missing): 45-s clips, each point
+#                    with diarization off, on (every clip) and alone, side by side
+#   sortformermix:A  the same on the length mix (chunks of 30 s)
 #   coldcache        empties the compile cache: the next arrangement starts cold
 #
 # The encoder runs compiled (model.py's default; /eagerenc: eagerly), its
@@ -62,6 +69,7 @@ gpus="${GPUS:-0}"
 carry="${CARRY:-$root/.gpu}"
 work="${WORKDIR:-/tmp/fleetscribe-gpu}"
 export NEMO_MODEL="${NEMO_MODEL:-$work/parakeet-tdt-shaped.nemo}"
+export SORTFORMER_MODEL="${SORTFORMER_MODEL:-$work/sortformer-4spk-v2-shaped.nemo}"
 export FLEETSCRIBE_COMPILE_CACHE="${FLEETSCRIBE_COMPILE_CACHE:-$work/compile-cache}"
 bench="${GPUBENCH:-$root/bin/gpubench}"
 worker="${WORKER:-$root/bin/worker}"
@@ -115,6 +123,13 @@ nemo_model() {
     log "building the NeMo model"; anchor --out "$work/nemo-build.json" --save "$NEMO_MODEL" --batches "" --eager-batches "" || log "NeMo model build failed"
   fi
 }
+sortformer_model() {
+  if [[ ! -f "$SORTFORMER_MODEL" ]]; then
+    log "building the Sortformer model"
+    PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/sortformer_study.py" --save "$SORTFORMER_MODEL" 2>&1 |
+      { grep -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log" || log "Sortformer model build failed"
+  fi
+}
 study() { # encoder_study.py arguments...; all of its output in OUTDIR/study.log
   PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/encoder_study.py" --cache "$FLEETSCRIBE_COMPILE_CACHE" \
     --batches "${STUDY_BATCHES:-16,32}" ${STUDY_ARGS:-} "$@" 2>&1 | tee -a "$out/study.log" |
@@ -142,6 +157,17 @@ for step in "$@"; do
       nemo_model
       arrangements mix "${step#nemomix:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=30,length_buckets=30${PARAMS:+,$PARAMS}" ;;
     model) nemo_model ;;
+    sftest) log "GPU diarizer tests"
+      (cd "$here" && PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" -m unittest -v test_sortformer 2>&1 |
+        { grep -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log") || log "tests failed" ;;
+    sortformer:*)
+      nemo_model; sortformer_model
+      arrangements clip "${step#sortformer:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=45,length_buckets=45${PARAMS:+,$PARAMS}" \
+        -diarize "${DIARIZE:-off,on,only}" -diarize-param "model=$SORTFORMER_MODEL,chunk_seconds=45${DIAR_PARAMS:+,$DIAR_PARAMS}" ;;
+    sortformermix:*)
+      nemo_model; sortformer_model
+      arrangements mix "${step#sortformermix:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=30,length_buckets=30${PARAMS:+,$PARAMS}" \
+        -diarize "${DIARIZE:-off,on,only}" -diarize-param "model=$SORTFORMER_MODEL,chunk_seconds=30${DIAR_PARAMS:+,$DIAR_PARAMS}" ;;
     study) nemo_model; log "compiled encoder study: NeMo"; study --nemo "$NEMO_MODEL" --out "$out/encoder-nemo.json" || log "study failed" ;;
     profile) nemo_model; log "encoder profile: NeMo"
       PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/encoder_profile.py" --nemo "$NEMO_MODEL" \

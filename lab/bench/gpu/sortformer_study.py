@@ -28,10 +28,15 @@ import argparse
 import functools
 import json
 import math
+import os
 import sys
 import time
 
 import torch
+
+# The served engine's fast concatenation and update, from the shipped package.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "deploy", "triton", "models", "asr", "1"))
+from fleetscribe_asr.sortformer import encode, fast_concat, fast_update  # noqa: E402
 
 FRAME_S = 0.08  # one encoder frame: 10-ms features, 8x subsampling
 
@@ -184,91 +189,6 @@ def walk(model, rows, seconds, device, warm_steps, compiled=None, pre=None, fast
     return timer.parts, steps, total, sm.chunk_len * FRAME_S, state, pad_diff
 
 
-def _take(x, idx):
-    """x (rows, frames, dim) at frame indices idx (rows, n), clamped to x."""
-    idx = idx.clamp(0, max(x.shape[1] - 1, 0)).expand(x.shape[0], -1)
-    return torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2]))
-
-
-def _spliced(parts, total):
-    """The rows' valid frames of each (x, length) part, one after another,
-    in a sequence of total frames (zeros past the sum), and that sum."""
-    rows = parts[0][0].shape[0]
-    t = torch.arange(total, device=parts[0][0].device).unsqueeze(0).expand(rows, -1)
-    out, start = None, torch.zeros((rows, 1), dtype=torch.long, device=t.device)
-    for x, n in parts:
-        if x.shape[1] == 0:
-            continue
-        n = n.view(-1, 1)
-        inside = ((t >= start) & (t < start + n)).unsqueeze(-1)
-        piece = torch.where(inside, _take(x, t - start), torch.zeros((), dtype=x.dtype, device=x.device))
-        out = piece if out is None else out + piece.to(out.dtype)
-        start = start + n
-    return out, start.view(-1)
-
-
-def fast_concat(state, emb, emb_len, total):
-    """NeMo's concat_and_pad of speaker cache, FIFO and chunk, without its
-    loop over rows: one fixed length (total) for every step."""
-    return _spliced([(state.spkcache, state.spkcache_lengths), (state.fifo, state.fifo_lengths), (emb, emb_len)], total)
-
-
-def fast_update(sm, streaming_state, chunk, chunk_lengths, preds, lc, rc):
-    """NeMo's streaming_update_async (speaker cache and FIFO of rows at their
-    own lengths) as tensor operations over all rows at once, no host sync
-    per row; the speaker-cache compression is NeMo's own, on the rows that
-    overflow. Returns the new state and the chunk's predictions."""
-    from nemo.collections.asr.modules.sortformer_modules import StreamingSortformerState
-
-    state = streaming_state
-    dev = chunk.device
-    cache_n, fifo_n, c = sm.spkcache_len, sm.fifo_len, chunk.shape[1] - lc - rc
-    sl, fl = state.spkcache_lengths.view(-1, 1), state.fifo_lengths.view(-1, 1)
-    cl = (chunk_lengths.view(-1, 1) - lc).clamp(0, c)
-
-    def rng(n):
-        return torch.arange(n, device=dev).unsqueeze(0)
-
-    def masked(x, idx, keep):
-        return torch.where(keep.unsqueeze(-1), _take(x, idx), torch.zeros((), dtype=x.dtype, device=dev))
-
-    fifo_preds = masked(preds, sl + rng(fifo_n), rng(fifo_n) < fl) if fifo_n else preds[:, :0]
-    chunk_preds = masked(preds, sl + fl + lc + rng(c), rng(c) < cl)
-    # The FIFO with the chunk appended.
-    new_n = fl + cl
-    grown, _ = _spliced([(state.fifo, fl.view(-1)), (chunk[:, lc:lc + c], cl.view(-1))], fifo_n + c)
-    grown_preds, _ = _spliced([(fifo_preds, fl.view(-1)), (chunk_preds, cl.view(-1))], fifo_n + c)
-    # What overflows moves to the speaker cache.
-    period = max(sm.spkcache_update_period, c)
-    max_pop = min(period, c + fifo_n)
-    pop = torch.where(new_n > fifo_n, torch.minimum(torch.clamp(c - fifo_n + fl, min=sm.spkcache_update_period), new_n),
-                      torch.zeros_like(new_n))
-    keep = rng(max_pop) < pop
-    pop_embs = masked(grown, rng(max_pop), keep)
-    pop_preds = masked(grown_preds, rng(max_pop), keep)
-    is_sil = (pop_preds.sum(dim=2) < sm.sil_threshold) & keep
-    count = is_sil.sum(dim=1)
-    n_sil = state.n_sil_frames + count
-    mean = (state.mean_sil_emb * state.n_sil_frames.unsqueeze(1) + (pop_embs * is_sil.unsqueeze(-1)).sum(dim=1)) / n_sil.clamp(min=1).unsqueeze(1)
-    mean = torch.where((count > 0).unsqueeze(1), mean, state.mean_sil_emb)
-    cache, cache_preds = _spliced([(state.spkcache, sl.view(-1)), (grown, pop.view(-1))], cache_n + max_pop)[0], \
-        _spliced([(state.spkcache_preds, sl.view(-1)), (grown_preds, pop.view(-1))], cache_n + max_pop)[0]
-    left = new_n - pop
-    fifo = masked(grown, pop + rng(fifo_n), rng(fifo_n) < left) if fifo_n else grown[:, :0]
-    out = StreamingSortformerState()
-    out.fifo, out.fifo_lengths = fifo, left.view(-1)
-    out.fifo_preds = masked(grown_preds, pop + rng(fifo_n), rng(fifo_n) < left) if fifo_n else grown_preds[:, :0]
-    out.mean_sil_emb, out.n_sil_frames = mean, n_sil
-    lengths = (sl + pop).view(-1)
-    out.spkcache, out.spkcache_preds = cache[:, :cache_n].clone(), cache_preds[:, :cache_n].clone()
-    idx = torch.where(lengths > cache_n)[0]
-    if len(idx) > 0:
-        out.spkcache[idx], out.spkcache_preds[idx], _ = sm._compress_spkcache(
-            emb_seq=cache[idx], preds=cache_preds[idx], mean_sil_emb=mean[idx], permute_spk=False)
-    out.spkcache_lengths = lengths.clamp(max=cache_n)
-    return out, chunk_preds
-
-
 def check_update(sm, device, steps=30, rows=6, seed=1):
     """fast_concat and fast_update against NeMo's on the same inputs, rows of
     different fills (some recordings ending: shorter and empty chunks).
@@ -312,11 +232,6 @@ def copy_state(state):
     return out
 
 
-def encode(model, seq, seq_len):
-    emb, emb_len = model.frontend_encoder(processed_signal=seq, processed_signal_length=seq_len, bypass_pre_encode=True)
-    return model.forward_infer(emb, emb_len)
-
-
 def state_bytes(state):
     total = 0
     for name in ("spkcache", "spkcache_lengths", "spkcache_preds", "fifo", "fifo_lengths", "mean_sil_emb", "n_sil_frames"):
@@ -338,8 +253,14 @@ def main():
     ap.add_argument("--compile-batches", default="16,64")
     ap.add_argument("--compile-points", default="issue-27s", help="points also run compiled (a compile per batch size)")
     ap.add_argument("--check", action="store_true", help="first check the fast concatenation and update against NeMo's")
+    ap.add_argument("--save", default="", help="only build the full-size model (random weights) of --points' first point and save it as this .nemo")
     args = ap.parse_args()
     torch.manual_seed(0)
+    if args.save:
+        model = build(POINTS[args.points.split(",")[0]], args.tiny, "cpu")
+        model.save_to(args.save)
+        print(json.dumps({"saved": args.save, "params": sum(p.numel() for p in model.parameters())}), flush=True)
+        return
     results = []
     for name in args.points.split(","):
         point = POINTS[name]

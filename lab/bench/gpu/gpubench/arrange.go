@@ -154,6 +154,26 @@ func writeRepo(dir, modelDir, kind string, a arrangement, params map[string]stri
 	return os.Symlink(modelDir, filepath.Join(md, "1"))
 }
 
+// writeDiarize adds the GPU repository's diarize model (modelspec.Diarize:
+// Sortformer) to the repository in dir: one instance a partition, of kind,
+// with params over the shipped ones (the CPU repositories' where params
+// name engine pyannote_campp: a check of the benchmark without a GPU).
+func writeDiarize(dir, modelDir, kind string, a arrangement, params map[string]string) error {
+	cfg := modelspec.Diarize(params["engine"] != "pyannote_campp")
+	cfg.Header, cfg.InstanceComment, cfg.Kind = "", "", kind
+	if a.maxBatch > 0 {
+		cfg = cfg.WithMaxBatch(a.maxBatch)
+	}
+	md := filepath.Join(dir, modelspec.DiarizeName)
+	if err := os.MkdirAll(md, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(md, "config.pbtxt"), []byte(cfg.WithParameters(params).Render()), 0o644); err != nil {
+		return err
+	}
+	return os.Symlink(modelDir, filepath.Join(md, "1"))
+}
+
 // host runs an arrangement's partitions through `worker mps run` (the
 // worker binary's host-process supervisor, MPS daemon included) until
 // stop is called.

@@ -155,7 +155,9 @@ func TestReportResultLine(t *testing.T) {
 
 // The whole benchmark on a host without GPUs: real Triton processes
 // started by `worker mps run`, model.py's echo engine, the pool's load,
-// Triton's statistics, one CSV row per point.
+// Triton's statistics, one CSV row per point; each point with
+// diarization off, on and alone (the CPU diarizer in the diarize model's
+// place: Sortformer's own tests need NeMo, lab/bench/gpu/test_sortformer.py).
 func TestRunOnRealTriton(t *testing.T) {
 	tritonproc.Require(t)
 	if testing.Short() {
@@ -177,6 +179,8 @@ func TestRunOnRealTriton(t *testing.T) {
 	err = runCmd([]string{"-worker", worker, "-tritonserver", filepath.Join(root, "scripts", "tritonserver"), "-base-port", strconv.Itoa(base),
 		"-model-dir", filepath.Join(root, "deploy/triton/models/asr/1"),
 		"-instance-kind", "KIND_CPU", "-engine", "", "-param", "engine=echo,batch_delay_ms=20",
+		"-diarize-model-dir", filepath.Join(root, "deploy/triton/models/diarize/1"), "-diarize-param", "engine=pyannote_campp",
+		"-diarize", "off,on,only",
 		"-clip-seconds", "2", "-concurrency", "4", "-duration", "1500ms", "-warmup", "500ms", "-out", out,
 		"single", "timesliced-2"})
 	if err != nil {
@@ -186,14 +190,16 @@ func TestRunOnRealTriton(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 2 {
-		t.Fatalf("%d rows, want one per arrangement", len(rs))
+	if len(rs) != 6 {
+		t.Fatalf("%d rows, want one per arrangement and diarization", len(rs))
 	}
 	for i, want := range []string{"single", "timesliced-2"} {
-		r := rs[i]
-		if r.arrangement != want || r.decoder != "cuda_graph" || r.workload != "clip2" || r.completed == 0 || r.errors != 0 ||
-			r.meanBatch < 1 || r.p99 <= 0 {
-			t.Errorf("row %d: %+v", i, r)
+		for j, workload := range []string{"clip2", "clip2+diarize", "clip2-diarize-only"} {
+			r := rs[3*i+j]
+			if r.arrangement != want || r.decoder != "cuda_graph" || r.workload != workload || r.completed == 0 || r.errors != 0 ||
+				r.meanBatch < 1 || r.p99 <= 0 {
+				t.Errorf("row %d: %+v", 3*i+j, r)
+			}
 		}
 	}
 }
@@ -357,5 +363,34 @@ func TestSplitQuietestIsTheRuleBefore(t *testing.T) {
 	}
 	if n < len(x) || n > len(x)+(len(old)-1)*cfg.Overlap {
 		t.Errorf("chunks hold %d samples of %d: want all, and at most an overlap a cut more", n, len(x))
+	}
+}
+
+func TestDiarizeReportResultLine(t *testing.T) {
+	dir := t.TempDir()
+	results := filepath.Join(dir, "results.csv")
+	row := func(workload, conc, audio, p99, errs string) []string {
+		return []string{"mps50-8", "mps", "nemo", workload, conc, "100", "20", "30", audio, "400", "500", p99, "8", "90", errs, "0", "1", "1", "1", "1", "compiled", "60", "warm"}
+	}
+	rows := [][]string{
+		row("clip45", "64", "11000", "450", "0"), row("clip45+diarize", "64", "8000", "900", "0"), row("clip45-diarize-only", "64", "26000", "300", "0"),
+		// More in flight: more served with diarization, but over 1.5 s.
+		row("clip45", "128", "10500", "700", "0"), row("clip45+diarize", "128", "8500", "1600", "0"), row("clip45-diarize-only", "128", "30000", "1700", "0"),
+		row("mix", "32", "8000", "900", "0"), row("mix+diarize", "32", "6000", "1200", "0"),
+	}
+	f, _ := os.Create(results)
+	w := csv.NewWriter(f)
+	_ = w.Write(columns)
+	_ = w.WriteAll(rows)
+	w.Flush()
+	_ = f.Close()
+	out, err := exec.Command("go", "run", ".", "diarize", "-results", results).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := "RESULT model=sortformer asr_only_audio_s_per_s=11000 asr_diar_audio_s_per_s=8000 ratio=0.73 diar_only_audio_s_per_s=26000 p99_ms=900 mix_ratio=0.75"
+	if got := lines[len(lines)-1]; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
 	}
 }

@@ -52,6 +52,7 @@ type loadConfig struct {
 	chunkPar     int     // the worker's -chunk-parallelism (mix)
 	inflight     int     // the worker's -triton-max-inflight (mix): chunks past it wait in the pool, as the worker's do
 	quietest     bool    // the mix chunked by splitQuietest (workload mix-quietest), not the worker's audio.Split
+	diarize      []string // each point's diarization, a row each: off, on (speech and diarization), only
 	warm, dur    time.Duration
 	concurrency  []int // requests (clips) or recordings (mix) in flight
 }
@@ -107,31 +108,19 @@ func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	clip := synth.SpeechLike(rng, int(lc.clipSeconds*rate), rate)
+	modes := lc.diarize
+	if len(modes) == 0 {
+		modes = []string{"off"}
+	}
 	var rows [][]string
 	for _, n := range lc.concurrency {
-		work := clipRequest(pool, clip)
-		workload := fmt.Sprintf("clip%g", lc.clipSeconds)
-		if lc.mix {
-			split, name := workerChunks, "mix"
-			if lc.quietest {
-				split, name = splitQuietest, "mix-quietest"
+		for _, mode := range modes {
+			row, err := measurePoint(ctx, lc, pool, reg, stats, clip, n, mode)
+			if err != nil {
+				return nil, err
 			}
-			work, workload = mixJob(pool, lc.chunkSeconds, lc.chunkPar, split), name
+			rows = append(rows, row)
 		}
-		var before, after modelStats
-		var cpuBefore, cpuAfter cpuTimes
-		overBefore := overloaded(reg)
-		p := run(ctx, n, lc.warm, lc.dur, work, func() { before, cpuBefore = stats.sum(ctx), readCPU() },
-			func() { after, cpuAfter = stats.sum(ctx), readCPU() })
-		fmt.Printf("# %s at %d: host CPUs %.1f of %d busy (%s), this load generator %.1f\n", workload, n,
-			cpuAfter.busyCores(cpuBefore), runtime.NumCPU(), cpuAfter.byGroup(cpuBefore), cpuAfter.selfCores(cpuBefore))
-		meanBatch, queueMs, inputMs, inferMs, outputMs := perRequest(after, before)
-		row := []string{workload, strconv.Itoa(n), strconv.Itoa(p.completed), f3(p.seconds),
-			f3(float64(p.completed) / p.seconds), f3(p.audioSeconds / p.seconds),
-			ms(pct(p.latencies, 0.5)), ms(pct(p.latencies, 0.95)), ms(pct(p.latencies, 0.99)),
-			f3(meanBatch), f3(p.util), strconv.Itoa(p.errors), strconv.Itoa(int(overloaded(reg) - overBefore)),
-			f3(queueMs), f3(inputMs), f3(inferMs), f3(outputMs)}
-		rows = append(rows, row)
 	}
 	if r, of := sharedMemory(reg); r < of || of == 0 {
 		fmt.Printf("# audio through shared memory to %d of %d partitions (the rest in the request)\n", r, of)
@@ -139,13 +128,98 @@ func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
 	return rows, nil
 }
 
-// clipRequest sends the same clip as one request.
-func clipRequest(pool *triton.Pool, clip []float32) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
+// measurePoint is one point: n clips or recordings in flight, diarized as
+// mode says (off, on, only). Its workload is named with the mode
+// (clip45, clip45+diarize, clip45-diarize-only; mix, ...).
+func measurePoint(ctx context.Context, lc loadConfig, pool *triton.Pool, reg *prometheus.Registry, stats *partitionStats, clip []float32, n int, mode string) ([]string, error) {
+	work := clipRequest(pool, clip, mode)
+	workload := fmt.Sprintf("clip%g", lc.clipSeconds)
+	if lc.mix {
+		split, name := workerChunks, "mix"
+		if lc.quietest {
+			split, name = splitQuietest, "mix-quietest"
+		}
+		work, workload = mixJob(pool, lc.chunkSeconds, lc.chunkPar, split, mode), name
+	}
+	switch mode {
+	case "on":
+		workload += "+diarize"
+	case "only":
+		workload += "-diarize-only"
+	}
+	var before, after, dBefore, dAfter modelStats
+	var cpuBefore, cpuAfter cpuTimes
+	overBefore := overloaded(reg)
+	p := run(ctx, n, lc.warm, lc.dur, work, func() {
+		before, dBefore, cpuBefore = stats.sum(ctx, modelspec.Name), stats.sum(ctx, modelspec.DiarizeName), readCPU()
+	}, func() {
+		after, dAfter, cpuAfter = stats.sum(ctx, modelspec.Name), stats.sum(ctx, modelspec.DiarizeName), readCPU()
+	})
+	fmt.Printf("# %s at %d: host CPUs %.1f of %d busy (%s), this load generator %.1f\n", workload, n,
+		cpuAfter.busyCores(cpuBefore), runtime.NumCPU(), cpuAfter.byGroup(cpuBefore), cpuAfter.selfCores(cpuBefore))
+	meanBatch, queueMs, inputMs, inferMs, outputMs := perRequest(after, before)
+	if mode != "off" {
+		b, q, _, inf, _ := perRequest(dAfter, dBefore)
+		fmt.Printf("# %s at %d: diarize model %d requests, mean batch %.1f, queue %.1f ms, infer %.1f ms a request\n",
+			workload, n, dAfter.requests-dBefore.requests, b, q, inf)
+		if mode == "only" {
+			meanBatch, queueMs, inputMs, inferMs, outputMs = perRequest(dAfter, dBefore)
+		}
+	}
+	return []string{workload, strconv.Itoa(n), strconv.Itoa(p.completed), f3(p.seconds),
+		f3(float64(p.completed) / p.seconds), f3(p.audioSeconds / p.seconds),
+		ms(pct(p.latencies, 0.5)), ms(pct(p.latencies, 0.95)), ms(pct(p.latencies, 0.99)),
+		f3(meanBatch), f3(p.util), strconv.Itoa(p.errors), strconv.Itoa(int(overloaded(reg) - overBefore)),
+		f3(queueMs), f3(inputMs), f3(inferMs), f3(outputMs)}, nil
+}
+
+// diarizeRecording sends a recording's chunks to the diarize model one
+// after another, each with the state the last returned, then its finish,
+// as the worker does; each chunk's latency is recorded (its audio with
+// audio, else latency only).
+func diarizeRecording(ctx context.Context, pool *triton.Pool, chunks [][]float32, phase *atomic.Pointer[point], mu *sync.Mutex, audio bool) error {
+	var state []byte
+	for _, c := range chunks {
+		t0 := time.Now()
+		res, err := pool.Diarize(ctx, triton.DiarizeRequest{Samples: c, State: state})
+		sec := 0.0
+		if audio {
+			sec = float64(len(c)) / rate
+		}
+		record(phase.Load(), mu, t0, err, sec, audio)
+		if err != nil {
+			return err
+		}
+		state = res.State
+	}
+	_, err := pool.Diarize(ctx, triton.DiarizeRequest{State: state, Finish: true})
+	return err
+}
+
+// clipRequest sends the same clip as one request (mode off), with its
+// diarization beside it (on: the clip is done when both are), or its
+// diarization alone (only).
+func clipRequest(pool *triton.Pool, clip []float32, mode string) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
 	return func(ctx context.Context, _ int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
 		p := phase.Load() // a clip counts in the window it started in, as before
 		start := time.Now()
-		_, err := pool.Transcribe(ctx, triton.Request{Samples: clip, Timestamps: true})
-		record(p, mu, start, err, float64(len(clip))/rate)
+		var err error
+		switch mode {
+		case "only":
+			return diarizeRecording(ctx, pool, [][]float32{clip}, phase, mu, true)
+		case "on":
+			// The clip's latency is until both are done; the diarization's
+			// own is recorded too, without audio.
+			g, gctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return diarizeRecording(gctx, pool, [][]float32{clip}, phase, mu, false) })
+			_, err = pool.Transcribe(gctx, triton.Request{Samples: clip, Timestamps: true})
+			if derr := g.Wait(); err == nil {
+				err = derr
+			}
+		default:
+			_, err = pool.Transcribe(ctx, triton.Request{Samples: clip, Timestamps: true})
+		}
+		record(p, mu, start, err, float64(len(clip))/rate, true)
 		return nil
 	}
 }
@@ -154,13 +228,25 @@ func clipRequest(pool *triton.Pool, clip []float32) func(context.Context, int, *
 // does: cut by split (workerChunks, the worker's rule) into chunks of at
 // most chunkSeconds, overlapping by a second where a cut is not in a pause,
 // par chunks in flight.
-func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float32, audio.SplitConfig) [][]float32) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
+//
+// With mode on, the chunks also go to the diarize model one after another
+// (diarizeRecording) while they are transcribed, as the worker does a job
+// that asks for speakers, and the recording is done when both are; with
+// mode only, they go to the diarize model alone.
+func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float32, audio.SplitConfig) [][]float32, mode string) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
 	return func(ctx context.Context, client int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
 		rng := rand.New(rand.NewPCG(uint64(client), uint64(time.Now().UnixNano())))
 		sec := synth.RecordingSeconds(rng)
 		x := synth.SpeechLike(rng, int(sec*rate), rate)
 		chunks := split(x, worker.SplitPolicy(chunkSeconds, true))
+		if mode == "only" {
+			return diarizeRecording(ctx, pool, chunks, phase, mu, true)
+		}
 		g, gctx := errgroup.WithContext(ctx)
+		var dz errgroup.Group
+		if mode == "on" {
+			dz.Go(func() error { return diarizeRecording(ctx, pool, chunks, phase, mu, false) }) // not gctx: it ends when g.Wait returns
+		}
 		g.SetLimit(par)
 		for _, c := range chunks {
 			g.Go(func() error {
@@ -168,15 +254,22 @@ func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float
 				_, err := pool.Transcribe(gctx, triton.Request{Samples: c, Timestamps: true})
 				// Per chunk, in the window it completes in: a recording begun
 				// in the warm-up counts what it finishes in the measured one.
-				record(phase.Load(), mu, t0, err, float64(len(c))/rate)
+				record(phase.Load(), mu, t0, err, float64(len(c))/rate, true)
 				return err
 			})
 		}
-		return g.Wait()
+		err := g.Wait()
+		if derr := dz.Wait(); err == nil {
+			err = derr
+		}
+		return err
 	}
 }
 
-func record(p *point, mu *sync.Mutex, start time.Time, err error, audioSec float64) {
+// record counts a request that ended: its latency, and with counted its
+// completion and audio (a diarization beside a transcription adds its
+// latency only: the recording's audio is counted once).
+func record(p *point, mu *sync.Mutex, start time.Time, err error, audioSec float64, counted bool) {
 	d := time.Since(start)
 	mu.Lock()
 	defer mu.Unlock()
@@ -187,8 +280,10 @@ func record(p *point, mu *sync.Mutex, start time.Time, err error, audioSec float
 		return
 	}
 	p.latencies = append(p.latencies, d)
-	p.completed++
-	p.audioSeconds += audioSec
+	if counted {
+		p.completed++
+		p.audioSeconds += audioSec
+	}
 }
 
 // measured is a point's figures plus the GPU utilisation over its window.
@@ -264,10 +359,10 @@ func dialStats(addrs []string) (*partitionStats, error) {
 	return s, nil
 }
 
-func (s *partitionStats) sum(ctx context.Context) modelStats {
+func (s *partitionStats) sum(ctx context.Context, model string) modelStats {
 	var t modelStats
 	for _, c := range s.conns {
-		r, err := pb.NewGRPCInferenceServiceClient(c).ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: "asr"})
+		r, err := pb.NewGRPCInferenceServiceClient(c).ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: model})
 		if err != nil {
 			continue
 		}

@@ -11,6 +11,7 @@
 //	gpubench sweep   the same sweep against partitions already running
 //	gpubench repo    write the model repository one partition serves
 //	gpubench report  read the results, print the table and the RESULT line, plot
+//	gpubench diarize the diarize model's side-by-side points and their RESULT line
 //
 // See docs/benchmarks.md.
 package main
@@ -22,7 +23,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: gpubench run|sweep|repo|report|compiled [flags]")
+		fmt.Fprintln(os.Stderr, "usage: gpubench run|sweep|repo|report|compiled|diarize [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -37,6 +38,8 @@ func main() {
 		err = report(os.Args[2:])
 	case "compiled":
 		err = compiledReport(os.Args[2:])
+	case "diarize":
+		err = diarizeReport(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}

@@ -27,6 +27,7 @@ type loadFlags struct {
 	chunkPar     int
 	inflight     int
 	split        string
+	diarize      flagext.StringSliceCSV
 	warm, dur    time.Duration
 	out          string
 }
@@ -40,6 +41,8 @@ func (l *loadFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&l.chunkPar, "chunk-parallelism", 64, "the worker's -chunk-parallelism (workload mix)")
 	fs.IntVar(&l.inflight, "max-inflight", 16, "the worker's -triton-max-inflight: requests in flight a partition (workload mix; clips are as many as -concurrency)")
 	fs.StringVar(&l.split, "split", "worker", "how the mix is chunked: worker (audio.Split, as the worker does) or quietest (the rule before it cut at the last pause, for a side-by-side run; workload mix-quietest)")
+	l.diarize = flagext.StringSliceCSV{"off"}
+	fs.Var(&l.diarize, "diarize", "diarization of each point, one row each, side by side: off (speech only), on (speech and the diarize model on every recording, as the worker does a job that asks for speakers), only (the diarize model alone); on and only need -diarize-param")
 	fs.DurationVar(&l.dur, "duration", 5*time.Second, "measured time per point")
 	fs.DurationVar(&l.warm, "warmup", 2*time.Second, "unmeasured time before each point")
 	fs.StringVar(&l.out, "out", "results.csv", "CSV to append to")
@@ -54,6 +57,12 @@ func (l *loadFlags) config(addrs []string) (loadConfig, error) {
 	}
 	lc := loadConfig{addrs: addrs, mix: l.workload == "mix", clipSeconds: l.clipSeconds, chunkSeconds: l.chunkSeconds,
 		chunkPar: l.chunkPar, inflight: l.inflight, quietest: l.split == "quietest", warm: l.warm, dur: l.dur}
+	for _, d := range l.diarize {
+		if d != "off" && d != "on" && d != "only" {
+			return loadConfig{}, fmt.Errorf("-diarize %q: want off, on or only, comma-separated", d)
+		}
+		lc.diarize = append(lc.diarize, d)
+	}
 	if !lc.mix {
 		lc.chunkPar = 1
 	}
@@ -262,6 +271,9 @@ func sweepCmd(args []string) error {
 type modelFlags struct {
 	modelDir, engine, kind string
 	params                 flagext.StringSliceCSV
+	diarizeDir             string
+	diarizeParams          flagext.StringSliceCSV
+	diarize                map[string]string // the diarize model's parameters (resolve); nil: none
 }
 
 func (m *modelFlags) register(fs *flag.FlagSet) {
@@ -269,6 +281,8 @@ func (m *modelFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&m.engine, "engine", "lab/bench/gpu/standin.py", "the model's engine (model.py engine=module); empty: the shipped engine (parakeet) with -param model=FILE.nemo")
 	fs.Var(&m.params, "param", "further model parameters, key=value,... (a value may hold commas: length_buckets=30,45)")
 	fs.StringVar(&m.kind, "instance-kind", "KIND_GPU", "the instance group's kind (KIND_CPU: a check of the benchmark on a host without GPUs)")
+	fs.StringVar(&m.diarizeDir, "diarize-model-dir", "deploy/triton/models/diarize/1", "the shipped diarize model.py's folder")
+	fs.Var(&m.diarizeParams, "diarize-param", "the diarize model's parameters over the GPU repository's (engine sortformer), key=value,...; empty: no diarize model")
 }
 
 // resolve makes the paths absolute and returns the model parameters.
@@ -288,6 +302,15 @@ func (m *modelFlags) resolve() (map[string]string, error) {
 	if err := modelspec.AddParameters(params, m.params); err != nil {
 		return nil, fmt.Errorf("-param: %w", err)
 	}
+	if len(m.diarizeParams) > 0 {
+		if m.diarizeDir, err = filepath.Abs(m.diarizeDir); err != nil {
+			return nil, err
+		}
+		m.diarize = map[string]string{}
+		if err := modelspec.AddParameters(m.diarize, m.diarizeParams); err != nil {
+			return nil, fmt.Errorf("-diarize-param: %w", err)
+		}
+	}
 	return params, nil
 }
 
@@ -302,7 +325,13 @@ func (m *modelFlags) write(dir string, a arrangement, base map[string]string) er
 			params[k] = v
 		}
 	}
-	return writeRepo(dir, m.modelDir, m.kind, a, params)
+	if err := writeRepo(dir, m.modelDir, m.kind, a, params); err != nil {
+		return err
+	}
+	if m.diarize == nil {
+		return nil
+	}
+	return writeDiarize(dir, m.diarizeDir, m.kind, a, m.diarize)
 }
 
 // repoCmd is `gpubench repo -dir D [flags]`: the repository one partition

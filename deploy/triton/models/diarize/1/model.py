@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fleetscribe_asr.common import SAMPLE_RATE, log_info
-from fleetscribe_asr.diarize import DiarizeOptions, Diarizer, State, StateError
+from fleetscribe_asr.diarize import DiarizeOptions, Diarizer, Reply, StateError
 
 try:  # Only inside Triton; the tests put a stand-in in its place.
     import triton_python_backend_utils as pb_utils
@@ -53,13 +53,13 @@ class Ask:
     """One request, read: the chunk, its state, and whether it finishes."""
 
     samples: Any
-    state: State
+    raw: bytes  # the state, as the previous response returned it (empty at the first chunk)
     finish: bool
     min_speakers: int
     max_speakers: int
 
 
-def read_request(request: Any, cap: int) -> Ask:
+def read_request(request: Any) -> Ask:
     """The request's inputs, or a StateError naming what is wrong."""
     audio = pb_utils.get_input_tensor_by_name(request, "audio")
     samples = np.zeros(0, np.float32) if audio is None else audio.as_numpy()
@@ -88,55 +88,49 @@ def read_request(request: Any, cap: int) -> Ask:
         samples = np.zeros(0, np.float32)  # a finish request's audio is not heard
     elif samples.size == 0:
         raise StateError("audio is empty (only a finish request's may be)")
-    return Ask(samples, State.decode(raw, cap), finish, lo, hi)
+    return Ask(samples, raw, finish, lo, hi)
+
+
+def load_engine(params: dict[str, str], device: str) -> Any:
+    """The diarizer the parameter engine names: pyannote_campp (CPU) or
+    sortformer (NeMo's streaming Sortformer on device)."""
+    if params.get("engine") == "sortformer":
+        from fleetscribe_asr.sortformer import SortformerDiarizer, SortformerOptions
+
+        return SortformerDiarizer(SortformerOptions.from_params(params), device)
+    return Diarizer(DiarizeOptions.from_params(params))
 
 
 class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
-        self.opts = DiarizeOptions.from_params(params)
+        device = "cuda:%s" % args.get("model_instance_device_id", "0") if args.get("model_instance_kind") == "GPU" else "cpu"
         start = time.perf_counter()
-        self.diarizer = Diarizer(self.opts)
-        log_info("diarize: engine %s ready in %.1f s (step %.1f s, at most %d speakers)" % (
-            self.opts.engine, time.perf_counter() - start, self.opts.window_step, self.opts.max_speakers))
+        self.diarizer = load_engine(params, device)
+        log_info("diarize: engine %s ready in %.1f s (%s)" % (params.get("engine") or "pyannote_campp",
+                                                             time.perf_counter() - start, self.diarizer.describe()))
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         asks: dict[int, Ask] = {}
         for i, req in enumerate(requests):
             try:
-                asks[i] = read_request(req, self.opts.cache_speakers)
+                asks[i] = read_request(req)
             except StateError as e:
                 responses[i] = self.error(str(e), invalid=True)
-        chunks = [i for i, a in asks.items() if a.samples.size]
-        try:
-            acts = dict(zip(chunks, self.diarizer.segment([asks[i].samples for i in chunks]), strict=True))
-        except Exception:  # noqa: BLE001 - one input broke the batch: segment each alone
-            acts = {}
-            for i in chunks:
-                try:
-                    acts[i] = self.diarizer.segment([asks[i].samples])[0]
-                except Exception as e:  # noqa: BLE001
-                    responses[i] = self.error(f"diarization failed: {type(e).__name__}: {e}", invalid=False)
-        for i, ask in asks.items():
-            if responses[i] is not None:
-                continue
-            try:
-                turns = self.diarizer.chunk(ask.samples, acts[i], ask.state) if ask.samples.size else []
-                labels = self.diarizer.finish(ask.state, ask.min_speakers, ask.max_speakers) if ask.finish else []
-                responses[i] = self.respond(turns, ask.state, labels)
-            except StateError as e:
-                responses[i] = self.error(str(e), invalid=True)
-            except Exception as e:  # noqa: BLE001 - this request alone fails
-                responses[i] = self.error(f"diarization failed: {type(e).__name__}: {e}", invalid=False)
+        for i, out in self.diarizer.serve(asks).items():
+            if isinstance(out, Reply):
+                responses[i] = self.respond(out.turns, out.state, out.labels)
+            else:
+                responses[i] = self.error(str(out), invalid=isinstance(out, StateError))
         return responses
 
-    def respond(self, turns: list[Any], state: State, labels: list[int]) -> Any:
+    def respond(self, turns: list[Any], state: bytes, labels: list[int]) -> Any:
         rows = [json.dumps({"start": round(t.start, 3), "end": round(t.end, 3), "speaker": t.speaker}).encode() for t in turns]
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("turns", np.array([rows], dtype=np.object_).reshape(1, len(rows))),
-            pb_utils.Tensor("state_out", np.array([[state.encode()]], dtype=np.object_)),
+            pb_utils.Tensor("state_out", np.array([[state]], dtype=np.object_)),
             pb_utils.Tensor("labels", np.array([labels], dtype=np.int32).reshape(1, len(labels))),
         ])
 

@@ -61,6 +61,35 @@ def _param(default: Any, doc: str) -> Any:
     return dataclasses.field(default=default, metadata={"doc": doc})
 
 
+def typed_options(cls: Any, params: Mapping[str, str], what: str) -> Any:
+    """cls (a frozen dataclass of _param fields) from a model's parameters:
+    each value converted to its field's type; an unknown key or a value of
+    the wrong type is a ValueError naming it (an empty value: the default)."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(params) - fields)
+    if unknown:
+        raise ValueError(f"unknown {what} model parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
+    kw: dict[str, Any] = {}
+    for name, value in params.items():
+        if value == "":
+            continue
+        kind = type(getattr(cls(), name))
+        try:
+            kw[name] = (value.lower() in ("1", "true", "on", "yes")) if kind is bool else kind(value)
+        except ValueError:
+            raise ValueError(f"{what} model parameter {name}={value!r}: want a {kind.__name__}") from None
+    return cls(**kw)
+
+
+def options_reference(cls: Any) -> str:
+    """cls's fields as a Markdown table: parameter, default, meaning."""
+    rows = ["| parameter | default | meaning |", "|---|---|---|"]
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default != "" else "(empty)"
+        rows.append(f"| `{f.name}` | {default} | {f.metadata['doc']} |")
+    return "\n".join(rows) + "\n"
+
+
 @dataclass(frozen=True)
 class DiarizeOptions:
     """The diarize model's parameters (config.pbtxt), typed. Every key is
@@ -83,20 +112,7 @@ class DiarizeOptions:
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> DiarizeOptions:
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(params) - set(fields))
-        if unknown:
-            raise ValueError(f"unknown diarize model parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
-        kw: dict[str, Any] = {}
-        for name, value in params.items():
-            if name not in fields or value == "":
-                continue
-            kind = type(getattr(cls(), name))
-            try:
-                kw[name] = kind(value)
-            except ValueError:
-                raise ValueError(f"diarize model parameter {name}={value!r}: want a {kind.__name__}") from None
-        opts = cls(**kw)
+        opts: DiarizeOptions = typed_options(cls, params, "diarize")
         opts.check()
         return opts
 
@@ -115,11 +131,7 @@ class DiarizeOptions:
     def reference(cls) -> str:
         """The parameters as a Markdown table (docs/triton.md holds it; a test
         checks it current)."""
-        rows = ["| parameter | default | meaning |", "|---|---|---|"]
-        for f in dataclasses.fields(cls):
-            default = f.default if f.default != "" else "(empty)"
-            rows.append(f"| `{f.name}` | {default} | {f.metadata['doc']} |")
-        return "\n".join(rows) + "\n"
+        return options_reference(cls)
 
 
 def default_weights() -> str:
@@ -348,36 +360,99 @@ class Diarizer:
     def finish(self, state: State, min_speakers: int, max_speakers: int) -> list[int]:
         """The final label of each provisional speaker of state (-1: never
         heard), within the job's hints (0: none)."""
-        if max_speakers > self.opts.max_speakers:
-            raise StateError(f"max_speakers {max_speakers} is above this model's limit of {self.opts.max_speakers}")
-        if min_speakers < 0 or max_speakers < 0 or (max_speakers and min_speakers > max_speakers):
-            raise StateError(f"speaker hints min {min_speakers}, max {max_speakers}: want 0 <= min <= max")
-        limit = max_speakers or self.opts.max_speakers
-        groups = [[s] for s in range(len(state.sums)) if state.talk[s] > 0]
+        return final_labels(state, min_speakers, max_speakers, self.opts.max_speakers, self.opts.merge_threshold, self.opts.min_talk)
 
-        def cent(g: list[int]) -> F32:
-            return _unit(np.sum([state.sums[s] for s in g], axis=0).astype(np.float32))
+    def serve(self, asks: Mapping[int, Any]) -> dict[int, Any]:
+        """Each ask (model.py's Ask: samples, raw state, finish, hints)
+        answered: a Reply, or the exception that fails that request alone.
+        The chunks of all asks share one segmentation call."""
+        out: dict[int, Any] = {}
+        states: dict[int, State] = {}
+        for i, a in asks.items():
+            try:
+                states[i] = State.decode(a.raw, self.opts.cache_speakers)
+            except StateError as e:
+                out[i] = e
+        chunks = [i for i in states if asks[i].samples.size]
+        try:
+            acts = dict(zip(chunks, self.segment([asks[i].samples for i in chunks]), strict=True))
+        except Exception:  # noqa: BLE001 - one input broke the batch: segment each alone
+            acts = {}
+            for i in chunks:
+                try:
+                    acts[i] = self.segment([asks[i].samples])[0]
+                except Exception as e:  # noqa: BLE001
+                    out[i] = failed(e)
+        for i, st in states.items():
+            if i in out:
+                continue
+            a = asks[i]
+            try:
+                turns = self.chunk(a.samples, acts[i], st) if a.samples.size else []
+                labels = self.finish(st, a.min_speakers, a.max_speakers) if a.finish else []
+                out[i] = Reply(turns, st.encode(), labels)
+            except StateError as e:
+                out[i] = e
+            except Exception as e:  # noqa: BLE001 - this request alone fails
+                out[i] = failed(e)
+        return out
 
-        def talk(g: list[int]) -> float:
-            return sum(state.talk[s] for s in g)
+    def describe(self) -> str:
+        """The settings, for the start-up log."""
+        return "step %.1f s, at most %d speakers" % (self.opts.window_step, self.opts.max_speakers)
 
-        while len(groups) > max(min_speakers, 1):
-            sims = [(float(cent(a) @ cent(b)), i, j) for (i, a), (j, b) in itertools.combinations(enumerate(groups), 2)]
-            sim, i, j = max(sims)
-            small = min(range(len(groups)), key=lambda k: talk(groups[k]))
-            if len(groups) <= limit and sim < self.opts.merge_threshold:
-                if talk(groups[small]) >= self.opts.min_talk:
-                    break
-                i = small
-                j = max((k for k in range(len(groups)) if k != small), key=lambda k: float(cent(groups[small]) @ cent(groups[k])))
-            groups[min(i, j)] = groups[i] + groups[j]
-            del groups[max(i, j)]
-        groups.sort(key=lambda g: min(state.first[s] for s in g))
-        labels = [-1] * len(state.sums)
-        for label, g in enumerate(groups):
-            for s in g:
-                labels[s] = label
-        return labels
+
+def failed(e: Exception) -> RuntimeError:
+    """A request's failure that is not its input's fault (INTERNAL)."""
+    return RuntimeError(f"diarization failed: {type(e).__name__}: {e}")
+
+
+@dataclass
+class Reply:
+    """One request's answer: the chunk's turns, the state for the next
+    chunk, and (with finish) the final labels."""
+
+    turns: list[Turn]
+    state: bytes
+    labels: list[int]
+
+
+def final_labels(state: State, min_speakers: int, max_speakers: int, model_max: int, merge_threshold: float, min_talk: float) -> list[int]:
+    """The final label of each provisional speaker of state (-1: never
+    heard) within the job's hints (0: none): the most alike (centroid
+    cosine) merged while over the job's max, then while at or above
+    merge_threshold, and those talking under min_talk seconds into their
+    nearest, never below min_speakers; labels numbered by first appearance."""
+    if max_speakers > model_max:
+        raise StateError(f"max_speakers {max_speakers} is above this model's limit of {model_max}")
+    if min_speakers < 0 or max_speakers < 0 or (max_speakers and min_speakers > max_speakers):
+        raise StateError(f"speaker hints min {min_speakers}, max {max_speakers}: want 0 <= min <= max")
+    limit = max_speakers or model_max
+    groups = [[s] for s in range(len(state.sums)) if state.talk[s] > 0]
+
+    def cent(g: list[int]) -> F32:
+        return _unit(np.sum([state.sums[s] for s in g], axis=0).astype(np.float32))
+
+    def talk(g: list[int]) -> float:
+        return sum(state.talk[s] for s in g)
+
+    while len(groups) > max(min_speakers, 1):
+        sims = [(float(cent(a) @ cent(b)), i, j) for (i, a), (j, b) in itertools.combinations(enumerate(groups), 2)]
+        sim, i, j = max(sims)
+        small = min(range(len(groups)), key=lambda k: talk(groups[k]))
+        if len(groups) <= limit and sim < merge_threshold:
+            if talk(groups[small]) >= min_talk:
+                break
+            i = small
+            j = max((k for k in range(len(groups)) if k != small), key=lambda k: float(cent(groups[small]) @ cent(groups[k])))
+        groups[min(i, j)] = groups[i] + groups[j]
+        del groups[max(i, j)]
+    groups.sort(key=lambda g: min(state.first[s] for s in g))
+    labels = [-1] * len(state.sums)
+    for label, g in enumerate(groups):
+        for s in g:
+            labels[s] = label
+    return labels
 
 
 def _tracks(act: F32, starts: list[int]) -> list[list[tuple[int, int]]]:

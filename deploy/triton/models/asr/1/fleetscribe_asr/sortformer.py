@@ -1,0 +1,522 @@
+"""The GPU diarizer (engine "sortformer" of the diarize model): NVIDIA's
+streaming Sortformer (NeMo's SortformerEncLabelModel, 4 speakers, v2
+streaming configuration) batched across recordings, the partitions
+stateless.
+
+A request is one chunk of a recording. Its recording's streaming state
+(NeMo's speaker cache and FIFO of pre-encoded frames with their speaker
+predictions, the silence profile, and each speaker's talk time, first
+time heard and embedding sum) travels with the request and comes back
+with the response, so any partition serves any chunk and the chunks of
+many recordings form one GPU batch: every row of a batch is another
+recording, at its own cache and FIFO fill (NeMo's asynchronous streaming
+mode). Each row's audio is scaled by its own loudest sample (NeMo scales
+a batch by its loudest clip).
+
+One streaming step takes chunk_seconds of audio: with the worker's
+-chunk-seconds, each request is one step. A step concatenates each row's
+speaker cache, FIFO and chunk, runs the Fast Conformer and the
+Transformer over that sequence padded to one fixed length, and updates
+the cache and FIFO (fast_update: NeMo's streaming_update_async as tensor
+operations over all rows, equal to it). The encoder runs compiled
+(torch.compile, regional: each conformer and transformer layer) for a
+finite set of row buckets at that one length, its artefacts in the same
+compile cache as the speech model's (compiled.CompileCache); a batch of
+more rows than the largest bucket runs in parts, and the eager encoder
+stays for encoder=eager.
+
+Speakers: Sortformer's outputs are four speakers in order of arrival,
+kept consistent across chunks by the speaker cache: its indices are the
+provisional speakers; finish labels them by first appearance (-1: never
+heard) and honours the job's max by merging the most alike (centroid
+cosine of the cache frames each speaker holds; diarize.final_labels). A
+fifth voice has no speaker of its own: the model gives its speech to one
+of the four (docs/speakers.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .common import SAMPLE_RATE, log_info
+from .compiled import CompileCache, compile_cache_dir, device_name, source_identity
+from .diarize import Reply, State, StateError, Turn, _close_gaps, _param, failed, final_labels, options_reference, typed_options
+
+F32 = npt.NDArray[np.float32]
+FRAME_S = 0.08  # an encoder frame: 10-ms features, 8x subsampling
+HOP = 160
+STATE_MAGIC = b"FSSF"
+STATE_VERSION = 1
+SPEAKERS = 4
+DEFAULT_MODEL = "nvidia/diar_streaming_sortformer_4spk-v2"
+Tensor = Any
+
+
+@dataclass(frozen=True)
+class SortformerOptions:
+    """The diarize model's parameters with engine sortformer, typed. Every
+    key is named in docs/triton.md; an unknown key is refused at load."""
+
+    engine: str = _param("sortformer", "the diarizer: sortformer (NeMo's streaming Sortformer on the partition's GPU)")
+    model: str = _param(DEFAULT_MODEL, "a .nemo checkpoint of SortformerEncLabelModel (streaming), or a model name NeMo can load")
+    chunk_seconds: float = _param(30.0, "audio one streaming step takes: the worker's -chunk-seconds, so each request is one step "
+                                  "(a longer request takes several)")
+    fifo_frames: int = _param(40, "the FIFO of recent frames (80 ms each) before they enter the speaker cache")
+    cache_frames: int = _param(188, "the speaker cache (80-ms frames), the recording's memory of each speaker's voice")
+    update_period: int = _param(300, "frames moved from the FIFO to the speaker cache at once (at least one chunk's)")
+    encoder: str = _param("compiled", "compiled (torch.compile, static row buckets, one length) or eager")
+    batch_buckets: str = _param("4,8,16,32", "the compiled encoder's row buckets; larger batches run in parts")
+    compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
+    threshold: float = _param(0.5, "a speaker talks in a frame where its probability is at least this")
+    min_gap: float = _param(0.3, "one speaker's pauses shorter than this (s) are closed within a chunk")
+    min_turn: float = _param(0.16, "turns shorter than this (s) are dropped")
+    min_talk: float = _param(0.5, "seconds a speaker must talk not to be merged into the most alike at finish")
+    max_speakers: int = _param(SPEAKERS, "the most speakers a job may ask for: the model's (the worker's -diarize-max-speakers says the same)")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> SortformerOptions:
+        opts: SortformerOptions = typed_options(cls, params, "diarize")
+        opts.check()
+        return opts
+
+    def check(self) -> None:
+        if self.engine != "sortformer":
+            raise ValueError(f"diarize model parameter engine={self.engine!r}: want sortformer")
+        if not 1 <= self.chunk_seconds <= 600 or self.fifo_frames < 0 or self.cache_frames < 4 * SPEAKERS or self.update_period < 1:
+            raise ValueError("diarize model parameters: 1 <= chunk_seconds <= 600, fifo_frames >= 0, cache_frames >= 16, update_period >= 1")
+        if self.encoder not in ("compiled", "eager"):
+            raise ValueError(f"diarize model parameter encoder={self.encoder!r}: want compiled or eager")
+        if not 0 < self.threshold < 1 or self.min_gap < 0 or self.min_turn < 0 or self.min_talk < 0:
+            raise ValueError("diarize model parameters: 0 < threshold < 1; min_gap, min_turn and min_talk >= 0")
+        if not 1 <= self.max_speakers <= SPEAKERS:
+            raise ValueError(f"diarize model parameter max_speakers: 1 to {SPEAKERS} (the model's speakers)")
+        self.buckets()
+
+    def buckets(self) -> list[int]:
+        try:
+            out = sorted({int(v) for v in self.batch_buckets.split(",") if v.strip()})
+        except ValueError:
+            out = []
+        if not out or out[0] < 1:
+            raise ValueError(f"diarize model parameter batch_buckets={self.batch_buckets!r}: want rows, comma-separated")
+        return out
+
+    @property
+    def chunk_frames(self) -> int:
+        return math.ceil(self.chunk_seconds / FRAME_S)
+
+    @classmethod
+    def reference(cls) -> str:
+        return options_reference(cls)
+
+
+def load_model(source: str, device: str) -> Any:
+    """NeMo's SortformerEncLabelModel from a .nemo file or a model name."""
+    from nemo.collections.asr.models import SortformerEncLabelModel  # heavy: imported only here
+
+    if source.endswith(".nemo") or os.path.exists(source):
+        model = SortformerEncLabelModel.restore_from(restore_path=source, map_location=device)
+    else:
+        model = SortformerEncLabelModel.from_pretrained(model_name=source, map_location=device)
+    return model.eval()
+
+
+# ---- The recording's state, as it travels ---------------------------------
+
+
+@dataclass
+class Stream:
+    """One recording's streaming state between chunks (numpy, valid frames
+    only): NeMo's speaker cache and FIFO with their predictions, the mean
+    silence embedding and its count, and per speaker the talk time (s),
+    first time heard (s into the recording, -1: not yet) and the sum of the
+    cache frames' embeddings weighted by their probability (for merging at
+    finish); seconds diarized so far."""
+
+    cache: F32
+    cache_preds: F32
+    fifo: F32
+    fifo_preds: F32
+    sil: F32
+    n_sil: int
+    talk: list[float]
+    first: list[float]
+    seconds: float
+
+    @classmethod
+    def empty(cls, dim: int) -> Stream:
+        z = np.zeros((0, dim), np.float32)
+        p = np.zeros((0, SPEAKERS), np.float32)
+        return cls(z, p, z, p, np.zeros(dim, np.float32), 0, [0.0] * SPEAKERS, [-1.0] * SPEAKERS, 0.0)
+
+    def encode(self) -> bytes:
+        """MAGIC, version, a JSON header's length and the header, then the
+        arrays as little-endian float32 (lossless: the next chunk sees what
+        NeMo's own loop would)."""
+        head = json.dumps({"cache": len(self.cache), "fifo": len(self.fifo), "dim": int(self.sil.size), "n_sil": self.n_sil,
+                           "talk": [round(t, 3) for t in self.talk], "first": [round(f, 3) for f in self.first],
+                           "seconds": round(self.seconds, 3)}).encode()
+        arrays = [self.cache, self.cache_preds, self.fifo, self.fifo_preds, self.sil]
+        return STATE_MAGIC + struct.pack("<BI", STATE_VERSION, len(head)) + head + b"".join(a.astype("<f4").tobytes() for a in arrays)
+
+    @classmethod
+    def decode(cls, raw: bytes, dim: int, cache_frames: int, fifo_frames: int) -> Stream:
+        if not raw:
+            return cls.empty(dim)
+        if raw[:4] != STATE_MAGIC or len(raw) < 9:
+            raise StateError("diarization state is not this model's (not a Sortformer state)")
+        version, n = struct.unpack("<BI", raw[4:9])
+        if version != STATE_VERSION:
+            raise StateError(f"diarization state version {version}, want {STATE_VERSION}")
+        try:
+            h = json.loads(raw[9:9 + n])
+            nc, nf, d = int(h["cache"]), int(h["fifo"]), int(h["dim"])
+            talk, first = [float(t) for t in h["talk"]], [float(f) for f in h["first"]]
+            n_sil, seconds = int(h["n_sil"]), float(h["seconds"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise StateError(f"diarization state is not this model's: {type(e).__name__}") from None
+        if d != dim or not 0 <= nc <= cache_frames or not 0 <= nf <= fifo_frames or len(talk) != SPEAKERS or len(first) != SPEAKERS:
+            raise StateError(f"diarization state is not this model's: {nc} cache and {nf} FIFO frames of {d}, "
+                             f"want at most {cache_frames} and {fifo_frames} of {dim}")
+        body = np.frombuffer(raw, "<f4", offset=9 + n) if (len(raw) - 9 - n) % 4 == 0 else None
+        sizes = [nc * d, nc * SPEAKERS, nf * d, nf * SPEAKERS, d]
+        if body is None or body.size != sum(sizes) or not np.isfinite(body).all():
+            raise StateError("diarization state is inconsistent (its arrays do not match its header)")
+        parts, at = [], 0
+        for size in sizes:
+            parts.append(body[at:at + size].astype(np.float32))
+            at += size
+        return cls(parts[0].reshape(nc, d), parts[1].reshape(nc, SPEAKERS), parts[2].reshape(nf, d), parts[3].reshape(nf, SPEAKERS),
+                   parts[4], n_sil, talk, first, seconds)
+
+    def speakers(self) -> State:
+        """The state as diarize.State for final_labels: each speaker's
+        embedding sum over the cache frames, weighted by its probability."""
+        sums = [(self.cache_preds[:, s:s + 1] * self.cache).sum(axis=0).astype(np.float32) for s in range(SPEAKERS)]
+        return State(sums, list(self.talk), list(self.first), self.seconds)
+
+
+# ---- NeMo's streaming step over rows at their own lengths -----------------
+
+
+def _take(x: Tensor, idx: Tensor) -> Tensor:
+    """x (rows, frames, dim) at frame indices idx (rows, n), clamped to x."""
+    idx = idx.clamp(0, max(x.shape[1] - 1, 0)).expand(x.shape[0], -1)
+    return x.gather(1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2]))
+
+
+def _spliced(parts: list[tuple[Tensor, Tensor]], total: int) -> tuple[Tensor, Tensor]:
+    """The rows' valid frames of each (x, length) part, one after another,
+    in a sequence of total frames (zeros past the sum), and that sum."""
+    import torch
+
+    rows = parts[0][0].shape[0]
+    t = torch.arange(total, device=parts[0][0].device).unsqueeze(0).expand(rows, -1)
+    out, start = None, torch.zeros((rows, 1), dtype=torch.long, device=t.device)
+    for x, n in parts:
+        if x.shape[1] == 0:
+            continue
+        n = n.view(-1, 1)
+        inside = ((t >= start) & (t < start + n)).unsqueeze(-1)
+        piece = torch.where(inside, _take(x, t - start), torch.zeros((), dtype=x.dtype, device=x.device))
+        out = piece if out is None else out + piece.to(out.dtype)
+        start = start + n
+    return out, start.view(-1)
+
+
+def fast_concat(state: Any, emb: Tensor, emb_len: Tensor, total: int) -> tuple[Tensor, Tensor]:
+    """NeMo's concat_and_pad of speaker cache, FIFO and chunk, without its
+    loop over rows: one fixed length (total) for every step."""
+    return _spliced([(state.spkcache, state.spkcache_lengths), (state.fifo, state.fifo_lengths), (emb, emb_len)], total)
+
+
+def fast_update(sm: Any, streaming_state: Any, chunk: Tensor, chunk_lengths: Tensor, preds: Tensor, lc: int, rc: int) -> tuple[Any, Tensor]:
+    """NeMo's streaming_update_async (speaker cache and FIFO of rows at their
+    own lengths) as tensor operations over all rows at once, no host sync
+    per row; the speaker-cache compression is NeMo's own, on the rows that
+    overflow. Returns the new state and the chunk's predictions."""
+    import torch
+    from nemo.collections.asr.modules.sortformer_modules import StreamingSortformerState
+
+    state = streaming_state
+    dev = chunk.device
+    cache_n, fifo_n, c = sm.spkcache_len, sm.fifo_len, chunk.shape[1] - lc - rc
+    sl, fl = state.spkcache_lengths.view(-1, 1), state.fifo_lengths.view(-1, 1)
+    cl = (chunk_lengths.view(-1, 1) - lc).clamp(0, c)
+
+    def rng(n: int) -> Tensor:
+        return torch.arange(n, device=dev).unsqueeze(0)
+
+    def masked(x: Tensor, idx: Tensor, keep: Tensor) -> Tensor:
+        return torch.where(keep.unsqueeze(-1), _take(x, idx), torch.zeros((), dtype=x.dtype, device=dev))
+
+    fifo_preds = masked(preds, sl + rng(fifo_n), rng(fifo_n) < fl) if fifo_n else preds[:, :0]
+    chunk_preds = masked(preds, sl + fl + lc + rng(c), rng(c) < cl)
+    new_n = fl + cl
+    grown, _ = _spliced([(state.fifo, fl.view(-1)), (chunk[:, lc:lc + c], cl.view(-1))], fifo_n + c)
+    grown_preds, _ = _spliced([(fifo_preds, fl.view(-1)), (chunk_preds, cl.view(-1))], fifo_n + c)
+    # What overflows the FIFO moves to the speaker cache.
+    period = max(sm.spkcache_update_period, c)
+    max_pop = min(period, c + fifo_n)
+    pop = torch.where(new_n > fifo_n, torch.minimum(torch.clamp(c - fifo_n + fl, min=sm.spkcache_update_period), new_n),
+                      torch.zeros_like(new_n))
+    keep = rng(max_pop) < pop
+    pop_embs = masked(grown, rng(max_pop), keep)
+    pop_preds = masked(grown_preds, rng(max_pop), keep)
+    is_sil = (pop_preds.sum(dim=2) < sm.sil_threshold) & keep
+    count = is_sil.sum(dim=1)
+    n_sil = state.n_sil_frames + count
+    mean = (state.mean_sil_emb * state.n_sil_frames.unsqueeze(1) + (pop_embs * is_sil.unsqueeze(-1)).sum(dim=1)) / n_sil.clamp(min=1).unsqueeze(1)
+    mean = torch.where((count > 0).unsqueeze(1), mean, state.mean_sil_emb)
+    cache = _spliced([(state.spkcache, sl.view(-1)), (grown, pop.view(-1))], cache_n + max_pop)[0]
+    cache_preds = _spliced([(state.spkcache_preds, sl.view(-1)), (grown_preds, pop.view(-1))], cache_n + max_pop)[0]
+    left = new_n - pop
+    fifo = masked(grown, pop + rng(fifo_n), rng(fifo_n) < left) if fifo_n else grown[:, :0]
+    out = StreamingSortformerState()
+    out.fifo, out.fifo_lengths = fifo, left.view(-1)
+    out.fifo_preds = masked(grown_preds, pop + rng(fifo_n), rng(fifo_n) < left) if fifo_n else grown_preds[:, :0]
+    out.mean_sil_emb, out.n_sil_frames = mean, n_sil
+    lengths = (sl + pop).view(-1)
+    out.spkcache, out.spkcache_preds = cache[:, :cache_n].clone(), cache_preds[:, :cache_n].clone()
+    idx = torch.where(lengths > cache_n)[0]
+    if len(idx) > 0:
+        out.spkcache[idx], out.spkcache_preds[idx], _ = sm._compress_spkcache(
+            emb_seq=cache[idx], preds=cache_preds[idx], mean_sil_emb=mean[idx], permute_spk=False)
+    out.spkcache_lengths = lengths.clamp(max=cache_n)
+    return out, chunk_preds
+
+
+def encode(model: Any, seq: Tensor, seq_len: Tensor) -> Tensor:
+    """The Fast Conformer (past its pre-encode) and the Transformer over the
+    concatenated sequence: speaker probabilities per frame."""
+    emb, emb_len = model.frontend_encoder(processed_signal=seq, processed_signal_length=seq_len, bypass_pre_encode=True)
+    return model.forward_infer(emb, emb_len)
+
+
+# ---- The engine ------------------------------------------------------------
+
+
+class SortformerDiarizer:
+    """The streaming Sortformer as the diarize model's engine (see the
+    module's comment)."""
+
+    def __init__(self, opts: SortformerOptions, device: str, model: Any = None) -> None:
+        import torch
+
+        self.torch, self.opts, self.device = torch, opts, device
+        self.model = model if model is not None else load_model(opts.model, device)
+        self.model = self.model.to(device).eval()
+        sm = self.model.sortformer_modules
+        sm.chunk_len, sm.fifo_len, sm.spkcache_len = opts.chunk_frames, opts.fifo_frames, opts.cache_frames
+        sm.spkcache_update_period = opts.update_period
+        sm._check_streaming_parameters()
+        if sm.n_spk != SPEAKERS:
+            raise ValueError(f"the Sortformer model has {sm.n_spk} speakers; this engine serves {SPEAKERS}")
+        for m in self.model.modules():
+            if hasattr(m, "use_pytorch_sdpa"):
+                m.use_pytorch_sdpa = True  # PyTorch's fused attention (NeMo's default: matrix multiplies)
+        self.sm, self.dim = sm, sm.fc_d_model
+        self.total = sm.spkcache_len + sm.fifo_len + sm.chunk_left_context + sm.chunk_len + sm.chunk_right_context
+        self.cuda = str(device).startswith("cuda")
+        self.rows = opts.buckets()
+        self.compiled: Any = None
+        self.cache: CompileCache | None = None
+        if opts.encoder == "compiled" and (self.cuda or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1"):
+            self.compile()
+
+    def describe(self) -> str:
+        c = "compiled for rows %s at %d frames, %s in %.0f s" % (
+            ",".join(map(str, self.rows)), self.total, "compiled" if self.cache and self.cache.cold else "loaded from the cache",
+            self.cache.seconds if self.cache else 0) if self.compiled else "eager"
+        return "chunk %d frames (%.1f s), FIFO %d, speaker cache %d, update period %d; encoder %s" % (
+            self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len, self.sm.spkcache_update_period, c)
+
+    def compile(self) -> None:
+        """The layers compiled for every row bucket at the one sequence
+        length, loaded from the shared cache where a partition compiled
+        them before."""
+        cache_dir = compile_cache_dir({"compile_cache": self.opts.compile_cache})
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+        os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache_dir, "triton"))
+        import torch
+        import torch._dynamo
+
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(self.rows) + 8)
+        regions = [*self.model.encoder.layers, *self.model.transformer_encoder.layers]
+        self.compiled = [(m, torch.compile(m.forward, dynamic=False)) for m in regions]
+        key = "sortformer|%s|%s|%s|%d|%s" % (source_identity(self.opts.model), torch.__version__, device_name(self.device), self.total,
+                                              ",".join(map(str, self.rows)))
+        self.cache = CompileCache(cache_dir, key)
+
+        def every_shape() -> None:
+            for r in self.rows:
+                seq = torch.zeros((r, self.total, self.dim), device=self.device)
+                n = torch.full((r,), self.total, dtype=torch.long, device=self.device)
+                with torch.inference_mode(), self.autocast():
+                    self.run_encoder(seq, n)
+
+        self.cache.warm(every_shape)
+        log_info("diarize: sortformer encoder %s" % self.describe())
+
+    def autocast(self) -> Any:
+        return self.torch.autocast(device_type="cuda" if self.cuda else "cpu", dtype=self.torch.bfloat16)
+
+    def run_encoder(self, seq: Tensor, seq_len: Tensor) -> Tensor:
+        """encode() over seq padded to the one length: compiled in the
+        smallest row bucket that holds it (parts of the largest beyond),
+        else eager."""
+        torch = self.torch
+        seq = torch.nn.functional.pad(seq, (0, 0, 0, self.total - seq.shape[1]))
+        if not self.compiled:
+            return encode(self.model, seq, seq_len)
+        outs, rows = [], seq.shape[0]
+        for at in range(0, rows, self.rows[-1]):
+            part, n = seq[at:at + self.rows[-1]], seq_len[at:at + self.rows[-1]]
+            bucket = next(b for b in self.rows if b >= part.shape[0])
+            pad = bucket - part.shape[0]
+            if pad:
+                part = torch.nn.functional.pad(part, (0, 0, 0, 0, 0, pad))
+                n = torch.nn.functional.pad(n, (0, pad))
+            for m, c in self.compiled:
+                m.forward = c  # an instance attribute: the class's forward is untouched
+            try:
+                out = encode(self.model, part, n)
+            finally:
+                for m, _ in self.compiled:
+                    del m.forward
+            outs.append(out[: out.shape[0] - pad])
+        return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+    # -- serving
+
+    def serve(self, asks: Mapping[int, Any]) -> dict[int, Any]:
+        """Each ask (model.py's Ask) answered: a Reply, or the exception that
+        fails that request alone. The chunks of all asks are one batch."""
+        out: dict[int, Any] = {}
+        streams: dict[int, Stream] = {}
+        for i, a in asks.items():
+            try:
+                streams[i] = Stream.decode(a.raw, self.dim, self.sm.spkcache_len, self.sm.fifo_len)
+            except StateError as e:
+                out[i] = e
+        chunks = [i for i in streams if asks[i].samples.size]
+        turns: dict[int, list[Turn]] = {}
+        if chunks:
+            try:
+                turns = self.step([asks[i].samples for i in chunks], [streams[i] for i in chunks], chunks)
+            except Exception:  # noqa: BLE001 - one input broke the batch: each alone
+                for i in chunks:
+                    try:
+                        turns.update(self.step([asks[i].samples], [streams[i]], [i]))
+                    except Exception as e:  # noqa: BLE001
+                        out[i] = failed(e)
+        for i, st in streams.items():
+            if i in out:
+                continue
+            a = asks[i]
+            try:
+                labels = self.finish(st, a.min_speakers, a.max_speakers) if a.finish else []
+                out[i] = Reply(turns.get(i, []), st.encode(), labels)
+            except StateError as e:
+                out[i] = e
+            except Exception as e:  # noqa: BLE001
+                out[i] = failed(e)
+        return out
+
+    def finish(self, st: Stream, min_speakers: int, max_speakers: int) -> list[int]:
+        return final_labels(st.speakers(), min_speakers, max_speakers, self.opts.max_speakers, 1.01, self.opts.min_talk)
+
+    def step(self, chunks: list[F32], streams: list[Stream], keys: list[int]) -> dict[int, list[Turn]]:
+        """Runs the chunks (one per recording) through the streaming steps
+        from their streams, which it updates; returns each chunk's turns."""
+        torch, sm, dev = self.torch, self.sm, self.device
+        rows = len(chunks)
+        n = max(c.size for c in chunks)
+        audio = np.zeros((rows, n), np.float32)
+        for r, c in enumerate(chunks):
+            audio[r, : c.size] = c / (np.abs(c).max() + 1e-3)  # each row by its own loudest sample
+        lengths = torch.tensor([c.size for c in chunks], dtype=torch.long, device=dev)
+        state = self.batch_state(streams)
+        preds_by_row: list[list[Tensor]] = [[] for _ in range(rows)]
+        with torch.inference_mode():
+            feats, feat_len = self.model.preprocessor(input_signal=torch.from_numpy(audio).to(dev), length=lengths)
+            step = sm.chunk_len * sm.subsampling_factor
+            feats = torch.nn.functional.pad(feats, (0, -feats.shape[2] % step))  # every step one shape
+            offset = torch.zeros((rows,), dtype=torch.long, device=dev)
+            for _, chunk, chunk_len, lo, ro in sm.streaming_feat_loader(feat_seq=feats, feat_seq_length=feat_len, feat_seq_offset=offset):
+                with self.autocast():
+                    emb, emb_len = self.model.encoder.pre_encode(x=chunk, lengths=chunk_len)
+                    emb, emb_len = emb.float(), emb_len.to(torch.int64)
+                    seq, seq_len = fast_concat(state, emb, emb_len, self.total)
+                    preds = self.run_encoder(seq, seq_len)
+                preds = sm.apply_mask_to_preds(preds.float(), seq_len)
+                lc, rc = round(lo / sm.subsampling_factor), math.ceil(ro / sm.subsampling_factor)
+                state, chunk_preds = fast_update(sm, state, emb, emb_len, preds, lc, rc)
+                valid = (emb_len - lc).clamp(0, chunk_preds.shape[1]).tolist()
+                for r in range(rows):
+                    preds_by_row[r].append(chunk_preds[r, : valid[r]])
+            probs = [torch.cat(p).cpu().numpy() if p else np.zeros((0, SPEAKERS), np.float32) for p in preds_by_row]
+            self.unbatch_state(state, streams)
+        out: dict[int, list[Turn]] = {}
+        for r, (key, st, c) in enumerate(zip(keys, streams, chunks, strict=True)):
+            out[key] = self.turns(probs[r], c.size / SAMPLE_RATE, st)
+            st.seconds += c.size / SAMPLE_RATE
+        return out
+
+    def turns(self, probs: F32, seconds: float, st: Stream) -> list[Turn]:
+        """The chunk's turns from its frames' probabilities, and the
+        stream's talk and first-heard times updated."""
+        on = probs >= self.opts.threshold
+        turns: list[Turn] = []
+        for s in range(SPEAKERS):
+            edges = np.flatnonzero(np.diff(np.concatenate([[0], on[:, s].astype(np.int8), [0]])))
+            for a, b in zip(edges[::2], edges[1::2], strict=True):
+                start, end = a * FRAME_S, min(b * FRAME_S, seconds)
+                if end > start:
+                    turns.append(Turn(float(start), float(end), s))
+        turns = _close_gaps(turns, self.opts.min_gap, self.opts.min_turn)
+        for t in turns:
+            st.talk[t.speaker] += t.end - t.start
+            if st.first[t.speaker] < 0:
+                st.first[t.speaker] = st.seconds + t.start
+        return turns
+
+    def batch_state(self, streams: list[Stream]) -> Any:
+        """NeMo's asynchronous streaming state of the rows' streams."""
+        torch, sm, dev = self.torch, self.sm, self.device
+        st = sm.init_streaming_state(batch_size=len(streams), async_streaming=True, device=dev)
+        st.spkcache_preds = torch.zeros((len(streams), sm.spkcache_len, SPEAKERS), device=dev)
+        st.fifo_preds = torch.zeros((len(streams), sm.fifo_len, SPEAKERS), device=dev)
+        cache = np.zeros((len(streams), sm.spkcache_len, self.dim), np.float32)
+        cache_preds = np.zeros((len(streams), sm.spkcache_len, SPEAKERS), np.float32)
+        fifo = np.zeros((len(streams), sm.fifo_len, self.dim), np.float32)
+        fifo_preds = np.zeros((len(streams), sm.fifo_len, SPEAKERS), np.float32)
+        for r, s in enumerate(streams):
+            cache[r, : len(s.cache)], cache_preds[r, : len(s.cache)] = s.cache, s.cache_preds
+            fifo[r, : len(s.fifo)], fifo_preds[r, : len(s.fifo)] = s.fifo, s.fifo_preds
+        st.spkcache, st.spkcache_preds = torch.from_numpy(cache).to(dev), torch.from_numpy(cache_preds).to(dev)
+        st.fifo, st.fifo_preds = torch.from_numpy(fifo).to(dev), torch.from_numpy(fifo_preds).to(dev)
+        st.spkcache_lengths = torch.tensor([len(s.cache) for s in streams], dtype=torch.long, device=dev)
+        st.fifo_lengths = torch.tensor([len(s.fifo) for s in streams], dtype=torch.long, device=dev)
+        st.mean_sil_emb = torch.from_numpy(np.stack([s.sil for s in streams])).to(dev)
+        st.n_sil_frames = torch.tensor([s.n_sil for s in streams], dtype=torch.long, device=dev)
+        return st
+
+    def unbatch_state(self, st: Any, streams: list[Stream]) -> None:
+        """The batch's state back into each row's stream (valid frames)."""
+        cache, cache_preds = st.spkcache.float().cpu().numpy(), st.spkcache_preds.float().cpu().numpy()
+        fifo, fifo_preds = st.fifo.float().cpu().numpy(), st.fifo_preds.float().cpu().numpy()
+        nc, nf = st.spkcache_lengths.tolist(), st.fifo_lengths.tolist()
+        sil, n_sil = st.mean_sil_emb.float().cpu().numpy(), st.n_sil_frames.tolist()
+        for r, s in enumerate(streams):
+            s.cache, s.cache_preds = cache[r, : nc[r]].copy(), cache_preds[r, : nc[r]].copy()
+            s.fifo, s.fifo_preds = fifo[r, : nf[r]].copy(), fifo_preds[r, : nf[r]].copy()
+            s.sil, s.n_sil = sil[r].copy(), int(n_sil[r])

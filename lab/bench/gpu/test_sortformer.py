@@ -1,0 +1,226 @@
+"""Tests of the GPU diarizer (engine sortformer of the diarize model,
+deploy/triton/models/asr/1/fleetscribe_asr/sortformer.py) on NeMo's own
+SortformerEncLabelModel, built tiny (two layers of each, random weights)
+from the 4spk-v2 streaming configuration of sortformer_study.py. They need
+NeMo (pinned: lab/bench/gpu/nemo-requirements.txt), so they run on the GPU
+machine (run.sh's test step) and anywhere NeMo is installed, on its GPU or
+on CPU; make test (no NeMo) does not run them.
+
+    cd lab/bench/gpu && python3 -m unittest -v test_sortformer
+"""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "deploy", "triton", "tests"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "deploy", "triton", "models", "asr", "1"))
+
+import test_model  # noqa: E402,F401 - installs the stand-in triton_python_backend_utils
+from fleetscribe_asr import sortformer  # noqa: E402
+from fleetscribe_asr.diarize import StateError  # noqa: E402
+from sortformer_study import POINTS, check_update, config  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+CHUNK_S = 8.0  # a small operating point keeps the CPU runs short
+
+
+def tiny_model():
+    from nemo.collections.asr.models import SortformerEncLabelModel
+
+    torch.manual_seed(0)
+    return SortformerEncLabelModel(cfg=config(POINTS["issue-27s"], tiny=True)).to(DEVICE).eval()
+
+
+MODEL = None
+
+
+def engine(**params):
+    global MODEL
+    if MODEL is None:
+        MODEL = tiny_model()
+    opts = sortformer.SortformerOptions.from_params({"engine": "sortformer", "chunk_seconds": str(CHUNK_S), "fifo_frames": "20",
+                                                     "cache_frames": "40", "update_period": "60", "encoder": "eager", **params})
+    return sortformer.SortformerDiarizer(opts, DEVICE, model=MODEL)
+
+
+def speech(seconds, seed):
+    """Bursts of noise with pauses, a loudness of their own."""
+    g = np.random.default_rng(seed)
+    n = int(seconds * 16000)
+    x = g.standard_normal(n).astype(np.float32) * 0.05
+    env = np.repeat((g.random(n // 16000 + 1) > 0.3).astype(np.float32), 16000)[:n]
+    return x * env * (0.2 + g.random())
+
+
+class Ask:
+    def __init__(self, samples, raw=b"", finish=False, lo=0, hi=0):
+        self.samples, self.raw, self.finish, self.min_speakers, self.max_speakers = samples, raw, finish, lo, hi
+
+
+def walk(d, recordings, chunk_s=CHUNK_S, together=True):
+    """Serves each recording chunk by chunk (several recordings in one batch
+    where together), the state going out and back as bytes; returns each
+    recording's states and turns, chunk by chunk."""
+    cut = int(chunk_s * 16000)
+    pieces = [[x[i:i + cut] for i in range(0, len(x), cut)] for x in recordings]
+    raw = [b""] * len(recordings)
+    states, turns = [[] for _ in recordings], [[] for _ in recordings]
+    for step in range(max(len(p) for p in pieces)):
+        live = [r for r in range(len(recordings)) if step < len(pieces[r])]
+        groups = [live] if together else [[r] for r in live]
+        for group in groups:
+            out = d.serve({r: Ask(pieces[r][step], raw[r]) for r in group})
+            for r in group:
+                reply = out[r]
+                if not isinstance(reply, sortformer.Reply):
+                    raise reply
+                raw[r] = reply.state
+                states[r].append(reply.state)
+                turns[r].append(reply.turns)
+    return states, turns
+
+
+def arrays(raw):
+    s = sortformer.Stream.decode(raw, 512, 40, 20)
+    return [s.cache, s.cache_preds, s.fifo, s.sil]
+
+
+class SortformerTest(unittest.TestCase):
+    def test_fast_update_is_nemos(self):
+        # The served step's cache and FIFO update against NeMo's own, rows
+        # at different fills, some ending mid-chunk.
+        d = engine()
+        with torch.inference_mode():
+            self.assertLess(check_update(d.sm, DEVICE), 1e-5)
+
+    def test_state_round_trip_and_refusals(self):
+        d = engine()
+        states, _ = walk(d, [speech(20, 1)])
+        raw = states[0][-1]
+        st = sortformer.Stream.decode(raw, 512, 40, 20)
+        self.assertEqual(st.encode(), raw)
+        self.assertGreater(len(st.cache), 0)
+        self.assertAlmostEqual(st.seconds, 20.0, places=2)
+        for bad, why in [(b"{\"v\":1}", "not a Sortformer state"), (raw[:-4], "inconsistent"), (raw[:4] + b"\x09" + raw[5:], "version")]:
+            with self.assertRaisesRegex(StateError, why):
+                sortformer.Stream.decode(bad, 512, 40, 20)
+        with self.assertRaisesRegex(StateError, "not this model's"):
+            sortformer.Stream.decode(raw, 512, 10, 20)  # more cache frames than this model keeps
+        out = d.serve({0: Ask(speech(2, 2), b"FSSF garbage")})
+        self.assertIsInstance(out[0], StateError)
+
+    def test_rows_of_a_batch_are_independent(self):
+        # Recordings of different lengths (different cache fills, one ending
+        # mid-step) served together give what each gives alone.
+        d = engine()
+        recs = [speech(30, 3), speech(13, 4), speech(21.5, 5)]
+        together, t_turns = walk(d, recs, together=True)
+        alone, a_turns = walk(d, recs, together=False)
+        for r in range(len(recs)):
+            for a, b in zip(together[r], alone[r], strict=True):
+                for x, y in zip(arrays(a), arrays(b), strict=True):
+                    self.assertEqual(x.shape, y.shape)
+                    self.assertLess(float(np.abs(x - y).max(initial=0)), 2e-3)
+            self.assertEqual(len(t_turns[r]), len(a_turns[r]))
+
+    def test_long_request_takes_several_steps(self):
+        # A request longer than chunk_seconds is walked in steps; its turns
+        # stay inside it and its state is bounded.
+        d = engine()
+        x = speech(3 * CHUNK_S + 1, 6)
+        out = d.serve({0: Ask(x)})[0]
+        st = sortformer.Stream.decode(out.state, 512, 40, 20)
+        self.assertAlmostEqual(st.seconds, len(x) / 16000, places=2)
+        self.assertLessEqual(len(st.cache), 40)
+        self.assertLessEqual(len(st.fifo), 20)
+        for t in out.turns:
+            self.assertTrue(0 <= t.start < t.end <= len(x) / 16000 + 1e-6, t)
+
+    def test_silence_is_served(self):
+        # Digital silence (scaled by its own loudest sample, 0) is a chunk
+        # like any other: no error, no NaN in the state. (What speakers the
+        # random weights hear in it says nothing; the trained model's
+        # answer is in docs/speakers.md.)
+        d = engine()
+        states, _ = walk(d, [np.zeros(int(12 * 16000), np.float32)])
+        fin = d.serve({0: Ask(np.zeros(0, np.float32), states[0][-1], finish=True)})[0]
+        self.assertIsInstance(fin, sortformer.Reply)
+        self.assertEqual(len(fin.labels), 4)
+
+    def test_finish_labels_and_hints(self):
+        # The labels' rules are diarize.final_labels' (test_diarize.py);
+        # here, through serve(): a finish after real chunks, and bad hints.
+        d = engine()
+        states, _ = walk(d, [speech(20, 9)])
+        fin = d.serve({0: Ask(np.zeros(0, np.float32), states[0][-1], True, 0, 1)})[0]
+        self.assertLessEqual(max(fin.labels), 0)
+        for lo, hi in [(3, 2), (0, 5)]:
+            self.assertIsInstance(d.serve({0: Ask(np.zeros(0, np.float32), states[0][-1], True, lo, hi)})[0], StateError)
+
+    @unittest.skipUnless(DEVICE == "cuda" or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1", "compiles on a GPU (or FLEETSCRIBE_COMPILE_CPU=1)")
+    def test_compiled_encoder_agrees_with_eager(self):
+        # The compiled layers (row buckets 2 and 4; 3 rows run padded to 4,
+        # 5 in parts) give the eager engine's states, to bf16's precision.
+        with tempfile.TemporaryDirectory() as cache:
+            compiled = engine(encoder="compiled", batch_buckets="2,4", compile_cache=cache)
+            self.assertIsNotNone(compiled.compiled)
+            eager = engine()
+            recs = [speech(17, 10 + r) for r in range(5)]
+            a, _ = walk(compiled, recs)
+            b, _ = walk(eager, recs)
+            for r in range(len(recs)):
+                x, y = arrays(a[r][-1]), arrays(b[r][-1])
+                self.assertEqual(x[0].shape, y[0].shape)
+                self.assertLess(float(np.abs(x[1] - y[1]).max(initial=0)), 0.1)  # the cache's speaker probabilities
+
+    def test_through_model_py(self):
+        # The diarize model's execute() with engine sortformer, a .nemo
+        # saved from the tiny model: a recording's chunks and its finish.
+        import importlib.util
+
+        pb = sys.modules["triton_python_backend_utils"]
+        spec = importlib.util.spec_from_file_location("diarize_model_sf", os.path.join(HERE, "..", "..", "..", "deploy", "triton", "models",
+                                                                                        "diarize", "1", "model.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["diarize_model_sf"] = mod
+        spec.loader.exec_module(mod)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "sortformer-tiny.nemo")
+            tiny_model().save_to(path)
+            params = {"engine": "sortformer", "model": path, "chunk_seconds": str(CHUNK_S), "fifo_frames": "20", "cache_frames": "40",
+                      "update_period": "60", "encoder": "eager"}
+            m = mod.TritonPythonModel()
+            m.initialize({"model_config": json.dumps({"max_batch_size": 8, "parameters": {k: {"string_value": v} for k, v in params.items()}}),
+                          "model_instance_kind": "GPU" if DEVICE == "cuda" else "CPU", "model_instance_device_id": "0"})
+
+            def req(audio=None, state=b"", finish=False):
+                inputs = {"state": np.array([[state]], dtype=np.object_), "finish": np.array([[finish]]),
+                          "speakers": np.array([[0, 0]], dtype=np.int32)}
+                if audio is not None:
+                    inputs["audio"] = audio.reshape(1, -1)
+                return pb.Request(**inputs)
+
+            x, state = speech(2 * CHUNK_S, 8), b""
+            for i in range(2):
+                res = m.execute([req(x[i * int(CHUNK_S * 16000):(i + 1) * int(CHUNK_S * 16000)], state), req(np.array([np.nan], np.float32))])
+                self.assertFalse(res[0].has_error(), res[0].error() and res[0].error().message())
+                self.assertEqual(res[1].error().code(), pb.TritonError.INVALID_ARG)
+                state = bytes(res[0].outputs["state_out"].reshape(-1)[0])
+                for turn in res[0].outputs["turns"].reshape(-1):
+                    t = json.loads(turn)
+                    self.assertTrue(0 <= t["start"] < t["end"] <= CHUNK_S + 1e-6 and 0 <= t["speaker"] < 4, t)
+            fin = m.execute([req(None, state, finish=True)])[0]
+            self.assertFalse(fin.has_error())
+            self.assertEqual(fin.outputs["labels"].size, 4)
+
+
+if __name__ == "__main__":
+    unittest.main()
+
