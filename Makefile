@@ -210,7 +210,7 @@ bench-gpu: deps ## GPU benchmark on this host's GPU 0 through real Triton (needs
 	$(MAKE) --no-print-directory bench-gpu-report
 
 .PHONY: bench-gpu-report
-bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU benchmark results (no GPU needed); the last is the compiled encoder's
+bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU benchmark results (no GPU needed); the last two are the compiled encoder's and Sortformer's
 	$(GO) run ./lab/bench/gpu/gpubench report -results docs/benchmarks/results.csv -offline docs/benchmarks/offline.json \
 	  -table docs/benchmarks/table.md -plot docs/benchmarks/throughput-p99.png
 	@echo "# The first compiled encoder (whole, batch symbolic), 2026-12-02's first sweep:"
@@ -234,6 +234,8 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	@echo "# The shipped encoder (regional, static shapes, SDPA attention) beside NeMo's attention and eager, one machine:"
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa -results docs/benchmarks/sdpa/served.csv \
 	  -study docs/benchmarks/sdpa/encoder-nemo-45s.json
+	@echo "# Sortformer on the partitions: speech only, with diarization, diarization alone, side by side (H100, the speech encoder eager):"
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-eagerenc.csv
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (needs python3 with torch; on a GPU also CUDA-graph replay)

@@ -84,7 +84,11 @@ locals {
   # MODEL_S3_URI into it, and the Triton services mount it (compose's own
   # default, ./deploy/triton/models, is nothing on an instance).
   model_repository = lookup(var.worker_environment, "MODEL_REPOSITORY", "/opt/fleetscribe/models")
-  env = merge(var.worker_environment, { MODEL_REPOSITORY = local.model_repository }, {
+  # The GPU repository's diarizer (Sortformer) separates 4 speakers: a job
+  # asking for more is refused before any GPU time. A repository of another
+  # diarizer sets its own limit in worker_environment.
+  worker_defaults = { FLEETSCRIBE_DIARIZE_MAX_SPEAKERS = "4" }
+  env = merge(local.worker_defaults, var.worker_environment, { MODEL_REPOSITORY = local.model_repository }, {
     FLEETSCRIBE_JOB_TIMEOUT   = "${var.job_timeout_seconds}s"
     FLEETSCRIBE_DRAIN_TIMEOUT = "${var.drain_timeout_seconds}s"
     # No scale-in protection: the instance a scale-in picks drains (stops

@@ -11,9 +11,10 @@ import (
 // points of the diarize model (workloads W, W+diarize, W-diarize-only of
 // one arrangement and concurrency, measured one after another on the same
 // partitions) as a table, and the RESULT line of the best point of the
-// 45-s clips with diarization within the chunk latency limit, beside the
-// speech-only point of the same run, with the length mix's ratio where
-// it was measured.
+// 45-s clips with diarization within the chunk latency limit (where none
+// is, the closest to it, within_p99_limit=false), beside the speech-only
+// point of the same run, with the length mix's ratio where it was
+// measured and the speech model's encoder (compiled or eager).
 func diarizeReport(args []string) error {
 	fs := flag.NewFlagSet("diarize", flag.ContinueOnError)
 	var paths stringList
@@ -64,7 +65,7 @@ func diarizeReport(args []string) error {
 	}
 	fmt.Println("| arrangement | workload | in flight | speech only audio-s/s | p99 ms | speech + diarization audio-s/s | p99 ms | ratio | diarization alone audio-s/s | p99 ms | its mean batch |")
 	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	var head, mix *trio
+	var head, mix, over *trio
 	bestDiar := 0.0
 	for _, k := range order {
 		t := points[k]
@@ -84,18 +85,28 @@ func diarizeReport(args []string) error {
 		if ok && k.base == *clip && (head == nil || t.on.audioPerS > head.on.audioPerS) {
 			head = t
 		}
+		if t.on.errors == 0 && k.base == *clip && (over == nil || t.on.p99 < over.on.p99) {
+			over = t
+		}
 		if ok && strings.HasPrefix(k.base, "mix") && (mix == nil || t.on.audioPerS > mix.on.audioPerS) {
 			mix = t
 		}
 	}
-	if head == nil {
-		return errors.New("no " + *clip + " point with diarization within the latency limit and without errors")
+	within := head != nil
+	if !within {
+		// No point meets the limit: the one closest to it, said so.
+		if head = over; head == nil {
+			return errors.New("no " + *clip + " point with diarization without errors")
+		}
 	}
 	mixRatio := 0.0
 	if mix != nil {
 		mixRatio = mix.on.audioPerS / mix.off.audioPerS
 	}
-	fmt.Printf("RESULT model=sortformer asr_only_audio_s_per_s=%.0f asr_diar_audio_s_per_s=%.0f ratio=%.2f diar_only_audio_s_per_s=%.0f p99_ms=%.0f mix_ratio=%.2f\n",
-		head.off.audioPerS, head.on.audioPerS, head.on.audioPerS/head.off.audioPerS, bestDiar, head.on.p99, mixRatio)
+	if bestDiar == 0 && head.only != nil {
+		bestDiar = head.only.audioPerS
+	}
+	fmt.Printf("RESULT model=sortformer asr_only_audio_s_per_s=%.0f asr_diar_audio_s_per_s=%.0f ratio=%.2f diar_only_audio_s_per_s=%.0f p99_ms=%.0f mix_ratio=%.2f within_p99_limit=%t asr_encoder=%s\n",
+		head.off.audioPerS, head.on.audioPerS, head.on.audioPerS/head.off.audioPerS, bestDiar, head.on.p99, mixRatio, within, head.off.encoder)
 	return nil
 }

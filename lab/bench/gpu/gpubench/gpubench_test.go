@@ -389,7 +389,17 @@ func TestDiarizeReportResultLine(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	want := "RESULT model=sortformer asr_only_audio_s_per_s=11000 asr_diar_audio_s_per_s=8000 ratio=0.73 diar_only_audio_s_per_s=26000 p99_ms=900 mix_ratio=0.75"
+	want := "RESULT model=sortformer asr_only_audio_s_per_s=11000 asr_diar_audio_s_per_s=8000 ratio=0.73 diar_only_audio_s_per_s=26000 p99_ms=900 mix_ratio=0.75 within_p99_limit=true asr_encoder=compiled"
+	if got := lines[len(lines)-1]; got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	// With no point within 1.5 s, the closest is reported, and said to be over.
+	out, err = exec.Command("go", "run", ".", "diarize", "-results", results, "-p99-ms", "800").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines = strings.Split(strings.TrimSpace(string(out)), "\n")
+	want = "RESULT model=sortformer asr_only_audio_s_per_s=11000 asr_diar_audio_s_per_s=8000 ratio=0.73 diar_only_audio_s_per_s=26000 p99_ms=900 mix_ratio=0.00 within_p99_limit=false asr_encoder=compiled"
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
