@@ -34,7 +34,7 @@ func diarizeReport(args []string) error {
 	}
 	type key struct {
 		arrangement, base string
-		conc             int
+		conc              int
 	}
 	type trio struct{ off, on, only *result }
 	points := map[key]*trio{}

@@ -46,12 +46,12 @@ var legacyColumns = columns[:20]
 // loadConfig is one workload against one arrangement's partitions.
 type loadConfig struct {
 	addrs        []string
-	mix          bool    // recordings of the realistic length mix, chunked as the worker does; else fixed clips
-	clipSeconds  float64 // fixed clips
-	chunkSeconds float64 // the worker's -chunk-seconds (mix)
-	chunkPar     int     // the worker's -chunk-parallelism (mix)
-	inflight     int     // the worker's -triton-max-inflight (mix): chunks past it wait in the pool, as the worker's do
-	quietest     bool    // the mix chunked by splitQuietest (workload mix-quietest), not the worker's audio.Split
+	mix          bool     // recordings of the realistic length mix, chunked as the worker does; else fixed clips
+	clipSeconds  float64  // fixed clips
+	chunkSeconds float64  // the worker's -chunk-seconds (mix)
+	chunkPar     int      // the worker's -chunk-parallelism (mix)
+	inflight     int      // the worker's -triton-max-inflight (mix): chunks past it wait in the pool, as the worker's do
+	quietest     bool     // the mix chunked by splitQuietest (workload mix-quietest), not the worker's audio.Split
 	diarize      []string // each point's diarization, a row each: off, on (speech and diarization), only
 	warm, dur    time.Duration
 	concurrency  []int // requests (clips) or recordings (mix) in flight
