@@ -130,6 +130,19 @@ class SortformerTest(unittest.TestCase):
                     self.assertLess(float(np.abs(x - y).max(initial=0)), 2e-3)
             self.assertEqual(len(t_turns[r]), len(a_turns[r]))
 
+    def test_a_request_of_chunk_seconds_is_one_step(self):
+        # NeMo's preprocessor pads frames to a multiple of 16: a request of
+        # exactly chunk_seconds must still be one encoder pass, a longer
+        # one as many as its chunks.
+        d = engine()
+        calls = []
+        run = d.run_encoder
+        d.run_encoder = lambda seq, n: calls.append(seq.shape[0]) or run(seq, n)
+        for seconds, steps in ((CHUNK_S, 1), (CHUNK_S / 2, 1), (2 * CHUNK_S, 2), (3 * CHUNK_S + 1, 4)):
+            calls.clear()
+            d.serve({0: Ask(speech(seconds, 11)), 1: Ask(speech(seconds / 3, 12))})
+            self.assertEqual(len(calls), steps, f"{seconds} s")
+
     def test_long_request_takes_several_steps(self):
         # A request longer than chunk_seconds is walked in steps; its turns
         # stay inside it and its state is bounded.

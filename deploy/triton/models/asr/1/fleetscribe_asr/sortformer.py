@@ -328,6 +328,8 @@ class SortformerDiarizer:
         self.cuda = str(device).startswith("cuda")
         self.rows = opts.buckets()
         self.compiled: Any = None
+        self.pre_compiled: Any = None
+        self.pre_frames = sm.chunk_len * sm.subsampling_factor  # a one-step request's features
         self.cache: CompileCache | None = None
         if opts.encoder == "compiled" and (self.cuda or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1"):
             self.compile()
@@ -352,22 +354,57 @@ class SortformerDiarizer:
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(self.rows) + 8)
         regions = [*self.model.encoder.layers, *self.model.transformer_encoder.layers]
         self.compiled = [(m, torch.compile(m.forward, dynamic=False)) for m in regions]
+        # The chunk's subsampling convolutions (256 channels at the feature
+        # rate, as costly an audio second as the speech model's front end):
+        # compiled for a one-step request's length, each row bucket.
+        self.pre_compiled = torch.compile(self.model.encoder.pre_encode.forward, dynamic=False)
         key = "sortformer|%s|%s|%s|%d|%s" % (source_identity(self.opts.model), torch.__version__, device_name(self.device), self.total,
                                               ",".join(map(str, self.rows)))
         self.cache = CompileCache(cache_dir, key)
 
         def every_shape() -> None:
+            feats = self.model.cfg.preprocessor.get("features", 128)
             for r in self.rows:
                 seq = torch.zeros((r, self.total, self.dim), device=self.device)
                 n = torch.full((r,), self.total, dtype=torch.long, device=self.device)
+                x = torch.zeros((r, self.pre_frames, feats), device=self.device)
+                xn = torch.full((r,), self.pre_frames, dtype=torch.long, device=self.device)
                 with torch.inference_mode(), self.autocast():
                     self.run_encoder(seq, n)
+                    self.pre_encode(x, xn)
 
         self.cache.warm(every_shape)
         log_info("diarize: sortformer encoder %s" % self.describe())
 
     def autocast(self) -> Any:
         return self.torch.autocast(device_type="cuda" if self.cuda else "cpu", dtype=self.torch.bfloat16)
+
+    def in_buckets(self, x: Tensor, n: Tensor, fn: Any) -> tuple[Tensor, Tensor]:
+        """fn(x, n) over the rows in parts of the largest row bucket, each
+        padded to the smallest bucket that holds it (rows of zeros, length
+        0), the padding cut from both outputs."""
+        torch = self.torch
+        outs, lens = [], []
+        for at in range(0, x.shape[0], self.rows[-1]):
+            part, pn = x[at:at + self.rows[-1]], n[at:at + self.rows[-1]]
+            pad = next(b for b in self.rows if b >= part.shape[0]) - part.shape[0]
+            if pad:
+                part = torch.nn.functional.pad(part, (0, 0, 0, 0, 0, pad))
+                pn = torch.nn.functional.pad(pn, (0, pad))
+            out, out_n = fn(part, pn)
+            outs.append(out[: out.shape[0] - pad])
+            lens.append(out_n[: out_n.shape[0] - pad])
+        if len(outs) == 1:
+            return outs[0], lens[0]
+        return torch.cat(outs), torch.cat(lens)
+
+    def pre_encode(self, x: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
+        """The chunk's subsampling: compiled where the chunk is a one-step
+        request's length, else eager (a longer request's steps)."""
+        if self.pre_compiled is None or x.shape[1] != self.pre_frames:
+            out: tuple[Tensor, Tensor] = self.model.encoder.pre_encode(x=x, lengths=n)
+            return out
+        return self.in_buckets(x, n, lambda a, b: self.pre_compiled(x=a, lengths=b))
 
     def run_encoder(self, seq: Tensor, seq_len: Tensor) -> Tensor:
         """encode() over seq padded to the one length: compiled in the
@@ -377,23 +414,17 @@ class SortformerDiarizer:
         seq = torch.nn.functional.pad(seq, (0, 0, 0, self.total - seq.shape[1]))
         if not self.compiled:
             return encode(self.model, seq, seq_len)
-        outs, rows = [], seq.shape[0]
-        for at in range(0, rows, self.rows[-1]):
-            part, n = seq[at:at + self.rows[-1]], seq_len[at:at + self.rows[-1]]
-            bucket = next(b for b in self.rows if b >= part.shape[0])
-            pad = bucket - part.shape[0]
-            if pad:
-                part = torch.nn.functional.pad(part, (0, 0, 0, 0, 0, pad))
-                n = torch.nn.functional.pad(n, (0, pad))
+
+        def compiled(part: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
             for m, c in self.compiled:
                 m.forward = c  # an instance attribute: the class's forward is untouched
             try:
-                out = encode(self.model, part, n)
+                return encode(self.model, part, n), n
             finally:
                 for m, _ in self.compiled:
                     del m.forward
-            outs.append(out[: out.shape[0] - pad])
-        return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+        return self.in_buckets(seq, seq_len, compiled)[0]
 
     # -- serving
 
@@ -448,12 +479,16 @@ class SortformerDiarizer:
         preds_by_row: list[list[Tensor]] = [[] for _ in range(rows)]
         with torch.inference_mode():
             feats, feat_len = self.model.preprocessor(input_signal=torch.from_numpy(audio).to(dev), length=lengths)
+            # The preprocessor pads the frames to a multiple of 16 (4,512 for
+            # 4,500 at 45 s): cut to the longest row's, so a request of
+            # chunk_seconds is one step, then pad to whole steps (one shape).
             step = sm.chunk_len * sm.subsampling_factor
-            feats = torch.nn.functional.pad(feats, (0, -feats.shape[2] % step))  # every step one shape
+            feats = feats[:, :, : int(feat_len.max())]
+            feats = torch.nn.functional.pad(feats, (0, -feats.shape[2] % step))
             offset = torch.zeros((rows,), dtype=torch.long, device=dev)
             for _, chunk, chunk_len, lo, ro in sm.streaming_feat_loader(feat_seq=feats, feat_seq_length=feat_len, feat_seq_offset=offset):
                 with self.autocast():
-                    emb, emb_len = self.model.encoder.pre_encode(x=chunk, lengths=chunk_len)
+                    emb, emb_len = self.pre_encode(chunk, chunk_len)
                     emb, emb_len = emb.float(), emb_len.to(torch.int64)
                     seq, seq_len = fast_concat(state, emb, emb_len, self.total)
                     preds = self.run_encoder(seq, seq_len)
