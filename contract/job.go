@@ -43,6 +43,9 @@ type Job struct {
 	// Channels is "split" (one transcript a channel, each its own speaker),
 	// "mix" or empty (the queue's default).
 	Channels string `json:"channels,omitempty"`
+	// Vocabulary names a stored vocabulary or carries phrases inline (see
+	// Vocabulary); nil: the queue's default.
+	Vocabulary *Vocabulary `json:"vocabulary,omitempty"`
 }
 
 // Validate reports a job that cannot be processed.
@@ -80,7 +83,7 @@ func (j Job) Validate() error {
 	if j.Speakers.On() && j.Channels == ChannelsSplit {
 		return errors.New(`a job asks for speakers or for channels "split", not both`)
 	}
-	return nil
+	return j.Vocabulary.Validate()
 }
 
 // CheckBucketName refuses what S3's naming rules for general purpose
