@@ -15,6 +15,7 @@ const (
 	ClassExhausted      = "retries_exhausted" // retryable failures hit the receive limit
 	ClassEmptyAudio     = "empty_audio"       // a valid recording with no samples at all
 	ClassOutputRejected = "output_rejected"   // S3 refused the output object itself
+	ClassBadVocabulary  = "bad_vocabulary"    // the job's vocabulary is missing, invalid, or the model takes none
 	// ClassDiarizationUnavailable is a transcript's speaker_error class (never
 	// an error record's): the worker serves no diarization model.
 	ClassDiarizationUnavailable = "diarization_unavailable"

@@ -26,6 +26,9 @@ const (
 	AudioInput      = "audio"
 	TimestampsInput = "timestamps"
 	LengthInput     = "audio_length"
+	// VocabularyInput is a job's vocabulary (BYTES [1], a JSON list of
+	// phrases), sent only with jobs that have one.
+	VocabularyInput = "vocabulary"
 	TextOutput      = "text"
 	WordsOutput     = "word_timestamps"
 	NumWordsOutput  = "num_words"
@@ -95,17 +98,23 @@ type Config struct {
 
 // Inputs are the model's inputs in c's batching mode: audio FP32 [n]
 // (ragged unless c.Buckets), timestamps BOOL [1] (optional), audio_length
-// INT32 [1] (the true length of bucket-padded audio, required with buckets).
+// INT32 [1] (the true length of bucket-padded audio, required with buckets),
+// vocabulary BYTES [1] (optional: a JSON list of phrases; not with buckets).
 func (c Config) Inputs() []Tensor {
 	length := Tensor{Name: LengthInput, DataType: "TYPE_INT32", Dims: []int{1}, Optional: !c.Buckets}
 	if !c.Buckets {
 		length.Comment = "True length of bucket-padded audio; not sent in ragged mode."
 	}
-	return []Tensor{
+	in := []Tensor{
 		{Name: AudioInput, DataType: "TYPE_FP32", Dims: []int{-1}, Ragged: !c.Buckets && !c.Unragged},
 		{Name: TimestampsInput, DataType: "TYPE_BOOL", Dims: []int{1}, Optional: true},
 		length,
 	}
+	if c.Buckets {
+		return in // fixed-shape engines take no vocabulary
+	}
+	return append(in, Tensor{Name: VocabularyInput, DataType: "TYPE_STRING", Dims: []int{1}, Optional: true,
+		Comment: "The job's vocabulary: a JSON list of phrases the recogniser favours; only with jobs that have one."})
 }
 
 // Outputs are the model's outputs: text STRING [1], word_timestamps STRING

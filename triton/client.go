@@ -35,6 +35,9 @@ type ModelIO struct {
 	TextOutput      string // BYTES [1]
 	WordsOutput     string // BYTES [-1], one JSON object per word; empty: not requested
 	NumWordsOutput  string // INT32 [1]; empty: not requested
+	// VocabularyInput is BYTES [1], a JSON list of phrases, sent with a
+	// request that has a vocabulary; empty: the model takes none.
+	VocabularyInput string
 
 	// DiarizeModel is the diarization model of the same repository (its
 	// tensors are modelspec's DiarizeInputs and DiarizeOutputs); empty: the
@@ -76,6 +79,10 @@ func (m ModelIO) Bucket(n int) (padded int, ok bool) {
 // no limit).
 func (m ModelIO) MaxChunk() int { return slices.Max(append([]int{0}, m.Buckets...)) }
 
+// TakesVocabulary reports whether the model takes a vocabulary: it names
+// an input for one, and is not a fixed-shape (bucket) model.
+func (m ModelIO) TakesVocabulary() bool { return m.VocabularyInput != "" && len(m.Buckets) == 0 }
+
 // DefaultModelIO returns the tensor names of the model contract (modelspec).
 func DefaultModelIO() ModelIO {
 	return ModelIO{
@@ -86,6 +93,7 @@ func DefaultModelIO() ModelIO {
 		WordsOutput:     modelspec.WordsOutput,
 		NumWordsOutput:  modelspec.NumWordsOutput,
 		LengthInput:     modelspec.LengthInput,
+		VocabularyInput: modelspec.VocabularyInput,
 		DiarizeModel:    modelspec.DiarizeName,
 		BatchDim:        true,
 	}
@@ -101,6 +109,8 @@ func (m *ModelIO) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.TextOutput, "model-output-text", d.TextOutput, "name of the BYTES text output tensor")
 	fs.StringVar(&m.WordsOutput, "model-output-words", d.WordsOutput, "name of the BYTES word timestamps output tensor (empty: not requested)")
 	fs.StringVar(&m.NumWordsOutput, "model-output-num-words", d.NumWordsOutput, "name of the INT32 word count output tensor (empty: not requested)")
+	fs.StringVar(&m.VocabularyInput, "model-input-vocabulary", d.VocabularyInput, "name of the BYTES vocabulary input tensor (empty: the model takes none)\n"+
+		"A JSON list of phrases, sent with the chunks of jobs that have a vocabulary; without one such jobs get bad_vocabulary records.")
 	fs.StringVar(&m.DiarizeModel, "diarize-model", d.DiarizeModel, "Triton model of the diarization contract, for jobs that ask for speakers (empty: none)\n"+
 		"Without one, such jobs get their transcripts without speakers and a speaker_error saying why.")
 	fs.BoolVar(&m.BatchDim, "model-batch-dim", d.BatchDim, "send inputs with a leading batch dimension of 1 (models with max_batch_size > 0)")
@@ -171,6 +181,9 @@ type Request struct {
 	Samples    []float32 // 16 kHz mono
 	Timestamps bool      // ask for word timings
 	Model      string    // empty: ModelIO.Model
+	// Vocabulary is the job's phrases (contract.NormalizePhrases), sent in
+	// ModelIO.VocabularyInput; nil: none.
+	Vocabulary []string
 	// Priority is Triton's request priority (1 is highest; 0: the model's
 	// default), so live chunks overtake queued bulk ones.
 	Priority uint64
@@ -355,6 +368,13 @@ func (m ModelIO) newRequest(r Request, inline bool) *pb.ModelInferRequest {
 			Name: m.TimestampsInput, Datatype: TypeBool, Shape: m.shape(1),
 		})
 		req.RawInputContents = append(req.RawInputContents, EncodeBool(timestamps))
+	}
+	if len(r.Vocabulary) > 0 && m.TakesVocabulary() {
+		list, _ := json.Marshal(r.Vocabulary) // strings: never fails
+		req.Inputs = append(req.Inputs, &pb.ModelInferRequest_InferInputTensor{
+			Name: m.VocabularyInput, Datatype: TypeBytes, Shape: m.shape(1),
+		})
+		req.RawInputContents = append(req.RawInputContents, EncodeBytes(list))
 	}
 	if timestamps && m.WordsOutput != "" {
 		req.Outputs = append(req.Outputs, &pb.ModelInferRequest_InferRequestedOutputTensor{Name: m.WordsOutput})

@@ -25,6 +25,7 @@ type Config struct {
 	Claims  ClaimConfig
 	Audio   AudioConfig
 	Speaker SpeakerConfig
+	Vocab   VocabularyConfig
 }
 
 // RegisterFlags registers every section's flags with their defaults.
@@ -45,13 +46,14 @@ func (c *Config) Sections() []flagenv.Section {
 		{Title: "Claims", Register: c.Claims.RegisterFlags},
 		{Title: "Audio and chunks", Register: c.Audio.RegisterFlags},
 		{Title: "Speakers", Register: c.Speaker.RegisterFlags},
+		{Title: "Vocabularies", Register: c.Vocab.RegisterFlags},
 	}
 }
 
 // Validate reports missing or inconsistent settings. It changes nothing:
 // defaults that follow from other settings are computed where used.
 func (c *Config) Validate() error {
-	for _, err := range []error{c.Queues.validate(), c.Jobs.validate(), c.Inputs.validate(), c.Outputs.validate(), c.Claims.validate(), c.Audio.validate(), c.Speaker.validate(len(c.Queues.LowerURLs) + 1)} {
+	for _, err := range []error{c.Queues.validate(), c.Jobs.validate(), c.Inputs.validate(), c.Outputs.validate(), c.Claims.validate(), c.Audio.validate(), c.Speaker.validate(len(c.Queues.LowerURLs) + 1), c.Vocab.validate(len(c.Queues.LowerURLs) + 1)} {
 		if err != nil {
 			return err
 		}

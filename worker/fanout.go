@@ -118,7 +118,7 @@ func (w *Worker) transcribeChunk(ctx context.Context, infer inference, i int, sa
 			return Permanent(contract.ClassCorruptAudio, fmt.Errorf("chunk %d: %w", i, err))
 		}
 	}
-	res, err := w.tr.Transcribe(ctx, triton.Request{Samples: samples, Timestamps: w.cfg.Audio.Timestamps, Model: infer.model, Priority: infer.priority})
+	res, err := w.tr.Transcribe(ctx, triton.Request{Samples: samples, Timestamps: w.cfg.Audio.Timestamps, Model: infer.model, Priority: infer.priority, Vocabulary: infer.vocabulary})
 	if err != nil {
 		switch {
 		case errors.Is(err, triton.ErrRejected):

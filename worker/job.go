@@ -78,6 +78,8 @@ type inference struct {
 	// transcribed alone, its own speaker.
 	speakers *contract.SpeakerHints
 	split    bool
+	// vocabulary: the job's phrases, sent with every chunk (nil: none).
+	vocabulary []string
 }
 
 // runJob processes record index of delivery d, job, to an outcome. It
@@ -160,6 +162,9 @@ func (t *task) run(ctx context.Context) (string, error) {
 		return OutcomeDuplicate, nil
 	}
 	if err := t.limits(); err != nil {
+		return "", err
+	}
+	if err := t.vocabularyOf(ctx); err != nil {
 		return "", err
 	}
 	switch won, err := t.claim(ctx); {

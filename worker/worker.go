@@ -64,9 +64,13 @@ type Worker struct {
 	tr     Transcriber
 	dz     Diarizer // nil: jobs that ask for speakers get transcripts without, saying why
 	dzName string   // the diarization model, in transcripts
-	log    zerolog.Logger
-	m      *metrics
-	gate   *memoryGate
+	// takesVocabulary: the model takes a vocabulary with a request (else
+	// jobs that ask for one get bad_vocabulary records).
+	takesVocabulary bool
+	vocab           *vocabularies
+	log             zerolog.Logger
+	m               *metrics
+	gate            *memoryGate
 	// slots is the session's slot gate, for jobs held by an outage to
 	// lend theirs (nil outside Run).
 	slots  atomic.Pointer[slotGate]
@@ -96,8 +100,11 @@ type Deps struct {
 	// model in transcripts); nil: such jobs get transcripts without speakers.
 	Diarizer     Diarizer
 	DiarizeModel string
-	Log          zerolog.Logger
-	Metrics      prometheus.Registerer
+	// TakesVocabulary: the model takes a job's vocabulary with each request
+	// (triton.ModelIO.TakesVocabulary).
+	TakesVocabulary bool
+	Log             zerolog.Logger
+	Metrics         prometheus.Registerer
 }
 
 // New returns a worker for the model that d.Transcriber serves.
@@ -122,6 +129,8 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	w.deps.probeFor = w.probeFor
 	w.in = inputs{s3: s3c, deps: w.deps}
 	w.out = outputs{s3: s3c, bucket: cfg.Outputs.Bucket, deps: w.deps}
+	w.takesVocabulary = d.TakesVocabulary
+	w.vocab = &vocabularies{read: w.out.read, now: func() time.Time { return w.now() }}
 	if cfg.Inputs.FFmpeg != "" {
 		if bin, err := exec.LookPath(cfg.Inputs.FFmpeg); err == nil {
 			w.ffmpeg = &audio.FFmpeg{Bin: bin, Timeout: cfg.Jobs.Timeout, MaxSeconds: cfg.Inputs.MaxAudioSeconds}

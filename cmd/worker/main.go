@@ -170,7 +170,8 @@ func run(ctx context.Context, args []string, stderr *os.File) error {
 	if err != nil {
 		return err
 	}
-	deps := worker.Deps{Model: cfg.model.Model, SQS: sqsc, S3: s3c, Transcriber: pool, Log: log, Metrics: reg}
+	deps := worker.Deps{Model: cfg.model.Model, SQS: sqsc, S3: s3c, Transcriber: pool, Log: log, Metrics: reg,
+		TakesVocabulary: cfg.model.TakesVocabulary()}
 	if cfg.model.DiarizeModel != "" {
 		deps.Diarizer, deps.DiarizeModel = pool, cfg.model.DiarizeModel
 	}

@@ -11,6 +11,7 @@ import (
 	"hash/fnv"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,18 +28,20 @@ import (
 type Server struct {
 	Addr string
 
-	mu       sync.Mutex
-	faults   []error // returned by the next requests, in order
-	latency  time.Duration
-	gate     chan struct{} // while non-nil, requests wait for it to close
-	started  chan struct{} // receives one value per request that reaches the recognizer
-	calls    atomic.Int64
-	models   map[string]int // requests per model name
-	srv      *kserve.Server
-	recog    kserve.Recognizer
-	stop     context.CancelFunc
-	serveErr chan error
-	close    sync.Once
+	mu      sync.Mutex
+	faults  []error // returned by the next requests, in order
+	latency time.Duration
+	gate    chan struct{} // while non-nil, requests wait for it to close
+	started chan struct{} // receives one value per request that reaches the recognizer
+	calls   atomic.Int64
+	models  map[string]int // requests per model name
+	// vocabularies: each row's that came with one, in order.
+	vocabularies [][]string
+	srv          *kserve.Server
+	recog        kserve.Recognizer
+	stop         context.CancelFunc
+	serveErr     chan error
+	close        sync.Once
 }
 
 // Fingerprint is the samples' count and a hash of their bits: a
@@ -136,6 +139,9 @@ func (s *Server) recognize(ctx context.Context, samples []float32, timestamps bo
 	}
 	s.mu.Lock()
 	s.models[kserve.Model(ctx)]++
+	if v := kserve.Vocabulary(ctx); v != nil {
+		s.vocabularies = append(s.vocabularies, v)
+	}
 	var fault error
 	if len(s.faults) > 0 {
 		fault, s.faults = s.faults[0], s.faults[1:]
@@ -213,6 +219,14 @@ func (s *Server) Release() {
 
 // Started receives a value each time a request reaches the recognizer.
 func (s *Server) Started() <-chan struct{} { return s.started }
+
+// Vocabularies returns the vocabulary of each row recognised with one, in
+// the order they came.
+func (s *Server) Vocabularies() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.vocabularies)
+}
 
 // ModelCalls returns the number of inference requests for a model name.
 func (s *Server) ModelCalls(model string) int {

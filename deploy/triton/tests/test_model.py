@@ -512,3 +512,56 @@ def _warm_in_child(folder, results):
     c = compiled.CompileCache(folder, "key")
     c.warm(lambda: time.sleep(0.5))  # a compile
     results.put((c.cold, time.time()))
+
+
+class VocabularyTest(unittest.TestCase):
+    """A request's vocabulary (input "vocabulary", a JSON list of phrases):
+    read and checked before any model time, passed row by row to an engine
+    that takes one, refused by one that does not."""
+
+    def request(self, n, vocabulary=None):
+        inputs = {"audio": audio(n)}
+        if vocabulary is not None:
+            inputs["vocabulary"] = np.array([[vocabulary]], dtype=np.object_)
+        return pb.Request(**inputs)
+
+    def test_an_engine_without_vocabularies_refuses_one(self):
+        fake = FakeParakeet()
+        m = make(fake)
+        fake.calls.clear()  # the warm-up's
+        res = m.execute([self.request(800, b'["metoprolol"]'), self.request(900)])
+        self.assertEqual(res[0].err.code(), pb.TritonError.INVALID_ARG)
+        self.assertIn("takes no vocabulary", res[0].err.message())
+        self.assertIsNone(res[1].err)
+        self.assertEqual(fake.calls, [[900]], "the refused request spent no model time")
+
+    def test_rows_get_their_own_vocabulary(self):
+        class Taking(FakeParakeet):
+            def __init__(self):
+                super().__init__()
+                self.vocabularies = []
+
+            def check_vocabulary(self, phrases):
+                if any("\u00e9" in p for p in phrases):
+                    raise ValueError("vocabulary phrase 1: a character the tokenizer cannot spell")
+
+            def transcribe(self, audio, batch_size, timestamps, verbose, vocabularies=None):
+                self.vocabularies.append(vocabularies)
+                return super().transcribe(audio, batch_size, timestamps, verbose)
+
+        fake = Taking()
+        m = make(FakeParakeet())
+        m.model = fake  # an engine that takes vocabularies (whisper's way), in the engine's place
+        res = m.execute([self.request(800, b'["metoprolol", " Dr. Okafor "]'), self.request(900), self.request(1000, b'["caf\xc3\xa9"]'),
+                         self.request(1100, b'{"phrases": 1}'), self.request(1200, json.dumps(["x"] * 1001).encode())])
+        self.assertIsNone(res[0].err)
+        self.assertIsNone(res[1].err)
+        self.assertIn("cannot spell", res[2].err.message())
+        self.assertIn("not a JSON list", res[3].err.message())
+        self.assertIn("1001 phrases, limit 1000", res[4].err.message())
+        for r in res[2:]:
+            self.assertEqual(r.err.code(), pb.TritonError.INVALID_ARG)
+        self.assertEqual(fake.vocabularies, [[("metoprolol", "Dr. Okafor"), None]])
+        # A batch where no row has one calls the engine as before.
+        m.execute([self.request(700)])
+        self.assertEqual(fake.vocabularies[-1], None)

@@ -94,3 +94,24 @@ class WhisperTest(unittest.TestCase):
     def test_loops_are_dropped(self):
         self.assertGreater(whisper.compression_ratio("the the the the the the the the the the the the the the"), 2.4)
         self.assertLess(whisper.compression_ratio("the heart rate is normal and the lungs are clear"), 2.4)
+
+
+class WhisperVocabularyTest(unittest.TestCase):
+    def test_hotwords_are_the_phrases_in_order(self):
+        self.assertEqual(whisper.WhisperModel.hotwords(("metoprolol", "Dr. Okafor")), "metoprolol, Dr. Okafor.")
+        self.assertIsNone(whisper.WhisperModel.hotwords(None))
+
+    @unittest.skipUnless(HAVE_WHISPER, "needs faster-whisper (make deps)")
+    def test_each_row_is_decoded_with_its_own_vocabulary(self):
+        m = whisper.WhisperModel({})
+        seen = []
+        real = m.model.transcribe
+
+        def spy(samples, **kw):
+            seen.append(kw.get("hotwords"))
+            return real(samples, **kw)
+
+        m.model.transcribe = spy
+        x = np.zeros(16000, np.float32)
+        m.transcribe([x, x], 2, True, False, vocabularies=[("metoprolol",), None])
+        self.assertEqual(seen, ["metoprolol.", None])

@@ -53,7 +53,8 @@ type BatchConfig struct {
 type Row struct {
 	Samples    []float32
 	Timestamps bool
-	Model      string // the model name the request was sent for
+	Model      string   // the model name the request was sent for
+	Vocabulary []string // the request's vocabulary input (nil: none)
 }
 
 // BatchRecognizer recognises a whole batch at once. Recognizers that are

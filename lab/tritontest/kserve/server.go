@@ -80,6 +80,15 @@ func Model(ctx context.Context) string {
 	return s
 }
 
+type vocabularyKey struct{}
+
+// Vocabulary returns the vocabulary a request to the recognizer carried
+// (nil: none).
+func Vocabulary(ctx context.Context) []string {
+	v, _ := ctx.Value(vocabularyKey{}).([]string)
+	return v
+}
+
 // New returns a server answering for io.Model with rec.
 //
 // The model batches (max batch size 32, requests executed as they come)
@@ -208,6 +217,7 @@ type request struct {
 	shape      int64  // audio elements per row, for batch matching
 	inputs     string // the names of its inputs: only requests with the same set share a batch
 	timestamps bool
+	vocabulary []string
 	priority   uint64
 	timeout    time.Duration
 }
@@ -321,6 +331,21 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest, held *[]*shmRegion) (requ
 				v := in.GetContents().GetBoolContents()
 				out.timestamps = len(v) >= 1 && v[0]
 			}
+		case s.io.VocabularyInput:
+			if s.io.VocabularyInput == "" || in.GetDatatype() != triton.TypeBytes || per != 1 || b != 1 {
+				return invalid("input %q: want BYTES [1] in a request of one row", in.GetName())
+			}
+			var elems [][]byte
+			if have {
+				if elems, err = triton.DecodeBytes(data); err != nil {
+					return invalid("input %q: %v", in.GetName(), err)
+				}
+			} else {
+				elems = in.GetContents().GetBytesContents()
+			}
+			if len(elems) != 1 || json.Unmarshal(elems[0], &out.vocabulary) != nil || len(out.vocabulary) == 0 {
+				return invalid("input 'vocabulary' is not a JSON list of phrases")
+			}
 		case s.io.LengthInput:
 			if in.GetDatatype() != triton.TypeInt32 || per != 1 {
 				return invalid("input %q: want INT32 [1]", in.GetName())
@@ -355,7 +380,7 @@ func (s *Server) decodeInputs(r *pb.ModelInferRequest, held *[]*shmRegion) (requ
 			}
 			samples = samples[:n] // the padding is never heard
 		}
-		out.rows = append(out.rows, Row{Samples: samples, Timestamps: out.timestamps, Model: r.GetModelName()})
+		out.rows = append(out.rows, Row{Samples: samples, Timestamps: out.timestamps, Model: r.GetModelName(), Vocabulary: out.vocabulary})
 	}
 	if p, ok := r.GetParameters()["priority"]; ok {
 		out.priority = p.GetUint64Param()
@@ -414,7 +439,8 @@ func (s *Server) recognizeRows(ctx context.Context, rows []Row) ([]triton.Result
 	var wg sync.WaitGroup
 	for i, row := range rows {
 		wg.Go(func() {
-			results[i], errs[i] = s.rec.Recognize(context.WithValue(ctx, modelKey{}, row.Model), row.Samples, row.Timestamps)
+			rctx := context.WithValue(context.WithValue(ctx, modelKey{}, row.Model), vocabularyKey{}, row.Vocabulary)
+			results[i], errs[i] = s.rec.Recognize(rctx, row.Samples, row.Timestamps)
 		})
 	}
 	wg.Wait()

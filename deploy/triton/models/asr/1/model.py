@@ -55,6 +55,32 @@ class RequestError(ValueError):
     """An input the model must refuse: a permanent, per-request error."""
 
 
+# A vocabulary's bounds (the worker's, contract.MaxPhrases and MaxPhraseRunes).
+MAX_PHRASES = 1000
+MAX_PHRASE_CHARS = 100
+
+
+def read_vocabulary(request: Any) -> tuple[str, ...] | None:
+    """The request's vocabulary (a JSON list of phrases), None where it has
+    none, or a RequestError saying what is wrong (never the phrases' text)."""
+    t = pb_utils.get_input_tensor_by_name(request, "vocabulary")
+    if t is None:
+        return None
+    elems = t.as_numpy().reshape(-1)
+    try:
+        phrases = json.loads(bytes(elems[0])) if elems.size else None
+    except (ValueError, TypeError):
+        raise RequestError("input 'vocabulary' is not a JSON list of phrases") from None
+    if not isinstance(phrases, list) or not phrases or not all(isinstance(p, str) and p.strip() for p in phrases):
+        raise RequestError("input 'vocabulary' is not a JSON list of phrases (non-empty strings)")
+    if len(phrases) > MAX_PHRASES:
+        raise RequestError(f"vocabulary has {len(phrases)} phrases, limit {MAX_PHRASES}")
+    for i, p in enumerate(phrases):
+        if len(p) > MAX_PHRASE_CHARS:
+            raise RequestError(f"vocabulary phrase {i + 1}: {len(p)} characters, limit {MAX_PHRASE_CHARS}")
+    return tuple(p.strip() for p in phrases)
+
+
 def read_request(request: Any) -> tuple[Audio, bool]:
     """Returns (samples, want_timestamps) of one request, or raises RequestError."""
     audio = pb_utils.get_input_tensor_by_name(request, "audio")
@@ -164,29 +190,50 @@ class TritonPythonModel:
             "engine": self.engine, "device": "gpu" if kind == "GPU" else "cpu", "encoder": encoder, "decoder_graphs": graphs})
         self.engine_metric.set(1.0)
 
-    def transcribe(self, batch: list[Audio], timestamps: bool) -> Sequence[Any]:
+    def transcribe(self, batch: list[Audio], timestamps: bool, vocabularies: list[tuple[str, ...] | None] | None = None) -> Sequence[Any]:
+        if vocabularies and any(vocabularies):
+            takes: Any = self.model  # checked by check_vocabulary: it takes vocabularies
+            out: Sequence[Any] = takes.transcribe(batch, batch_size=len(batch), timestamps=timestamps, verbose=False, vocabularies=vocabularies)
+            return out
         return self.model.transcribe(batch, batch_size=len(batch), timestamps=timestamps, verbose=False)
+
+    def check_vocabulary(self, vocabulary: tuple[str, ...]) -> None:
+        """Refuses (RequestError) a vocabulary this engine cannot use: an
+        engine that takes none, or phrases its tokenizer cannot spell. Before
+        any model time: the request fails alone, as invalid input."""
+        check = getattr(self.model, "check_vocabulary", None)
+        if check is None:
+            raise RequestError(f"the {self.engine} engine takes no vocabulary (the whisper engine does)")
+        try:
+            check(vocabulary)
+        except ValueError as e:
+            raise RequestError(str(e)) from None
 
     def execute(self, requests: list[Any]) -> list[Any]:
         t0 = time.perf_counter()
         responses: list[Any] = [None] * len(requests)
         batch: list[Audio] = []
         where: list[int] = []
+        vocabularies: list[tuple[str, ...] | None] = []
         want_ts = False
         for i, req in enumerate(requests):
             try:
                 samples, ts = read_request(req)
+                vocabulary = read_vocabulary(req)
+                if vocabulary is not None:
+                    self.check_vocabulary(vocabulary)
             except RequestError as e:
                 responses[i] = self.error(str(e), invalid=True)
                 continue
             batch.append(samples)
             where.append(i)
+            vocabularies.append(vocabulary)
             want_ts = want_ts or ts
         t1 = t2 = time.perf_counter()
         if batch:
             hyps: list[Any] | None
             try:
-                hyps = list(self.transcribe(batch, want_ts))
+                hyps = list(self.transcribe(batch, want_ts, vocabularies))
                 t2 = time.perf_counter()
                 if len(hyps) != len(batch):
                     raise RuntimeError(f"model returned {len(hyps)} results for {len(batch)} inputs")
@@ -195,9 +242,9 @@ class TritonPythonModel:
             if hyps is None:
                 # One input broke the batch: run each alone, so only it fails.
                 hyps = []
-                for samples in batch:
+                for samples, vocabulary in zip(batch, vocabularies, strict=True):
                     try:
-                        hyps.append(self.transcribe([samples], want_ts)[0])
+                        hyps.append(self.transcribe([samples], want_ts, [vocabulary])[0])
                     except Exception as e:  # noqa: BLE001
                         hyps.append(e)
             for i, hyp in zip(where, hyps, strict=True):

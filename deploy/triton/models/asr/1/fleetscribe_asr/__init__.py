@@ -33,7 +33,11 @@ NAMES = ("parakeet", "pocketsphinx", "whisper", "echo", "module")
 
 
 class Engine(Protocol):
-    """What model.py asks of an engine."""
+    """What model.py asks of an engine. One that takes vocabularies also
+    has check_vocabulary(phrases), which raises ValueError for phrases it
+    cannot use, and transcribe(..., vocabularies=[phrases or None per
+    row]); model.py passes vocabularies only to such an engine, and only
+    when a row has one."""
 
     def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool) -> Sequence[Any]:
         """One hypothesis for each row of audio, in order."""

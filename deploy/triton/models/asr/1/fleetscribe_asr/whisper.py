@@ -63,16 +63,30 @@ class WhisperModel:
     def describe(self) -> tuple[str, str]:
         return "none", "none"
 
-    def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool) -> list[Hypothesis]:  # noqa: ARG002 - NeMo's signature
-        return [self.recognize(samples, timestamps) for samples in audio]
+    def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool,  # noqa: ARG002 - NeMo's signature
+                   vocabularies: list[tuple[str, ...] | None] | None = None) -> list[Hypothesis]:
+        vocabularies = vocabularies or [None] * len(audio)
+        return [self.recognize(samples, timestamps, v) for samples, v in zip(audio, vocabularies, strict=True)]
 
-    def recognize(self, samples: Audio, timestamps: bool) -> Hypothesis:
+    def check_vocabulary(self, vocabulary: tuple[str, ...]) -> None:
+        """Whisper's byte-level tokenizer spells anything: every vocabulary
+        the contract allows is taken (see hotwords for how much it hears)."""
+
+    @staticmethod
+    def hotwords(vocabulary: tuple[str, ...] | None) -> str | None:
+        """The vocabulary as Whisper's prompt of earlier text (faster-whisper's
+        hotwords): the phrases in order, comma-separated. Whisper keeps the
+        first 223 tokens of it, about 100 short phrases: a longer vocabulary's
+        later phrases are not heard (docs/vocabulary.md)."""
+        return ", ".join(vocabulary) + "." if vocabulary else None
+
+    def recognize(self, samples: Audio, timestamps: bool, vocabulary: tuple[str, ...] | None = None) -> Hypothesis:
         if samples.size < self.MIN_SAMPLES:
             return Hypothesis("", [])
         duration = samples.size / SAMPLE_RATE
         segments, _ = self.model.transcribe(
             np.ascontiguousarray(samples, dtype=np.float32), language="en", beam_size=self.beam, temperature=0.0,
-            word_timestamps=True, condition_on_previous_text=False, vad_filter=self.vad,
+            word_timestamps=True, condition_on_previous_text=False, vad_filter=self.vad, hotwords=self.hotwords(vocabulary),
             vad_parameters={"threshold": self.vad_threshold, "min_silence_duration_ms": 500, "speech_pad_ms": 200})
         texts, words, last = [], [], 0.0
         for s in segments:
