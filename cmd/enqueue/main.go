@@ -51,7 +51,8 @@ func main() {
 
 const usage = `enqueue [flags] [key | s3://bucket/key ...]   send jobs (see flags below)
 enqueue redrive [flags]                        move dead-lettered jobs back to their queue
-enqueue status [flags]                         show queues, DLQs, drain rate and ETA`
+enqueue status [flags]                         show queues, DLQs, drain rate and ETA
+enqueue vocabulary create|list|show|delete     manage the custom vocabularies jobs name`
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
@@ -62,6 +63,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return runRedrive(ctx, args[1:], stdout, stderr)
 		case "status":
 			return runStatus(ctx, args[1:], stdout, stderr)
+		case "vocabulary":
+			return runVocabulary(ctx, args[1:], stdin, stdout, stderr)
 		}
 	}
 	return runSend(ctx, args, stdin, stdout, stderr)
@@ -117,7 +120,7 @@ func runSend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var (
 		prefixes, suffixes, include, exclude, formats flagext.StringSliceCSV
 		minSize, maxSize, after, before, progress     string
-		speakers                                      string
+		speakers, vocabulary                          string
 	)
 	fs.StringVar(&o.QueueURL, "queue-url", "", "queue to send to: URL or name (the live or the bulk queue; required)")
 	fs.StringVar(&o.Sources.Bucket, "bucket", "", "input bucket of -prefix, key arguments and bare keys in -from-file")
@@ -153,6 +156,7 @@ func runSend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	fs.Var(&formats, "job-formats", "comma-separated extra output formats: txt,srt,vtt")
 	fs.StringVar(&speakers, "job-speakers", "", "speakers written into each job: on, off, or hints such as max=2 or min=2,max=4 (empty: the queue's default)")
 	fs.StringVar(&o.Job.Channels, "job-channels", "", "channels written into each job: split (each channel transcribed alone, its own speaker) or mix (empty: the queue's default)")
+	fs.StringVar(&vocabulary, "job-vocabulary", "", "the stored vocabulary written into each job, by name, or off (empty: the queue's default; see enqueue vocabulary)")
 	if err := parse(fs, args, usage); err != nil {
 		return err
 	}
@@ -161,6 +165,16 @@ func runSend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return fmt.Errorf("-job-speakers: %w", err)
 	}
 	o.Job.Speakers = hints
+	switch vocabulary {
+	case "":
+	case "off":
+		o.Job.Vocabulary = &contract.Vocabulary{Off: true}
+	default:
+		if err := contract.CheckVocabularyName(vocabulary); err != nil {
+			return fmt.Errorf("-job-vocabulary: %w", err)
+		}
+		o.Job.Vocabulary = &contract.Vocabulary{Name: vocabulary}
+	}
 	o.Sources.Prefixes, o.Sources.Keys, o.Sources.Stdin = prefixes, fs.Args(), stdin
 	o.Filter.Suffixes, o.Filter.Include, o.Filter.Exclude, o.Job.Formats = suffixes, include, exclude, formats
 	if o.Filter.MinSize, err = enqueue.ParseSize(minSize); err != nil {
@@ -340,4 +354,92 @@ func cloudWatchAge(cw *cloudwatch.Client) enqueue.OldestAge {
 		}
 		return time.Duration(aws.ToFloat64(latest.Maximum) * float64(time.Second)), true
 	}
+}
+
+const vocabularyUsage = `enqueue vocabulary create -output-bucket B -name N -from-file F   phrases, one a line (- for stdin), checked, written to s3://B/vocabularies/N.json
+enqueue vocabulary list -output-bucket B                          names, phrase counts, sizes; invalid ones with their problem
+enqueue vocabulary show -output-bucket B -name N                  the phrases, one a line
+enqueue vocabulary delete -output-bucket B -name N`
+
+// runVocabulary is `enqueue vocabulary create|list|show|delete`: the
+// custom vocabularies in the worker's output bucket that jobs name.
+func runVocabulary(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, vocabularyUsage)
+		return errors.New("enqueue vocabulary: give create, list, show or delete")
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("enqueue vocabulary "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	awsc := awsFlags(fs)
+	var bucket, name, file string
+	fs.StringVar(&bucket, "output-bucket", "", "the worker's output bucket (required)")
+	fs.StringVar(&name, "name", "", "the vocabulary's name: letters, digits, '.', '-' and '_' (create, show, delete)")
+	fs.StringVar(&file, "from-file", "", "create: the phrases, one a line, '#' starts a comment (- for stdin)")
+	if err := parse(fs, args[1:], vocabularyUsage); err != nil {
+		return err
+	}
+	if bucket == "" {
+		return errors.New("give -output-bucket")
+	}
+	if verb != "list" && name == "" {
+		return errors.New("give -name")
+	}
+	_, s3c, err := awsc.Clients(ctx)
+	if err != nil {
+		return err
+	}
+	switch verb {
+	case "create":
+		in := stdin
+		if file == "" {
+			return errors.New("give -from-file (- for stdin)")
+		}
+		if file != "-" {
+			f, err := os.Open(file)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = f.Close() }()
+			in = f
+		}
+		phrases, err := enqueue.ReadPhrases(in)
+		if err != nil {
+			return err
+		}
+		key, err := enqueue.CreateVocabulary(ctx, s3c, bucket, name, phrases)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "vocabulary %s: %d phrases in s3://%s/%s\n", name, len(contract.NormalizePhrases(phrases)), bucket, key)
+	case "list":
+		list, err := enqueue.ListVocabularies(ctx, s3c, bucket)
+		if err != nil {
+			return err
+		}
+		for _, v := range list {
+			if v.Problem != "" {
+				fmt.Fprintf(stdout, "%s\tinvalid\t%d bytes\t%s\t%s\n", v.Name, v.Bytes, v.Modified.UTC().Format(time.RFC3339), v.Problem)
+				continue
+			}
+			fmt.Fprintf(stdout, "%s\t%d phrases\t%d bytes\t%s\n", v.Name, v.Phrases, v.Bytes, v.Modified.UTC().Format(time.RFC3339))
+		}
+	case "show":
+		sv, err := enqueue.GetVocabulary(ctx, s3c, bucket, name)
+		if err != nil {
+			return err
+		}
+		for _, p := range sv.Phrases {
+			fmt.Fprintln(stdout, p)
+		}
+	case "delete":
+		if err := enqueue.DeleteVocabulary(ctx, s3c, bucket, name); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "vocabulary %s deleted\n", name)
+	default:
+		fmt.Fprintln(stderr, vocabularyUsage)
+		return fmt.Errorf("enqueue vocabulary %s: give create, list, show or delete", verb)
+	}
+	return nil
 }
