@@ -161,20 +161,49 @@ func wrapCue(text string) []string {
 	return append(lines, line)
 }
 
+// Marks flags the words a reviewer should check: a word whose confidence
+// is below Below (0: no marks, the default) is written "[word?]" in TXT
+// and SRT, and in a WebVTT class span "<c.low>word</c>" (style it with
+// ::cue(.low)). A word without a confidence is never marked.
+type Marks struct {
+	Below float64
+}
+
+// mark is w's text as Marks write it in TXT and SRT.
+func (m Marks) mark(w contract.Word, vtt bool) string {
+	word := strings.TrimSpace(w.Word)
+	switch {
+	case m.Below <= 0 || w.Confidence <= 0 || w.Confidence >= m.Below:
+		return word
+	case vtt:
+		return "<c.low>" + word + "</c>"
+	}
+	return "[" + word + "?]"
+}
+
 // RenderTXT returns the plain text transcript; with speakers, a line for
 // each run of one speaker's words: "spk_0: text".
-func RenderTXT(t contract.Transcript) []byte {
-	if len(t.Speakers) == 0 {
+func RenderTXT(t contract.Transcript) []byte { return RenderTXTMarked(t, Marks{}) }
+
+// RenderTXTMarked is RenderTXT with the words below m's threshold marked
+// (the text is then the words', which the transcript's text joins).
+func RenderTXTMarked(t contract.Transcript, m Marks) []byte {
+	if len(t.Speakers) == 0 && (m.Below <= 0 || len(t.Words) == 0) {
 		return []byte(t.Text + "\n")
 	}
 	var b strings.Builder
 	label := ""
 	for i, w := range t.Words {
-		word := strings.TrimSpace(w.Word)
+		word := m.mark(w, false)
 		if word == "" {
 			continue
 		}
 		switch {
+		case len(t.Speakers) == 0:
+			if b.Len() > 0 {
+				b.WriteString(" ")
+			}
+			b.WriteString(word)
 		case i == 0 || w.Speaker != label:
 			if b.Len() > 0 {
 				b.WriteString("\n")
@@ -190,9 +219,14 @@ func RenderTXT(t contract.Transcript) []byte {
 }
 
 // cueText is a segment's lines, with its speaker: "spk_0: " before the
-// text for SRT (which has no speaker markup), a WebVTT voice span for VTT.
-func cueText(s contract.Segment, vtt bool) string {
+// text for SRT (which has no speaker markup), a WebVTT voice span for VTT;
+// marked, the segment's words as m marks them (words: the segment's words
+// in order, nil where the words are not known).
+func cueText(s contract.Segment, vtt bool, m Marks, words []contract.Word) string {
 	lines := wrapCue(s.Text)
+	if m.Below > 0 && words != nil {
+		lines = markLines(lines, words, m, vtt)
+	}
 	switch {
 	case s.Speaker == "":
 	case vtt:
@@ -203,33 +237,95 @@ func cueText(s contract.Segment, vtt bool) string {
 	return strings.Join(lines, "\n")
 }
 
+// markLines writes each line's words as m marks them: words are the cue's,
+// in order, one for each word of its lines.
+func markLines(lines []string, words []contract.Word, m Marks, vtt bool) []string {
+	out := make([]string, len(lines))
+	next := 0
+	for i, line := range lines {
+		fields := strings.Fields(line)
+		for j := range fields {
+			if next < len(words) {
+				fields[j] = m.mark(words[next], vtt)
+			}
+			next++
+		}
+		out[i] = strings.Join(fields, " ")
+	}
+	return out
+}
+
+// cueWords returns each segment's words (the transcript's words in order,
+// as many as each segment's text has), or nil where they do not match the
+// segments' text (segments not built from the words).
+func cueWords(t contract.Transcript) [][]contract.Word {
+	var words []contract.Word
+	for _, w := range t.Words {
+		if strings.TrimSpace(w.Word) != "" {
+			words = append(words, w)
+		}
+	}
+	out := make([][]contract.Word, len(t.Segments))
+	at := 0
+	for i, s := range t.Segments {
+		n := len(strings.Fields(s.Text))
+		if at+n > len(words) {
+			return nil
+		}
+		for k := range n {
+			if strings.TrimSpace(words[at+k].Word) != strings.Fields(s.Text)[k] {
+				return nil
+			}
+		}
+		out[i] = words[at : at+n]
+		at += n
+	}
+	return out
+}
+
 // noSpeech is the one cue of a recording without speech: players refuse
 // an SRT file without cues.
 const noSpeech = "[no speech]"
 
 // RenderSRT returns SubRip subtitles for the transcript's segments, each
 // cue wrapped to its lines.
-func RenderSRT(t contract.Transcript) []byte {
+func RenderSRT(t contract.Transcript) []byte { return RenderSRTMarked(t, Marks{}) }
+
+// RenderSRTMarked is RenderSRT with the words below m's threshold marked.
+func RenderSRTMarked(t contract.Transcript, m Marks) []byte {
 	var b strings.Builder
 	segs := t.Segments
+	words := cueWords(t)
 	if len(segs) == 0 {
-		segs = []contract.Segment{{Start: 0, End: max(min(t.DurationSec, cueMaxSeconds), cueMinSeconds), Text: noSpeech}}
+		segs, words = []contract.Segment{{Start: 0, End: max(min(t.DurationSec, cueMaxSeconds), cueMinSeconds), Text: noSpeech}}, nil
 	}
 	for i, s := range segs {
-		fmt.Fprintf(&b, "%d\n%s --> %s\n%s\n\n", i+1, subTime(s.Start, ","), subTime(s.End, ","), cueText(s, false))
+		fmt.Fprintf(&b, "%d\n%s --> %s\n%s\n\n", i+1, subTime(s.Start, ","), subTime(s.End, ","), cueText(s, false, m, at(words, i)))
 	}
 	return []byte(b.String())
 }
 
 // RenderVTT returns WebVTT subtitles for the transcript's segments, each
 // cue wrapped to its lines (a file without cues is valid WebVTT).
-func RenderVTT(t contract.Transcript) []byte {
+func RenderVTT(t contract.Transcript) []byte { return RenderVTTMarked(t, Marks{}) }
+
+// RenderVTTMarked is RenderVTT with the words below m's threshold marked.
+func RenderVTTMarked(t contract.Transcript, m Marks) []byte {
 	var b strings.Builder
 	b.WriteString("WEBVTT\n\n")
-	for _, s := range t.Segments {
-		fmt.Fprintf(&b, "%s --> %s\n%s\n\n", subTime(s.Start, "."), subTime(s.End, "."), cueText(s, true))
+	words := cueWords(t)
+	for i, s := range t.Segments {
+		fmt.Fprintf(&b, "%s --> %s\n%s\n\n", subTime(s.Start, "."), subTime(s.End, "."), cueText(s, true, m, at(words, i)))
 	}
 	return []byte(b.String())
+}
+
+// at is words[i], or nil where words is.
+func at(words [][]contract.Word, i int) []contract.Word {
+	if words == nil {
+		return nil
+	}
+	return words[i]
 }
 
 func subTime(sec float64, sep string) string {

@@ -197,6 +197,9 @@ type OutputConfig struct {
 	Bucket   string
 	Prefix   string
 	Prefixes []string // prefixes a job's output_prefix must lie under; empty: Prefix only
+	// MarkBelow marks the words of TXT, SRT and VTT outputs whose
+	// confidence is below it (0: none; subtitle.Marks).
+	MarkBelow float64
 }
 
 // RegisterFlags registers the output flags.
@@ -204,11 +207,16 @@ func (c *OutputConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Bucket, "output-bucket", "", "bucket for transcripts and error records (required)")
 	fs.StringVar(&c.Prefix, "output-prefix", "transcripts/", "key prefix for outputs, unless a job sets its own")
 	fs.Var((*flagext.StringSliceCSV)(&c.Prefixes), "output-prefixes", "comma-separated prefixes a job's own output_prefix must lie under (empty: only -output-prefix)")
+	fs.Float64Var(&c.MarkBelow, "mark-confidence-below", 0, "mark the words of txt, srt and vtt outputs whose confidence (0-1) is below this (0: none)\n"+
+		"Marked words read [word?] in txt and srt and <c.low>word</c> in vtt, for a reviewer to check; the JSON always has every word's confidence.")
 }
 
 func (c *OutputConfig) validate() error {
 	if c.Bucket == "" {
 		return errors.New("output bucket is required")
+	}
+	if c.MarkBelow < 0 || c.MarkBelow > 1 {
+		return fmt.Errorf("-mark-confidence-below %g: want 0 (no marks) to 1", c.MarkBelow)
 	}
 	if err := contract.CheckOutputPrefix(c.Prefix); err != nil {
 		return err

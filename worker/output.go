@@ -24,7 +24,8 @@ import (
 type outputs struct {
 	s3     S3API
 	bucket string
-	deps   *dependencies // learns from every answer
+	deps   *dependencies  // learns from every answer
+	marks  subtitle.Marks // the words TXT, SRT and VTT mark
 }
 
 // exists reports whether key exists, with one HEAD.
@@ -51,11 +52,11 @@ func (o outputs) transcript(ctx context.Context, keys contract.OutputKeys, forma
 		case contract.FormatJSON:
 			continue
 		case contract.FormatTXT:
-			body, ctype = subtitle.RenderTXT(t), "text/plain; charset=utf-8"
+			body, ctype = subtitle.RenderTXTMarked(t, o.marks), "text/plain; charset=utf-8"
 		case contract.FormatSRT:
-			body, ctype = subtitle.RenderSRT(t), "application/x-subrip"
+			body, ctype = subtitle.RenderSRTMarked(t, o.marks), "application/x-subrip"
 		case contract.FormatVTT:
-			body, ctype = subtitle.RenderVTT(t), "text/vtt"
+			body, ctype = subtitle.RenderVTTMarked(t, o.marks), "text/vtt"
 		}
 		if err := o.put(ctx, keys.Key(f), body, ctype, "", nil); err != nil {
 			return err

@@ -13,6 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetscribe/fleetscribe/contract"
+	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
+	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
 
@@ -115,5 +117,29 @@ func TestBadVocabularyIsARecordNotModelTime(t *testing.T) {
 	}
 	if slices.ContainsFunc(e.servers[0].Vocabularies(), func(v []string) bool { return len(v) > 0 }) {
 		t.Error("a vocabulary reached the model")
+	}
+}
+
+// -mark-confidence-below marks the txt, srt and vtt words a reviewer
+// should check; the JSON keeps every word's confidence.
+func TestLowConfidenceWordsMarked(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.servers[0].SetRecognizer(kserve.RecognizerFunc(func(context.Context, []float32, bool) (triton.Result, error) {
+		return triton.Result{Text: "Start metoprolol", Words: []triton.Word{{Word: "Start", Start: 0, End: 0.4, Confidence: 0.93}, {Word: "metoprolol", Start: 0.5, End: 1.1, Confidence: 0.27}}}, nil
+	}))
+	e.put("a.wav", speechWAV(5, 1))
+	e.sendJob("a.wav", "txt", "srt", "vtt")
+	cfg := e.config()
+	cfg.Outputs.MarkBelow = 0.5
+	e.run(cfg, nil)
+	out := e.outputs("a.wav")
+	if txt := string(out["txt"]); txt != "Start [metoprolol?]\n" {
+		t.Errorf("txt %q", txt)
+	}
+	if !strings.Contains(string(out["srt"]), "Start [metoprolol?]") || !strings.Contains(string(out["vtt"]), "Start <c.low>metoprolol</c>") {
+		t.Errorf("srt or vtt unmarked:\n%s\n%s", out["srt"], out["vtt"])
+	}
+	if tr, ok := e.transcript("a.wav"); !ok || len(tr.Words) != 2 || tr.Words[1].Confidence != 0.27 || tr.Text != "Start metoprolol" {
+		t.Errorf("json: %+v", tr)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/fleetscribe/fleetscribe/audio"
+	"github.com/fleetscribe/fleetscribe/subtitle"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
@@ -128,7 +129,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	w.deps = newDependencies(log, func() time.Time { return w.now() }, cfg.Jobs.OutageWait, m.outage)
 	w.deps.probeFor = w.probeFor
 	w.in = inputs{s3: s3c, deps: w.deps}
-	w.out = outputs{s3: s3c, bucket: cfg.Outputs.Bucket, deps: w.deps}
+	w.out = outputs{s3: s3c, bucket: cfg.Outputs.Bucket, deps: w.deps, marks: subtitle.Marks{Below: cfg.Outputs.MarkBelow}}
 	w.takesVocabulary = d.TakesVocabulary
 	w.vocab = &vocabularies{read: w.out.read, now: func() time.Time { return w.now() }}
 	if cfg.Inputs.FFmpeg != "" {
