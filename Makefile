@@ -165,6 +165,10 @@ bench-diarization: build ## 30 synthetic conversations of 2-4 voices (1-10 min),
 	@scripts/labvenv.sh diarization lab/bench/diarization/requirements.txt
 	$(GO) run ./lab/bench/diarization -bin $(BIN) $(BENCH_DIARIZATION_ARGS)
 
+.PHONY: bench-vocabulary
+bench-vocabulary: deps ## custom vocabularies on the CPU Whisper engine (88 sentences, 4 voices): key-term recall without and with, WER on the other words, key terms in control sentences; word confidence per engine (AUC, errors below and above 0.5)
+	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) lab/bench/vocabulary/vocabulary.py
+
 .PHONY: bench-narrowband
 bench-narrowband: deps ## telephone audio (8 kHz, band-limited, mu-law, A-law) and room tone through the CPU recogniser: WER with the narrowband measures off and on, side by side
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) lab/bench/narrowband/narrowband.py

@@ -98,7 +98,7 @@ class WhisperTest(unittest.TestCase):
 
 class WhisperVocabularyTest(unittest.TestCase):
     def test_hotwords_are_the_phrases_in_order(self):
-        self.assertEqual(whisper.WhisperModel.hotwords(("metoprolol", "Dr. Okafor")), "metoprolol, Dr. Okafor.")
+        self.assertEqual(whisper.WhisperModel.hotwords(("metoprolol", "Dr. Okafor")), "Glossary: metoprolol, Dr. Okafor.")
         self.assertIsNone(whisper.WhisperModel.hotwords(None))
 
     @unittest.skipUnless(HAVE_WHISPER, "needs faster-whisper (make deps)")
@@ -114,4 +114,4 @@ class WhisperVocabularyTest(unittest.TestCase):
         m.model.transcribe = spy
         x = np.zeros(16000, np.float32)
         m.transcribe([x, x], 2, True, False, vocabularies=[("metoprolol",), None])
-        self.assertEqual(seen, ["metoprolol.", None])
+        self.assertEqual(seen, ["Glossary: metoprolol.", None])

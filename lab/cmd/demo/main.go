@@ -11,8 +11,11 @@
 // everything it started. Then who spoke: a synthetic consult of three
 // voices taking turns (one talking over another) is diarized, and a stereo
 // call with a party on each channel is split; both are printed with their
-// speakers. The last line is "RESULT clips=N wer=0.xx words_timed=N
-// words_misplaced=0 der=0.xx speakers=N/N channel_words=N/N".
+// speakers. Two dictations that name drugs and a clinician go with a
+// stored vocabulary and without, their low-confidence words marked. The
+// last line is "RESULT clips=N wer=0.xx words_timed=N words_misplaced=0
+// der=0.xx speakers=N/N channel_words=N/N vocabulary_terms=N/N
+// without=N/N".
 package main
 
 import (
@@ -51,6 +54,17 @@ var sentences = []string{
 	"we will review the test results at the next visit",
 	"the heart rate is normal and the lungs are clear",
 }
+
+// dictations name drugs and a clinician: each is sent twice, with the
+// cardiology vocabulary (enqueue vocabulary create) and without, and its
+// TXT printed with the words below 0.5 confidence marked.
+var dictations = []struct{ text, voice string }{
+	{"we will stop the lisinopril and begin tamsulosin tomorrow morning", "rms"},
+	{"doctor Thibodeaux will see her after the pulmonary embolism next month", "awb"},
+}
+
+// cardiology is the demo's stored vocabulary.
+var cardiology = []string{"lisinopril", "tamsulosin", "metoprolol", "atorvastatin", "pulmonary embolism", "Thibodeaux", "Okafor"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -145,6 +159,36 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	step("synthesising two dictations that name drugs and a clinician")
+	for i, d := range dictations {
+		file := filepath.Join(work, fmt.Sprintf("dictation-%d.wav", i+1))
+		ff := exec.CommandContext(ctx, "ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+			fmt.Sprintf("flite=text='%s':voice=%s", d.text, d.voice), "-ac", "1", file)
+		if out, err := ff.CombinedOutput(); err != nil {
+			return fmt.Errorf("ffmpeg: %w: %s", err, out)
+		}
+		body, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		for _, prefix := range []string{"dictations/", "dictations-plain/"} {
+			if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(fmt.Sprintf("%sdictation-%d.wav", prefix, i+1)), Body: bytes.NewReader(body)}); err != nil {
+				return fmt.Errorf("upload: %w", err)
+			}
+		}
+	}
+	step("storing the vocabulary with `enqueue vocabulary create -name cardiology`")
+	vocabFile := filepath.Join(work, "cardiology.txt")
+	if err := os.WriteFile(vocabFile, []byte("# the demo's cardiology vocabulary\n"+strings.Join(cardiology, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	vc := exec.CommandContext(ctx, filepath.Join(*binDir, "enqueue"), "vocabulary", "create", "-aws-endpoint", emu.Endpoint,
+		"-output-bucket", outBucket, "-name", "cardiology", "-from-file", vocabFile)
+	vc.Stdout, vc.Stderr = os.Stdout, os.Stderr
+	if err := vc.Run(); err != nil {
+		return fmt.Errorf("enqueue vocabulary create: %w", err)
+	}
+
 	const consultKey, callKey = "consults/visit-001.wav", "calls/call-001.wav"
 	for key, body := range map[string][]byte{consultKey: conversation.WAV(consult.Samples), callKey: conversation.WAV(tracks...)} {
 		if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(body)}); err != nil {
@@ -160,6 +204,8 @@ func run(ctx context.Context) error {
 		{"enqueue -prefix incoming/", "incoming/", "", ""},
 		{"enqueue -prefix consults/ -job-speakers on", "consults/", "-job-speakers", "on"},
 		{"enqueue -prefix calls/ -job-channels split", "calls/", "-job-channels", "split"},
+		{"enqueue -prefix dictations/ -job-vocabulary cardiology", "dictations/", "-job-vocabulary", "cardiology"},
+		{"enqueue -prefix dictations-plain/", "dictations-plain/", "", ""},
 	} {
 		step("enqueueing with `" + e.say + "`")
 		args := append(slices.Clone(common), "-bucket", bucket, "-prefix", e.prefix, "-job-formats", "txt,srt,vtt")
@@ -177,7 +223,7 @@ func run(ctx context.Context) error {
 	started = time.Now()
 	wk := exec.CommandContext(ctx, filepath.Join(*binDir, "worker"), append(common,
 		"-output-bucket", outBucket, "-input-buckets", bucket, "-triton-addrs", asrAddr, "-model-batch-dim=true",
-		"-concurrency", "4", "-wait-time", "1s", "-exit-when-idle", "3s", "-metrics-addr", "")...)
+		"-concurrency", "4", "-wait-time", "1s", "-exit-when-idle", "3s", "-metrics-addr", "", "-mark-confidence-below", "0.5")...)
 	wk.Stdout, wk.Stderr = logs, logs
 	wk.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	wk.Cancel = func() error { return wk.Process.Signal(syscall.SIGTERM) }
@@ -216,6 +262,38 @@ func run(ctx context.Context) error {
 	if overall > *maxWER {
 		verr = fmt.Errorf("overall WER %.3f is above %.2f", overall, *maxWER)
 	}
+
+	step("a vocabulary: the dictations with cardiology and without (TXT, words under 0.5 confidence marked [word?])")
+	termsWith, termsWithout, terms := 0, 0, 0
+	for i, d := range dictations {
+		var txt, text [2]string // the TXT rendering (marked), the transcript's text
+		for k, prefix := range []string{"dictations/", "dictations-plain/"} {
+			key := fmt.Sprintf("%sdictation-%d.wav", prefix, i+1)
+			b, err := localaws.ReadOutput(ctx, s3c, outBucket, bucket, key, ".txt")
+			if err != nil {
+				return err
+			}
+			t, err := localaws.ReadTranscript(ctx, s3c, outBucket, bucket, key)
+			if err != nil {
+				return err
+			}
+			txt[k], text[k] = strings.TrimSpace(b), strings.ToLower(t.Text)
+		}
+		for _, term := range cardiology {
+			if !strings.Contains(d.text, strings.ToLower(term)) {
+				continue
+			}
+			terms++
+			if strings.Contains(text[0], strings.ToLower(term)) {
+				termsWith++
+			}
+			if strings.Contains(text[1], strings.ToLower(term)) {
+				termsWithout++
+			}
+		}
+		fmt.Printf("   source:            %s\n   with cardiology:   %s\n   without:           %s\n", d.text, txt[0], txt[1])
+	}
+	fmt.Printf("   key terms heard: %d of %d with the vocabulary, %d without\n", termsWith, terms, termsWithout)
 
 	step("who spoke: the consult, diarized (TXT rendering)")
 	ct, err := localaws.ReadTranscript(ctx, s3c, outBucket, bucket, consultKey)
@@ -261,8 +339,8 @@ func run(ctx context.Context) error {
 	if visible+inflight != 0 {
 		verr = errors.Join(verr, fmt.Errorf("queue not drained: %d visible, %d in flight", visible, inflight))
 	}
-	fmt.Printf("RESULT clips=%d wer=%.2f words_timed=%d words_misplaced=%d der=%.3f speakers=%d/%d channel_words=%d/%d\n",
-		len(keys), overall, timed, misplaced, score.DER, found, len(consult.Voices), onChannel, channelWords)
+	fmt.Printf("RESULT clips=%d wer=%.2f words_timed=%d words_misplaced=%d der=%.3f speakers=%d/%d channel_words=%d/%d vocabulary_terms=%d/%d without=%d/%d\n",
+		len(keys), overall, timed, misplaced, score.DER, found, len(consult.Voices), onChannel, channelWords, termsWith, terms, termsWithout, terms)
 	return verr
 }
 

@@ -75,10 +75,13 @@ class WhisperModel:
     @staticmethod
     def hotwords(vocabulary: tuple[str, ...] | None) -> str | None:
         """The vocabulary as Whisper's prompt of earlier text (faster-whisper's
-        hotwords): the phrases in order, comma-separated. Whisper keeps the
-        first 223 tokens of it, about 100 short phrases: a longer vocabulary's
-        later phrases are not heard (docs/vocabulary.md)."""
-        return ", ".join(vocabulary) + "." if vocabulary else None
+        hotwords): "Glossary: " and the phrases in order, comma-separated.
+        On make bench-vocabulary's sentences the glossary form cost the
+        other words 0.011 of WER where the bare list cost 0.049, for about
+        the same key-term recall (0.70 against 0.72). Whisper keeps the
+        first 223 tokens of it, about 100 short phrases: a longer
+        vocabulary's later phrases are not heard (docs/vocabulary.md)."""
+        return "Glossary: " + ", ".join(vocabulary) + "." if vocabulary else None
 
     def recognize(self, samples: Audio, timestamps: bool, vocabulary: tuple[str, ...] | None = None) -> Hypothesis:
         if samples.size < self.MIN_SAMPLES:
