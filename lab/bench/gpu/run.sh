@@ -27,8 +27,10 @@
 #   profile          where the encoder's GPU time goes, eager and each way of
 #                    compiling it (encoder_profile.py; PROFILE_ARGS) -> OUTDIR/profile-nemo.json
 #   model            builds the NeMo model the nemo steps serve, if missing
-#   sftest           the GPU diarizer's tests (test_sortformer.py: NeMo's
-#                    Sortformer built tiny, its compiled encoder on the GPU)
+#   sftest           the tests that need NeMo: the GPU diarizer's
+#                    (test_sortformer.py: NeMo's Sortformer built tiny, its
+#                    compiled encoder on the GPU) and the parakeet engine's
+#                    word confidence (test_confidence.py)
 #   sortformer:A,..  with the shipped engine serving $NEMO_MODEL and the diarize
 #                    model serving $SORTFORMER_MODEL (NeMo's Sortformer-shaped,
 #                    random weights, built if missing): 45-s clips, each point
@@ -158,7 +160,7 @@ for step in "$@"; do
       arrangements mix "${step#nemomix:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=30,length_buckets=30${PARAMS:+,$PARAMS}" ;;
     model) nemo_model ;;
     sftest) log "GPU diarizer tests"
-      (cd "$here" && PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" -m unittest -v test_sortformer 2>&1 |
+      (cd "$here" && PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" -m unittest -v test_sortformer test_confidence 2>&1 |
         { grep -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log") || log "tests failed" ;;
     sortformer:*)
       nemo_model; sortformer_model

@@ -85,8 +85,17 @@ class NemoEngine:
     52.9 ms with it and 64.9 without, eagerly 96.0 and 116.7
     (docs/benchmarks.md)."""
 
-    def __init__(self, model: Any, device: str, precision: str, options: EncoderOptions | None = None, source: str = "") -> None:
+    # Word confidence methods (model parameter word_confidence): NeMo's
+    # confidence estimation over the greedy TDT decoder's frames, the
+    # word's tokens aggregated by their lowest ("min").
+    CONFIDENCE_METHODS = ("off", "max_prob", "entropy")
+
+    def __init__(self, model: Any, device: str, precision: str, options: EncoderOptions | None = None, source: str = "",
+                 confidence: str = "off") -> None:
         options = options or EncoderOptions()
+        if confidence not in self.CONFIDENCE_METHODS:
+            raise ValueError(f"model parameter word_confidence={confidence!r}: want {', '.join(self.CONFIDENCE_METHODS)}")
+        self.confidence = confidence
         self.model, self.device = model, device
         self.compiled: CompiledEncoder | None = None
         self.torch: Any = None
@@ -111,11 +120,18 @@ class NemoEngine:
                 # the graphs off decoded eagerly here, 5-7x slower a batch.
                 if cfg.get("strategy") == "greedy_batch" and "greedy" in cfg:
                     cfg.greedy.use_cuda_graph_decoder = True
+                # NeMo's word confidence: each token's by the method, a
+                # word's its lowest token's, blanks left out.
+                method: dict[str, Any] = {"name": "max_prob"}
+                if confidence == "entropy":
+                    method = {"name": "entropy", "entropy_type": "tsallis", "alpha": 0.5, "entropy_norm": "exp"}
+                cfg.confidence_cfg = {"preserve_word_confidence": confidence != "off", "exclude_blank": True, "aggregation": "min",
+                                      "method_cfg": method}
             model.change_decoding_strategy(cfg, verbose=False)
             g = cfg.get("greedy", {})
-            self.config = "strategy %s, loop_labels %s, use_cuda_graph_decoder %s, %s; attention %s" % (
+            self.config = "strategy %s, loop_labels %s, use_cuda_graph_decoder %s, %s; attention %s; word confidence %s" % (
                 cfg.get("strategy"), g.get("loop_labels"), g.get("use_cuda_graph_decoder"),
-                type(getattr(model.decoding, "decoding", None)).__name__, self.attention_name())
+                type(getattr(model.decoding, "decoding", None)).__name__, self.attention_name(), confidence)
             self.staging = torch.empty(0)
             self.encoder_path = "eager"
             if options.mode == "compiled" and compiles_on(device) and hasattr(model.encoder, "forward_internal"):
@@ -222,7 +238,24 @@ class NemoEngine:
         if timestamps:
             hyps = process_timestamp_outputs(hyps, self.model.encoder.subsampling_factor,
                                              self.model.cfg.preprocessor.window_stride)
+            if self.confidence != "off":
+                for h in hyps:
+                    attach_confidence(h)
         return list(hyps)
+
+
+def attach_confidence(hyp: Any) -> None:
+    """Puts each word's confidence (NeMo's word_confidence, one per word of
+    the hypothesis, 0-1) on its timestamp entry, where the two agree in
+    number; a word NeMo gave none keeps none."""
+    conf = getattr(hyp, "word_confidence", None)
+    stamps = (getattr(hyp, "timestamp", None) or {}).get("word") if isinstance(getattr(hyp, "timestamp", None), dict) else None
+    if not conf or not stamps or len(conf) != len(stamps):
+        return
+    for w, c in zip(stamps, conf, strict=True):
+        value = float(c.item() if hasattr(c, "item") else c)
+        if 0.0 <= value <= 1.0:
+            w["confidence"] = round(value, 4)
 
 
 def start(source: str, params: dict[str, str], device: str, max_batch: int, options: EncoderOptions,
@@ -233,7 +266,8 @@ def start(source: str, params: dict[str, str], device: str, max_batch: int, opti
     source = source or DEFAULT_MODEL
     model = load(source, device)
     t0 = time.perf_counter()
-    engine = NemoEngine(model, device, params.get("precision") or "bf16", options, source=source)
+    engine = NemoEngine(model, device, params.get("precision") or "bf16", options, source=source,
+                        confidence=params.get("word_confidence") or "off")
     engine.warm(float(params.get("warmup_seconds") or 30), max_batch)
     c = engine.compiled
     log_info("NeMo ready in %.0f s: encoder %s%s; decoder CUDA graphs mode %s (%s); %s" % (
