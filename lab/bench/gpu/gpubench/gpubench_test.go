@@ -108,8 +108,8 @@ func TestWriteRepo(t *testing.T) {
 			t.Errorf("repository config lacks %q:\n%s", want, cfg)
 		}
 	}
-	if strings.Contains(cfg, "allow_ragged_batch") || strings.Count(cfg, "optional: true") != 2 {
-		t.Errorf("/unbatched: audio not ragged, audio_length still optional:\n%s", cfg)
+	if strings.Contains(cfg, "allow_ragged_batch") || strings.Count(cfg, "optional: true") != 3 {
+		t.Errorf("/unbatched: audio not ragged; timestamps, audio_length and vocabulary still optional:\n%s", cfg)
 	}
 	if link, err := os.Readlink(filepath.Join(dir, "asr", "1")); err != nil || link != modelDir {
 		t.Errorf("version 1 is %q (%v), want the shipped %s", link, err, modelDir)
