@@ -531,9 +531,12 @@ class VocabularyTest(unittest.TestCase):
         fake.calls.clear()  # the warm-up's
         res = m.execute([self.request(800, b'["metoprolol"]'), self.request(900)])
         self.assertEqual(res[0].err.code(), pb.TritonError.INVALID_ARG)
-        self.assertIn("takes no vocabulary", res[0].err.message())
+        self.assertIn("phrase boosting is off", res[0].err.message())  # the parakeet engine, phrase_boosting off (the default)
         self.assertIsNone(res[1].err)
         self.assertEqual(fake.calls, [[900]], "the refused request spent no model time")
+        m.model = FakeParakeet()  # an engine with no check_vocabulary at all
+        res = m.execute([self.request(800, b'["metoprolol"]')])
+        self.assertIn("takes no vocabulary", res[0].err.message())
 
     def test_rows_get_their_own_vocabulary(self):
         class Taking(FakeParakeet):

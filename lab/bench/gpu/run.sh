@@ -30,7 +30,7 @@
 #   sftest           the tests that need NeMo: the GPU diarizer's
 #                    (test_sortformer.py: NeMo's Sortformer built tiny, its
 #                    compiled encoder on the GPU) and the parakeet engine's
-#                    word confidence (test_confidence.py)
+#                    word confidence and phrase boosting (test_parakeet_options.py)
 #   sortformer:A,..  with the shipped engine serving $NEMO_MODEL and the diarize
 #                    model serving $SORTFORMER_MODEL (NeMo's Sortformer-shaped,
 #                    random weights, built if missing): 45-s clips, each point
@@ -160,7 +160,7 @@ for step in "$@"; do
       arrangements mix "${step#nemomix:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=30,length_buckets=30${PARAMS:+,$PARAMS}" ;;
     model) nemo_model ;;
     sftest) log "GPU diarizer tests"
-      (cd "$here" && PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" -m unittest -v test_sortformer test_confidence 2>&1 |
+      (cd "$here" && PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" -m unittest -v test_sortformer test_parakeet_options 2>&1 |
         { grep -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log") || log "tests failed" ;;
     sortformer:*)
       nemo_model; sortformer_model

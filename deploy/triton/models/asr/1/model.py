@@ -203,7 +203,7 @@ class TritonPythonModel:
         any model time: the request fails alone, as invalid input."""
         check = getattr(self.model, "check_vocabulary", None)
         if check is None:
-            raise RequestError(f"the {self.engine} engine takes no vocabulary (the whisper engine does)")
+            raise RequestError(f"the {self.engine} engine takes no vocabulary (the whisper engine does, and parakeet with phrase_boosting on)")
         try:
             check(vocabulary)
         except ValueError as e:

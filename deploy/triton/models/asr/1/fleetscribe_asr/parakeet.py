@@ -3,6 +3,7 @@ compiled (compiled.py), its decoder NeMo's greedy_batch under CUDA graphs."""
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 import traceback
@@ -89,10 +90,17 @@ class NemoEngine:
     # confidence estimation over the greedy TDT decoder's frames, the
     # word's tokens aggregated by their lowest ("min").
     CONFIDENCE_METHODS = ("off", "max_prob", "entropy")
+    # Boosting trees kept at once: the vocabularies of a queue's jobs are
+    # few; inline ones may be many, so the least recently used goes.
+    MAX_TREES = 64
 
     def __init__(self, model: Any, device: str, precision: str, options: EncoderOptions | None = None, source: str = "",
-                 confidence: str = "off") -> None:
+                 confidence: str = "off", boosting: bool = False) -> None:
         options = options or EncoderOptions()
+        self.boosting = boosting
+        # A vocabulary's key -> its boosting tree's id in the decoder's
+        # multi-model, the least recently used first; at most MAX_TREES kept.
+        self.trees: collections.OrderedDict[str, int] = collections.OrderedDict()
         if confidence not in self.CONFIDENCE_METHODS:
             raise ValueError(f"model parameter word_confidence={confidence!r}: want {', '.join(self.CONFIDENCE_METHODS)}")
         self.confidence = confidence
@@ -127,6 +135,11 @@ class NemoEngine:
                     method = {"name": "entropy", "entropy_type": "tsallis", "alpha": 0.5, "entropy_norm": "exp"}
                 cfg.confidence_cfg = {"preserve_word_confidence": confidence != "off", "exclude_blank": True, "aggregation": "min",
                                       "method_cfg": method}
+                # Phrase boosting per row (NeMo's per-stream biasing): each
+                # vocabulary's boosting tree is built once, kept in the
+                # decoder's multi-model, and named by the rows that use it.
+                if boosting and "greedy" in cfg:
+                    cfg.greedy.enable_per_stream_biasing = True
             model.change_decoding_strategy(cfg, verbose=False)
             g = cfg.get("greedy", {})
             self.config = "strategy %s, loop_labels %s, use_cuda_graph_decoder %s, %s; attention %s; word confidence %s" % (
@@ -226,15 +239,63 @@ class NemoEngine:
                 self.compiled = None
         run(int(seconds * SAMPLE_RATE), max_batch)
 
-    def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool) -> list[Any]:
+    def check_vocabulary(self, vocabulary: tuple[str, ...]) -> None:
+        """Refuses a vocabulary where phrase boosting is off (the model
+        parameter phrase_boosting) or a phrase the model's tokenizer cannot
+        spell (a character it maps to its unknown token)."""
+        if not self.boosting or not self.direct:
+            raise ValueError("the parakeet engine's phrase boosting is off (model parameter phrase_boosting)")
+        tok = self.model.tokenizer
+        unk = getattr(tok, "unk_id", None)
+        for i, phrase in enumerate(vocabulary):
+            ids = tok.text_to_ids(phrase)
+            if not ids or (unk is not None and unk >= 0 and unk in ids):
+                raise ValueError(f"vocabulary phrase {i + 1}: a character this model's tokenizer cannot spell (phrases must match its "
+                                 "writing: Parakeet writes capitals and punctuation)")
+
+    def biasing(self, vocabularies: list[tuple[str, ...] | None] | None) -> list[Any] | None:
+        """The decoder's partial hypotheses naming each row's boosting tree
+        (None where no row has a vocabulary), building and adding a tree
+        the first time its vocabulary is seen."""
+        if not vocabularies or not any(vocabularies):
+            return None
+        import hashlib
+
+        from nemo.collections.asr.parts.context_biasing.biasing_multi_model import BiasingRequestItemConfig
+        from nemo.collections.asr.parts.context_biasing.boosting_graph_batched import BoostingTreeModelConfig
+        multi = self.model.decoding.decoding.decoding_computer.biasing_multi_model
+        request = biasing_request_class()
+        out: list[Any] = []
+        for v in vocabularies:
+            if not v:
+                out.append(None)
+                continue
+            key = hashlib.sha256("\n".join(v).encode()).hexdigest()
+            if key in self.trees:
+                self.trees.move_to_end(key)
+            else:
+                while len(self.trees) >= self.MAX_TREES:
+                    _, old = self.trees.popitem(last=False)
+                    multi.remove_model(old)
+                item = BiasingRequestItemConfig(boosting_model_cfg=BoostingTreeModelConfig(key_phrases_list=list(v)), cache_key=key,
+                                                auto_manage_multi_model=False)
+                item.add_to_multi_model(tokenizer=self.model.tokenizer, biasing_multi_model=multi)
+                self.trees[key] = int(item.multi_model_id)
+            out.append(request(y_sequence=[], score=0.0, biasing_cfg=BiasingRequestItemConfig(
+                multi_model_id=self.trees[key], cache_key=key, auto_manage_multi_model=False)))
+        return out
+
+    def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool,
+                   vocabularies: list[tuple[str, ...] | None] | None = None) -> list[Any]:
         if not self.direct:
             return list(self.model.transcribe(audio, batch_size=batch_size, timestamps=timestamps, verbose=verbose))
         from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
 
         torch = self.torch
+        partial = self.biasing(vocabularies) if self.boosting else None
         with torch.inference_mode(), torch.autocast("cuda", dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
             enc, enc_len = self.encode(audio)
-            hyps = self.model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True)
+            hyps = self.model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True, partial_hypotheses=partial)
         if timestamps:
             hyps = process_timestamp_outputs(hyps, self.model.encoder.subsampling_factor,
                                              self.model.cfg.preprocessor.window_stride)
@@ -242,6 +303,29 @@ class NemoEngine:
                 for h in hyps:
                     attach_confidence(h)
         return list(hyps)
+
+
+_REQUEST: Any = None
+
+
+def biasing_request_class() -> Any:
+    """NeMo's Hypothesis as an empty request naming a row's boosting tree,
+    whose merge with the decoded continuation also keeps the TDT token
+    durations (NeMo 2.7.3's merge_ drops them, and its word timestamps then
+    fail on the merged hypothesis)."""
+    global _REQUEST
+    if _REQUEST is None:
+        from nemo.collections.asr.parts.utils.rnnt_utils import Hypothesis
+
+        class BiasingRequest(Hypothesis):  # type: ignore[misc]
+            def merge_(self, other: Any) -> Any:
+                super().merge_(other)
+                if getattr(self, "token_duration", None) is None:
+                    self.token_duration = getattr(other, "token_duration", None)
+                return self
+
+        _REQUEST = BiasingRequest
+    return _REQUEST
 
 
 def attach_confidence(hyp: Any) -> None:
@@ -266,8 +350,11 @@ def start(source: str, params: dict[str, str], device: str, max_batch: int, opti
     source = source or DEFAULT_MODEL
     model = load(source, device)
     t0 = time.perf_counter()
+    boosting = params.get("phrase_boosting") or "off"
+    if boosting not in ("on", "off"):
+        raise ValueError(f"model parameter phrase_boosting={boosting!r}: want on or off")
     engine = NemoEngine(model, device, params.get("precision") or "bf16", options, source=source,
-                        confidence=params.get("word_confidence") or "off")
+                        confidence=params.get("word_confidence") or "off", boosting=boosting == "on")
     engine.warm(float(params.get("warmup_seconds") or 30), max_batch)
     c = engine.compiled
     log_info("NeMo ready in %.0f s: encoder %s%s; decoder CUDA graphs mode %s (%s); %s" % (
