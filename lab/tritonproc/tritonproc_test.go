@@ -96,6 +96,11 @@ func TestCPURepository(t *testing.T) {
 	if r.Text != text {
 		t.Errorf("recognised %q, want %q", r.Text, text)
 	}
+	// Real Triton takes the vocabulary input; pocketsphinx refuses it, that
+	// request alone, as invalid input (a rejected_by_model record).
+	if _, err := inferVocabulary(t, s.Addr, samples, []string{"metoprolol"}); !errors.Is(err, triton.ErrRejected) || !strings.Contains(err.Error(), "takes no vocabulary") {
+		t.Errorf("a vocabulary to pocketsphinx: %v, want rejected, taking none", err)
+	}
 	dur := float64(len(samples)) / 16000
 	if len(r.Words) != len(strings.Fields(text)) {
 		t.Errorf("%d words timed, want %d: %+v", len(r.Words), len(strings.Fields(text)), r.Words)
@@ -395,4 +400,22 @@ func TestCPUWhisperRepository(t *testing.T) {
 	if r := infer(t, s.Addr, triton.DefaultModelIO(), make([]float32, 5*16000)); r.Text != "" || len(r.Words) != 0 {
 		t.Errorf("silence: %+v, want nothing", r)
 	}
+	// A vocabulary through real Triton to Whisper: taken (its effect is
+	// measured by make bench-vocabulary).
+	if r, err := inferVocabulary(t, s.Addr, samples, []string{"lungs", "heart rate"}); err != nil || r.Text == "" {
+		t.Errorf("with a vocabulary: %+v, %v", r, err)
+	}
+}
+
+// inferVocabulary sends samples with a vocabulary.
+func inferVocabulary(t *testing.T, addr string, samples []float32, vocabulary []string) (triton.Result, error) {
+	t.Helper()
+	c, err := triton.Dial(addr, triton.DefaultModelIO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return c.Infer(ctx, triton.Request{Samples: samples, Timestamps: true, Vocabulary: vocabulary})
 }

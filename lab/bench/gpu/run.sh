@@ -36,6 +36,10 @@
 #                    random weights, built if missing): 45-s clips, each point
 #                    with diarization off, on (every clip) and alone, side by side
 #   sortformermix:A  the same on the length mix (chunks of 30 s)
+#   vocabcost:A      what word confidence and phrase boosting cost: 45-s clips
+#                    with the shipped engine, arrangement A as shipped, with
+#                    word_confidence=max_prob, and with phrase_boosting=on and
+#                    a 1,000-phrase vocabulary on every request (VOCAB_PHRASES)
 #   coldcache        empties the compile cache: the next arrangement starts cold
 #
 # The encoder runs compiled (model.py's default; /eagerenc: eagerly), its
@@ -159,6 +163,10 @@ for step in "$@"; do
       nemo_model
       arrangements mix "${step#nemomix:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=30,length_buckets=30${PARAMS:+,$PARAMS}" ;;
     model) nemo_model ;;
+    vocabcost:*)
+      nemo_model; a="${step#vocabcost:}"
+      arrangements clip "$a,$a/word_confidence=max_prob,$a/phrase_boosting=on" -engine "" \
+        -param "model=$NEMO_MODEL,warmup_seconds=45,length_buckets=45${PARAMS:+,$PARAMS}" -vocabulary "${VOCAB_PHRASES:-1000}" ;;
     sftest) log "GPU diarizer tests"
       (cd "$here" && PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" -m unittest -v test_sortformer test_parakeet_options 2>&1 |
         { grep -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log") || log "tests failed" ;;

@@ -180,9 +180,9 @@ func TestRunOnRealTriton(t *testing.T) {
 		"-model-dir", filepath.Join(root, "deploy/triton/models/asr/1"),
 		"-instance-kind", "KIND_CPU", "-engine", "", "-param", "engine=echo,batch_delay_ms=20",
 		"-diarize-model-dir", filepath.Join(root, "deploy/triton/models/diarize/1"), "-diarize-param", "engine=pyannote_campp",
-		"-diarize", "off,on,only",
+		"-diarize", "off,on,only", "-vocabulary", "5",
 		"-clip-seconds", "2", "-concurrency", "4", "-duration", "1500ms", "-warmup", "500ms", "-out", out,
-		"single", "timesliced-2"})
+		"single", "timesliced-2", "single/phrase_boosting=on"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,10 +190,12 @@ func TestRunOnRealTriton(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 6 {
+	if len(rs) != 9 {
 		t.Fatalf("%d rows, want one per arrangement and diarization", len(rs))
 	}
-	for i, want := range []string{"single", "timesliced-2"} {
+	// The third's requests carry the vocabulary (-vocabulary), which the
+	// echo engine takes: a refused one would count as errors.
+	for i, want := range []string{"single", "timesliced-2", "single/phrase_boosting=on"} {
 		for j, workload := range []string{"clip2", "clip2+diarize", "clip2-diarize-only"} {
 			r := rs[3*i+j]
 			if r.arrangement != want || r.decoder != "cuda_graph" || r.workload != workload || r.completed == 0 || r.errors != 0 ||

@@ -53,6 +53,7 @@ type loadConfig struct {
 	inflight     int      // the worker's -triton-max-inflight (mix): chunks past it wait in the pool, as the worker's do
 	quietest     bool     // the mix chunked by splitQuietest (workload mix-quietest), not the worker's audio.Split
 	diarize      []string // each point's diarization, a row each: off, on (speech and diarization), only
+	vocabulary   []string // sent with every transcription request (nil: none)
 	warm, dur    time.Duration
 	concurrency  []int // requests (clips) or recordings (mix) in flight
 }
@@ -132,14 +133,14 @@ func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
 // mode says (off, on, only). Its workload is named with the mode
 // (clip45, clip45+diarize, clip45-diarize-only; mix, ...).
 func measurePoint(ctx context.Context, lc loadConfig, pool *triton.Pool, reg *prometheus.Registry, stats *partitionStats, clip []float32, n int, mode string) ([]string, error) {
-	work := clipRequest(pool, clip, mode)
+	work := clipRequest(pool, clip, mode, lc.vocabulary)
 	workload := fmt.Sprintf("clip%g", lc.clipSeconds)
 	if lc.mix {
 		split, name := workerChunks, "mix"
 		if lc.quietest {
 			split, name = splitQuietest, "mix-quietest"
 		}
-		work, workload = mixJob(pool, lc.chunkSeconds, lc.chunkPar, split, mode), name
+		work, workload = mixJob(pool, lc.chunkSeconds, lc.chunkPar, split, mode, lc.vocabulary), name
 	}
 	switch mode {
 	case "on":
@@ -199,7 +200,7 @@ func diarizeRecording(ctx context.Context, pool *triton.Pool, chunks [][]float32
 // clipRequest sends the same clip as one request (mode off), with its
 // diarization beside it (on: the clip is done when both are), or its
 // diarization alone (only).
-func clipRequest(pool *triton.Pool, clip []float32, mode string) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
+func clipRequest(pool *triton.Pool, clip []float32, mode string, vocabulary []string) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
 	return func(ctx context.Context, _ int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
 		p := phase.Load() // a clip counts in the window it started in, as before
 		start := time.Now()
@@ -212,12 +213,12 @@ func clipRequest(pool *triton.Pool, clip []float32, mode string) func(context.Co
 			// own is recorded too, without audio.
 			g, gctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return diarizeRecording(gctx, pool, [][]float32{clip}, phase, mu, false) })
-			_, err = pool.Transcribe(gctx, triton.Request{Samples: clip, Timestamps: true})
+			_, err = pool.Transcribe(gctx, triton.Request{Samples: clip, Timestamps: true, Vocabulary: vocabulary})
 			if derr := g.Wait(); err == nil {
 				err = derr
 			}
 		default:
-			_, err = pool.Transcribe(ctx, triton.Request{Samples: clip, Timestamps: true})
+			_, err = pool.Transcribe(ctx, triton.Request{Samples: clip, Timestamps: true, Vocabulary: vocabulary})
 		}
 		record(p, mu, start, err, float64(len(clip))/rate, true)
 		return nil
@@ -233,7 +234,7 @@ func clipRequest(pool *triton.Pool, clip []float32, mode string) func(context.Co
 // (diarizeRecording) while they are transcribed, as the worker does a job
 // that asks for speakers, and the recording is done when both are; with
 // mode only, they go to the diarize model alone.
-func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float32, audio.SplitConfig) [][]float32, mode string) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
+func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float32, audio.SplitConfig) [][]float32, mode string, vocabulary []string) func(context.Context, int, *atomic.Pointer[point], *sync.Mutex) error {
 	return func(ctx context.Context, client int, phase *atomic.Pointer[point], mu *sync.Mutex) error {
 		rng := rand.New(rand.NewPCG(uint64(client), uint64(time.Now().UnixNano())))
 		sec := synth.RecordingSeconds(rng)
@@ -251,7 +252,7 @@ func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float
 		for _, c := range chunks {
 			g.Go(func() error {
 				t0 := time.Now()
-				_, err := pool.Transcribe(gctx, triton.Request{Samples: c, Timestamps: true})
+				_, err := pool.Transcribe(gctx, triton.Request{Samples: c, Timestamps: true, Vocabulary: vocabulary})
 				// Per chunk, in the window it completes in: a recording begun
 				// in the warm-up counts what it finishes in the measured one.
 				record(phase.Load(), mu, t0, err, float64(len(c))/rate, true)
@@ -264,6 +265,29 @@ func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float
 		}
 		return err
 	}
+}
+
+// synthVocabulary is n phrases of one to three made-up lowercase words (a
+// fixed seed): what a 1,000-phrase vocabulary costs the decoder, which
+// NeMo's random-weight model spells as any lowercase text.
+func synthVocabulary(n int) []string {
+	rng := rand.New(rand.NewPCG(7, 11))
+	word := func() string {
+		b := make([]byte, 4+rng.IntN(7))
+		for i := range b {
+			b[i] = byte('a' + rng.IntN(26))
+		}
+		return string(b)
+	}
+	out := make([]string, n)
+	for i := range out {
+		w := []string{word()}
+		for range rng.IntN(3) {
+			w = append(w, word())
+		}
+		out[i] = strings.Join(w, " ")
+	}
+	return out
 }
 
 // record counts a request that ended: its latency, and with counted its

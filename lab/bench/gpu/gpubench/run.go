@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,6 +29,7 @@ type loadFlags struct {
 	inflight     int
 	split        string
 	diarize      flagext.StringSliceCSV
+	vocabulary   int
 	warm, dur    time.Duration
 	out          string
 }
@@ -43,6 +45,7 @@ func (l *loadFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.split, "split", "worker", "how the mix is chunked: worker (audio.Split, as the worker does) or quietest (the rule before it cut at the last pause, for a side-by-side run; workload mix-quietest)")
 	l.diarize = flagext.StringSliceCSV{"off"}
 	fs.Var(&l.diarize, "diarize", "diarization of each point, one row each, side by side: off (speech only), on (speech and the diarize model on every recording, as the worker does a job that asks for speakers), only (the diarize model alone); on and only need -diarize-param")
+	fs.IntVar(&l.vocabulary, "vocabulary", 0, "phrases of a synthetic vocabulary sent with every request of the arrangements with /phrase_boosting=on (0: none)")
 	fs.DurationVar(&l.dur, "duration", 5*time.Second, "measured time per point")
 	fs.DurationVar(&l.warm, "warmup", 2*time.Second, "unmeasured time before each point")
 	fs.StringVar(&l.out, "out", "results.csv", "CSV to append to")
@@ -179,6 +182,9 @@ func runArrangement(ctx context.Context, hc hostConfig, l loadFlags, a arrangeme
 	lc, err := l.config(addrs)
 	if err != nil {
 		return err
+	}
+	if l.vocabulary > 0 && slices.Contains(strings.Split(a.params, "/"), "phrase_boosting=on") {
+		lc.vocabulary = synthVocabulary(l.vocabulary)
 	}
 	rows, err := measure(ctx, lc)
 	if err != nil {

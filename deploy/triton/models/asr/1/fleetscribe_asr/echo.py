@@ -17,7 +17,9 @@ class EchoModel:
     model of a GPU's batch time, so that batching, queueing and priority
     can be observed on a real server. While the file fail_file names
     exists, every batch fails (a model that fails everything, as after an
-    MPS fault), for outage benchmarks on a real server."""
+    MPS fault), for outage benchmarks on a real server. A row sent with a
+    vocabulary of K phrases answers "samples N vocabulary K", so a test of
+    the serving path sees that its vocabulary arrived."""
 
     ROW_SAMPLES = 30 * SAMPLE_RATE
 
@@ -26,16 +28,25 @@ class EchoModel:
         self.row_delay = float(params.get("row_delay_ms") or 0) / 1000
         self.fail_file = params.get("fail_file") or ""
 
-    def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool) -> list[Hypothesis]:  # noqa: ARG002 - NeMo's signature
+    def check_vocabulary(self, vocabulary: tuple[str, ...]) -> None:
+        """Every vocabulary the contract allows is taken."""
+
+    def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool,  # noqa: ARG002 - NeMo's signature
+                   vocabularies: list[tuple[str, ...] | None] | None = None) -> list[Hypothesis]:
         if self.fail_file and os.path.exists(self.fail_file):
             raise RuntimeError("echo engine failing every request (fail_file exists)")
         delay = self.batch_delay + self.row_delay * sum(a.size for a in audio) / self.ROW_SAMPLES
         if delay > 0:
             time.sleep(delay)
         out = []
-        for samples in audio:
+        for i, samples in enumerate(audio):
             n = int(samples.size)
             d = n / SAMPLE_RATE
             words: list[Word] = [{"word": "samples", "start": 0.0, "end": d / 2}, {"word": str(n), "start": d / 2, "end": d}]
-            out.append(Hypothesis(f"samples {n}", words if timestamps else []))
+            text = f"samples {n}"
+            vocabulary = vocabularies[i] if vocabularies else None
+            if vocabulary:
+                text += f" vocabulary {len(vocabulary)}"
+                words += [{"word": "vocabulary", "start": d, "end": d}, {"word": str(len(vocabulary)), "start": d, "end": d}]
+            out.append(Hypothesis(text, words if timestamps else []))
         return out
