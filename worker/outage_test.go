@@ -21,23 +21,23 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
-	"github.com/fleetscribe/fleetscribe/lab/chaos"
+	"github.com/fleetscribe/fleetscribe/lab/faultproxy"
 	"github.com/fleetscribe/fleetscribe/lab/testwait"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 // proxied returns an S3 client that reaches the emulator through a proxy
 // that can take a bucket down (real S3 errors on the wire).
-func proxied(t *testing.T) (*s3.Client, *chaos.Proxy) {
+func proxied(t *testing.T) (*s3.Client, *faultproxy.Proxy) {
 	t.Helper()
 	return proxiedAnswering(t, awsconf.ResponseHeaderTimeout)
 }
 
 // proxiedAnswering is proxied with a client that gives a request answer
 // to wait for its answer (the binaries' is awsconf.ResponseHeaderTimeout).
-func proxiedAnswering(t *testing.T, answer time.Duration) (*s3.Client, *chaos.Proxy) {
+func proxiedAnswering(t *testing.T, answer time.Duration) (*s3.Client, *faultproxy.Proxy) {
 	t.Helper()
-	p, err := chaos.NewProxy(emulator.Endpoint, 0, 1)
+	p, err := faultproxy.NewProxy(emulator.Endpoint, 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestOutputOutageHoldsTheWork(t *testing.T) {
 	cfg.Jobs.ExitWhenIdle = time.Second
 	r := e.start(cfg, s3c)
 	<-e.servers[0].Started() // a's chunk is in the model
-	proxy.SetOutage(e.out, chaos.OutageMissing)
+	proxy.SetOutage(e.out, faultproxy.OutageMissing)
 	e.servers[0].Release()
 	testwait.For(t, "a's transcript waiting for the output bucket", func() bool { return r.waiting(t) == 1 })
 	if err := r.w.Ready(); err == nil {
@@ -124,7 +124,7 @@ func TestOutputOutageHoldsTheWork(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	proxy.SetOutage(e.out, chaos.Outage{})
+	proxy.SetOutage(e.out, faultproxy.Outage{})
 	r.wait(t)
 	for _, k := range []string{"a.wav", "b.wav"} {
 		if _, ok := e.transcript(k); !ok {
@@ -146,7 +146,7 @@ func TestOutputOutageHoldsTheWork(t *testing.T) {
 // A worker whose output bucket cannot be written at start is not ready
 // and receives nothing; it starts work as soon as the bucket takes writes.
 func TestOutputUnwritableAtStart(t *testing.T) {
-	for _, o := range []chaos.Outage{chaos.OutageMissing, chaos.OutageDenied} {
+	for _, o := range []faultproxy.Outage{faultproxy.OutageMissing, faultproxy.OutageDenied} {
 		t.Run(o.Code, func(t *testing.T) {
 			e := newEnv(t, 1, 3)
 			s3c, proxy := proxied(t)
@@ -164,7 +164,7 @@ func TestOutputUnwritableAtStart(t *testing.T) {
 			if visible, _ := e.depth(e.queue.URL); visible != 1 {
 				t.Fatalf("%d visible: received while the output bucket cannot be written", visible)
 			}
-			proxy.SetOutage(e.out, chaos.Outage{})
+			proxy.SetOutage(e.out, faultproxy.Outage{})
 			testwait.For(t, "ready once the bucket takes writes", func() bool { return r.w.Ready() == nil })
 			r.wait(t)
 			if _, ok := e.transcript("a.wav"); !ok {
@@ -177,13 +177,13 @@ func TestOutputUnwritableAtStart(t *testing.T) {
 
 // inputOutage queues a.wav and b.wav in an input bucket that answers 403
 // to every request, listings included: an outage, not the inputs' fault.
-func inputOutage(t *testing.T) (*env, worker.S3API, *chaos.Proxy) {
+func inputOutage(t *testing.T) (*env, worker.S3API, *faultproxy.Proxy) {
 	t.Helper()
 	e := newEnv(t, 1, 3)
 	s3c, proxy := proxied(t)
 	e.put("a.wav", tone(16000, 16000))
 	e.put("b.wav", tone(16000, 16000))
-	proxy.SetOutage(e.in, chaos.OutageDenied)
+	proxy.SetOutage(e.in, faultproxy.OutageDenied)
 	e.sendJob("a.wav")
 	e.sendJob("b.wav")
 	return e, s3c, proxy
@@ -201,7 +201,7 @@ func TestInputOutageHoldsTheJobs(t *testing.T) {
 	if err := r.w.Ready(); err != nil {
 		t.Errorf("not ready (%v) for an input bucket's outage: the worker can still serve other buckets", err)
 	}
-	proxy.SetOutage(e.in, chaos.Outage{})
+	proxy.SetOutage(e.in, faultproxy.Outage{})
 	r.wait(t)
 	for _, k := range []string{"a.wav", "b.wav"} {
 		if _, ok := e.transcript(k); !ok {
@@ -223,9 +223,9 @@ func TestInputOutageHoldsTheJobs(t *testing.T) {
 func TestObjectRefusalIsTheObjects(t *testing.T) {
 	e := newEnv(t, 1, 3)
 	s3c, proxy := proxied(t)
-	refusals := map[string]chaos.Refusal{
-		"kms-1.wav": chaos.RefusalAccessDenied, "kms-2.wav": chaos.RefusalAccessDenied, "kms-3.wav": chaos.RefusalAccessDenied,
-		"glacier.wav": chaos.RefusalArchived, "deep.wav": chaos.RefusalDeepArchive,
+	refusals := map[string]faultproxy.Refusal{
+		"kms-1.wav": faultproxy.RefusalAccessDenied, "kms-2.wav": faultproxy.RefusalAccessDenied, "kms-3.wav": faultproxy.RefusalAccessDenied,
+		"glacier.wav": faultproxy.RefusalArchived, "deep.wav": faultproxy.RefusalDeepArchive,
 	}
 	good := []string{"a.wav", "b.wav", "c.wav"}
 	for _, k := range good {
@@ -300,13 +300,13 @@ func TestInputPolicyBrokenAfterServing(t *testing.T) {
 	// Every object refuses; listings still answer (a policy on
 	// s3:GetObject alone).
 	for _, k := range []string{"first.wav", "a.wav", "b.wav"} {
-		proxy.RefuseObject(e.in, k, chaos.RefusalAccessDenied)
+		proxy.RefuseObject(e.in, k, faultproxy.RefusalAccessDenied)
 	}
 	e.sendJob("a.wav")
 	e.sendJob("b.wav")
 	testwait.For(t, "both jobs waiting for the input bucket", func() bool { return r.waiting(t) == 2 })
 	for _, k := range []string{"first.wav", "a.wav", "b.wav"} {
-		proxy.RefuseObject(e.in, k, chaos.Refusal{})
+		proxy.RefuseObject(e.in, k, faultproxy.Refusal{})
 	}
 	r.wait(t)
 	for _, k := range []string{"a.wav", "b.wav"} {
@@ -429,7 +429,7 @@ func TestHeldJobsLendTheirSlots(t *testing.T) {
 		b, _ := contract.Job{Bucket: down, Key: k}.Encode()
 		e.send(string(b))
 	}
-	proxy.SetOutage(down, chaos.OutageDenied)
+	proxy.SetOutage(down, faultproxy.OutageDenied)
 	cfg := e.config()
 	cfg.Jobs.Concurrency = 2
 	cfg.Inputs.Buckets = []string{e.in, down}
@@ -449,7 +449,7 @@ func TestHeldJobsLendTheirSlots(t *testing.T) {
 		}
 		return true
 	})
-	proxy.SetOutage(down, chaos.Outage{})
+	proxy.SetOutage(down, faultproxy.Outage{})
 	r.wait(t)
 	out, err := e.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(e.out), Prefix: aws.String("transcripts/" + down + "/")})
 	if err != nil {
@@ -552,7 +552,7 @@ func TestHangingOutputBucketIsAnOutage(t *testing.T) {
 	cfg.Jobs.ExitWhenIdle = 2 * time.Second
 	r := e.start(cfg, s3c)
 	testwait.For(t, "ready", func() bool { return r.w.Ready() == nil })
-	proxy.SetOutage(e.out, chaos.OutageHanging)
+	proxy.SetOutage(e.out, faultproxy.OutageHanging)
 	e.sendJob("a.wav")
 	start := time.Now()
 	testwait.Within(t, time.Minute, func() bool {
@@ -562,7 +562,7 @@ func TestHangingOutputBucketIsAnOutage(t *testing.T) {
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("not ready %.0f s into a hanging output bucket", took.Seconds())
 	}
-	proxy.SetOutage(e.out, chaos.Outage{})
+	proxy.SetOutage(e.out, faultproxy.Outage{})
 	r.wait(t)
 	if _, ok := e.transcript("a.wav"); !ok {
 		t.Error("no transcript once the bucket answers")

@@ -39,6 +39,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/shm"
+	"github.com/fleetscribe/fleetscribe/lab/faultproxy"
 	"github.com/fleetscribe/fleetscribe/lab/localaws"
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
@@ -163,7 +164,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
-	proxy, err := NewProxy(emu.Endpoint, cfg.FaultRate, cfg.Seed)
+	proxy, err := faultproxy.NewProxy(emu.Endpoint, cfg.FaultRate, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}

@@ -40,7 +40,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/chaos"
+	"github.com/fleetscribe/fleetscribe/lab/faultproxy"
 	"github.com/fleetscribe/fleetscribe/lab/localaws"
 	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
@@ -51,11 +51,11 @@ import (
 // serving, answering INTERNAL to every request), objects-refused (no
 // outage: a fifth of the inputs refuse to be read the whole run, half 403
 // AccessDenied, half archived).
-var kinds = map[string]chaos.Outage{
-	"output-missing":  chaos.OutageMissing,
-	"output-denied":   chaos.OutageDenied,
-	"output-failing":  chaos.OutageFailing,
-	"input-denied":    chaos.OutageDenied,
+var kinds = map[string]faultproxy.Outage{
+	"output-missing":  faultproxy.OutageMissing,
+	"output-denied":   faultproxy.OutageDenied,
+	"output-failing":  faultproxy.OutageFailing,
+	"input-denied":    faultproxy.OutageDenied,
 	"triton":          {},
 	"triton-failing":  {},
 	"objects-refused": {},
@@ -164,7 +164,7 @@ type bench struct {
 	emu      *localaws.Server
 	sqs      *sqs.Client
 	s3       *s3.Client
-	proxy    *chaos.Proxy
+	proxy    *faultproxy.Proxy
 	proxyURL string
 	psrv     *http.Server
 	repo     string
@@ -184,7 +184,7 @@ func newBench(ctx context.Context, bin string) (*bench, error) {
 		return nil, err
 	}
 	b.sqs, b.s3 = b.emu.Clients()
-	if b.proxy, err = chaos.NewProxy(b.emu.Endpoint, 0, 1); err != nil {
+	if b.proxy, err = faultproxy.NewProxy(b.emu.Endpoint, 0, 1); err != nil {
 		return nil, err
 	}
 	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
@@ -263,9 +263,9 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 	}
 	if kind == "objects-refused" {
 		for j := 2; j < n; j += 5 {
-			ref := chaos.RefusalAccessDenied
+			ref := faultproxy.RefusalAccessDenied
 			if (j/5)%2 == 1 {
-				ref = chaos.RefusalArchived
+				ref = faultproxy.RefusalArchived
 			}
 			b.proxy.RefuseObject(in, recording(j), ref)
 		}
@@ -325,9 +325,9 @@ func (b *bench) run(ctx context.Context, i int, kind string, d time.Duration, n 
 			return r, err
 		}
 	case "input-denied":
-		b.proxy.SetOutage(in, chaos.Outage{})
+		b.proxy.SetOutage(in, faultproxy.Outage{})
 	default:
-		b.proxy.SetOutage(out, chaos.Outage{})
+		b.proxy.SetOutage(out, faultproxy.Outage{})
 	}
 	ended := time.Now()
 	if doneAtEnd < n {
@@ -447,8 +447,8 @@ func (b *bench) sigtermDuring(ctx context.Context, i, n int) (time.Duration, err
 	if err := b.upload(ctx, q.URL, in, n); err != nil {
 		return 0, err
 	}
-	b.proxy.SetOutage(in, chaos.OutageDenied)
-	defer b.proxy.SetOutage(in, chaos.Outage{})
+	b.proxy.SetOutage(in, faultproxy.OutageDenied)
+	defer b.proxy.SetOutage(in, faultproxy.Outage{})
 	wk, err := b.startWorker(ctx, i, q.URL, in, out)
 	if err != nil {
 		return 0, err

@@ -1,4 +1,4 @@
-package chaos
+package faultproxy
 
 import (
 	"encoding/json"

@@ -1,4 +1,9 @@
-package chaos
+// Package faultproxy is an HTTP proxy in front of the local AWS servers
+// that injects S3 and SQS faults (500s, SlowDown, latency, connection
+// resets), bucket outages and per-object refusals, and remembers what was
+// written through it: the chaos suite's network, the outage benchmark's
+// and the worker's outage tests'.
+package faultproxy
 
 import (
 	"bytes"
