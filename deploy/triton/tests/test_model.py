@@ -5,7 +5,6 @@ Run: python3 -m unittest discover -s deploy/triton/tests (make test does).
 """
 
 import contextlib
-import importlib.util
 import json
 import os
 import sys
@@ -16,56 +15,7 @@ from unittest import mock
 import numpy as np
 
 
-def fake_pb_utils():
-    pb = types.ModuleType("triton_python_backend_utils")
-
-    class Tensor:
-        def __init__(self, name, array):
-            self._name, self._array = name, array
-
-        def name(self):
-            return self._name
-
-        def as_numpy(self):
-            return self._array
-
-    class TritonError:
-        INVALID_ARG, INTERNAL = "INVALID_ARG", "INTERNAL"
-
-        def __init__(self, message, code=None):
-            self._message, self._code = message, code
-
-        def message(self):
-            return self._message
-
-        def code(self):
-            return self._code
-
-    class InferenceResponse:
-        def __init__(self, output_tensors, error=None):
-            self.outputs = {t.name(): t.as_numpy() for t in output_tensors}
-            self.err = error
-
-        def has_error(self):
-            return self.err is not None
-
-        def error(self):
-            return self.err
-
-    class Request:
-        def __init__(self, **inputs):
-            self.inputs = {k: Tensor(k, v) for k, v in inputs.items()}
-
-    pb.Tensor, pb.TritonError, pb.InferenceResponse, pb.Request = Tensor, TritonError, InferenceResponse, Request
-    pb.get_input_tensor_by_name = lambda req, name: req.inputs.get(name)
-    return pb
-
-
-sys.modules["triton_python_backend_utils"] = pb = fake_pb_utils()
-HERE = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location("asr_model", os.path.join(HERE, "..", "models", "asr", "1", "model.py"))
-model = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(model)
+from backend_stub import HERE, model, pb  # noqa: E402 - installs the stand-in triton_python_backend_utils, loads model.py
 
 from fleetscribe_asr import compiled, host, parakeet  # noqa: E402 - model.py put its folder on the path
 

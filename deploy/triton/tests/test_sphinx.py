@@ -11,11 +11,9 @@ import wave
 
 import numpy as np
 
-import test_model  # noqa: F401 - installs the stand-in triton_python_backend_utils
+from backend_stub import flite, model, pb  # installs the stand-in triton_python_backend_utils, loads model.py
 
-model = test_model.model
-
-from fleetscribe_asr import sphinx  # noqa: E402 - beside model.py, on the path test_model set
+from fleetscribe_asr import sphinx  # noqa: E402 - beside model.py, on the path backend_stub set
 
 try:
     import pocketsphinx  # noqa: F401
@@ -24,15 +22,6 @@ except ImportError:  # pragma: no cover
     HAVE_SPHINX = False
 
 SENTENCES = ["please schedule a follow up appointment in two weeks", "she has no known allergies to any medication"]
-
-
-def flite(text, voice="rms"):
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "s.wav")
-        subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i", f"flite=text='{text}':voice={voice}",
-                        "-ar", "16000", "-ac", "1", path], check=True)
-        with wave.open(path) as w:
-            return np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32) / 32768
 
 
 class PauseCutsTest(unittest.TestCase):
@@ -195,7 +184,6 @@ class SphinxTest(unittest.TestCase):
         m = model.TritonPythonModel()
         m.initialize({"model_config": '{"max_batch_size": 8, "parameters": {"engine": {"string_value": "pocketsphinx"}}}',
                       "model_instance_kind": "CPU"})
-        pb = test_model.pb
         out = m.execute([pb.Request(audio=c.reshape(1, -1)) for c in self.clips])
         self.assertEqual([r.outputs["text"][0, 0].decode() for r in out], SENTENCES)
         self.assertEqual([int(r.outputs["num_words"][0, 0]) for r in out], [len(s.split()) for s in SENTENCES])

@@ -8,12 +8,9 @@ import unittest
 
 import numpy as np
 
-import test_model  # noqa: F401 - installs the stand-in triton_python_backend_utils
-import test_sphinx
+from backend_stub import flite  # installs the stand-in triton_python_backend_utils, loads model.py
 
-model = test_model.model
-
-from fleetscribe_asr import whisper  # noqa: E402 - beside model.py, on the path test_model set
+from fleetscribe_asr import whisper  # noqa: E402 - beside model.py, on the path backend_stub set
 
 try:
     import faster_whisper  # noqa: F401
@@ -46,7 +43,7 @@ class WhisperTest(unittest.TestCase):
         ref = "the heart rate is normal and the lungs are clear".split()
         for voice, most in (("rms", 0), ("slt", 1)):  # slt's "heart" is heard as "hard"
             with self.subTest(voice):
-                x = test_sphinx.flite(" ".join(ref), voice)
+                x = flite(" ".join(ref), voice)
                 h = self.m.recognize(x, True)
                 self.assertLessEqual(edits(ref, words(h.text)), most, h.text)
                 self.assertEqual([words(w["word"])[0] for w in h.timestamp["word"]], words(h.text))
@@ -58,7 +55,7 @@ class WhisperTest(unittest.TestCase):
 
     def test_beam_width_from_the_parameters(self):
         self.assertEqual(self.m.beam, 1, "greedy by default")
-        x = test_sphinx.flite("the heart rate is normal", "rms")
+        x = flite("the heart rate is normal", "rms")
         wide = whisper.WhisperModel({"whisper_beam": "5"})
         asked = []
         decode = wide.model.transcribe
@@ -85,7 +82,7 @@ class WhisperTest(unittest.TestCase):
                 self.assertEqual(h.timestamp["word"], [])
 
     def test_silent_lead_in_invents_nothing(self):
-        speech = test_sphinx.flite("please schedule a follow up appointment in two weeks")
+        speech = flite("please schedule a follow up appointment in two weeks")
         x = np.concatenate([(0.002 * np.random.default_rng(2).standard_normal(8 * 16000)).astype(np.float32), speech])
         h = self.m.recognize(x, True)
         self.assertEqual(words(h.text), "please schedule a follow up appointment in two weeks".split())

@@ -22,7 +22,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "deploy", "triton", "tests"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "deploy", "triton", "models", "asr", "1"))
 
-import test_model  # noqa: E402,F401 - installs the stand-in triton_python_backend_utils
+import backend_stub  # noqa: E402,F401 - installs the stand-in triton_python_backend_utils
 from fleetscribe_asr import sortformer  # noqa: E402
 from fleetscribe_asr.diarize import StateError  # noqa: E402
 from sortformer_study import POINTS, check_update, config  # noqa: E402

@@ -43,7 +43,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "deploy", "triton", "tests"))
-import test_model  # noqa: E402, F401 - the stand-in triton_python_backend_utils, and model.py's folder on the path
+import backend_stub  # noqa: E402, F401 - the stand-in triton_python_backend_utils, and model.py's folder on the path
 from fleetscribe_asr.sphinx import SphinxModel  # noqa: E402
 from fleetscribe_asr.whisper import WhisperModel  # noqa: E402
 
