@@ -419,3 +419,23 @@ func inferVocabulary(t *testing.T, addr string, samples []float32, vocabulary []
 	defer cancel()
 	return c.Infer(ctx, triton.Request{Samples: samples, Timestamps: true, Vocabulary: vocabulary})
 }
+
+// A misspelt model parameter stops the server at start, its log naming
+// the key and the engine's known ones, instead of serving the default.
+func TestMisspeltParameterRefusesToLoad(t *testing.T) {
+	tritonproc.Require(t)
+	repo := filepath.Join(t.TempDir(), "repo")
+	if err := tritonproc.WriteRepo(repo, map[string]modelspec.Config{"asr": tritonproc.Model("echo").WithParameters(
+		map[string]string{"batch_dlay_ms": "20"})}); err != nil {
+		t.Fatal(err)
+	}
+	var log syncbuf.Buffer
+	s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: repo, Log: &log})
+	if err == nil {
+		s.Kill()
+		t.Fatal("the server started with a misspelt parameter")
+	}
+	if want := "unknown asr model parameter(s) batch_dlay_ms for engine echo; known: batch_delay_ms, engine, fail_file"; !strings.Contains(log.String(), want) {
+		t.Fatalf("%v; the log does not say %q:\n%s", err, want, log.String())
+	}
+}

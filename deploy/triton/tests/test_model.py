@@ -243,7 +243,7 @@ class ModuleEngineTest(unittest.TestCase):
     def test_cuda_sync_named_wrongly(self):
         m = model.TritonPythonModel()
         params = {"engine": {"string_value": "module"}, "cuda_sync": {"string_value": "blockin"}}
-        with self.assertRaisesRegex(ValueError, r"cuda_sync='blockin': want auto, spin, yield, blocking"):
+        with self.assertRaisesRegex(ValueError, r"cuda_sync='blockin': want blocking or spin or yield or auto"):
             m.initialize({"model_config": json.dumps({"max_batch_size": 16, "parameters": params}),
                           "model_instance_kind": "CPU"})
 
@@ -436,14 +436,19 @@ class StaticShapesTest(unittest.TestCase):
     def test_options_from_the_model_parameters(self):
         o = compiled.EncoderOptions.from_params({"length_buckets": "45", "batch_buckets": "4,16", "compile_cache": "/c"}, 16)
         self.assertEqual((o.mode, o.lengths, o.rows, o.graphs, o.casts, o.cache_dir), ("compiled", [45 * 16000], [4, 16], False, "fused", "/c"))
-        o = compiled.EncoderOptions.from_params({"encoder": "eager", "encoder_graphs": "on", "encoder_casts": "eager"}, 8)
-        self.assertEqual((o.mode, o.rows, o.graphs, o.casts), ("eager", [1, 2, 4, 8], True, "eager"))
-        self.assertEqual((o.tuning, compiled.EncoderOptions.from_params({"encoder_tuning": "autotune"}, 8).tuning), ("default", "autotune"))
+        o = compiled.EncoderOptions.from_params({"encoder": "eager"}, 8)
+        self.assertEqual((o.mode, o.rows, o.graphs, o.casts, o.tuning), ("eager", [1, 2, 4, 8], False, "fused", "default"))
         self.assertEqual((o.attention, compiled.EncoderOptions.from_params({"encoder_attention": "model"}, 8).attention), ("sdpa", "model"))
-        for bad in ({"encoder_graphs": "yes"}, {"encoder_casts": "bf16"}, {"batch_buckets": "64"}, {"encoder_tuning": "max"},
-                    {"encoder_attention": "flash"}):
+        # The study knobs come from the environment, never the parameters.
+        with mock.patch.dict(os.environ, {"FLEETSCRIBE_ENCODER_STUDY": "graphs=on,casts=eager,tuning=autotune"}):
+            o = compiled.EncoderOptions.from_params({}, 8)
+        self.assertEqual((o.graphs, o.casts, o.tuning), (True, "eager", "autotune"))
+        for bad in ({"encoder_graphs": "on"}, {"batch_buckets": "64"}, {"encoder_attention": "flash"}, {"encoder": "jit"}):
             with self.assertRaises(ValueError):
                 compiled.EncoderOptions.from_params(bad, 32)
+        for study in ("graphs=maybe", "casts=bf16", "tuning=max", "graph=on", "graphs"):
+            with mock.patch.dict(os.environ, {"FLEETSCRIBE_ENCODER_STUDY": study}), self.assertRaises(ValueError):
+                compiled.EncoderOptions.from_params({}, 8)
 
 
     def test_the_attention_is_in_the_cache_key(self):

@@ -101,7 +101,7 @@ class SphinxTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.clips = [flite(s) for s in SENTENCES]
-        cls.sphinx = sphinx.SphinxModel({})
+        cls.sphinx = sphinx.SphinxModel()
 
     def test_recognises_and_times_words(self):
         for text, x in zip(SENTENCES, self.clips):
@@ -200,7 +200,7 @@ class NothingToHearTest(unittest.TestCase):
     no words: never an error, which the worker would take for a fault."""
 
     def test_nothing_to_hear(self):
-        m = sphinx.SphinxModel({})
+        m = sphinx.SphinxModel()
         rng = np.random.default_rng(3)
         cases = {
             "one sample": np.zeros(1, np.float32),
@@ -215,7 +215,7 @@ class NothingToHearTest(unittest.TestCase):
                 self.assertEqual(h.timestamp["word"], [])
 
     def test_loud_noise_does_not_fail(self):
-        m = sphinx.SphinxModel({})
+        m = sphinx.SphinxModel()
         x = (0.3 * np.random.default_rng(1).standard_normal(7 * 16000)).astype(np.float32)
         h = m.recognize(x, True)
         for w in h.timestamp["word"]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from backend_stub import flite  # installs the stand-in triton_python_backend_utils, loads model.py
 
-from fleetscribe_asr import whisper  # noqa: E402 - beside model.py, on the path backend_stub set
+from fleetscribe_asr import options, whisper  # noqa: E402 - beside model.py, on the path backend_stub set
 
 try:
     import faster_whisper  # noqa: F401
@@ -37,7 +37,7 @@ def words(text):
 class WhisperTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.m = whisper.WhisperModel({})
+        cls.m = whisper.WhisperModel()
 
     def test_speech_in_order_inside_the_clip(self):
         ref = "the heart rate is normal and the lungs are clear".split()
@@ -56,14 +56,14 @@ class WhisperTest(unittest.TestCase):
     def test_beam_width_from_the_parameters(self):
         self.assertEqual(self.m.beam, 1, "greedy by default")
         x = flite("the heart rate is normal", "rms")
-        wide = whisper.WhisperModel({"whisper_beam": "5"})
+        wide = whisper.WhisperModel(options.WhisperOptions(whisper_beam=5))
         asked = []
         decode = wide.model.transcribe
         wide.model.transcribe = lambda *a, **kw: asked.append(kw["beam_size"]) or decode(*a, **kw)
         self.assertEqual(edits("the heart rate is normal".split(), words(wide.recognize(x, False).text)), 0)
         self.assertEqual(asked, [5], "the beam reaches faster-whisper")
         with self.assertRaises(ValueError):
-            whisper.WhisperModel({"whisper_beam": "0"})
+            whisper.WhisperModel(options.WhisperOptions(whisper_beam=0))
 
     def test_no_words_over_silence_room_tone_or_noise(self):
         rng = np.random.default_rng(5)
@@ -100,7 +100,7 @@ class WhisperVocabularyTest(unittest.TestCase):
 
     @unittest.skipUnless(HAVE_WHISPER, "needs faster-whisper (make deps)")
     def test_each_row_is_decoded_with_its_own_vocabulary(self):
-        m = whisper.WhisperModel({})
+        m = whisper.WhisperModel()
         seen = []
         real = m.model.transcribe
 

@@ -165,7 +165,7 @@ for step in "$@"; do
     model) nemo_model ;;
     vocabcost:*)
       nemo_model; a="${step#vocabcost:}"
-      arrangements clip "$a,$a/word_confidence=max_prob,$a/phrase_boosting=on" -engine "" \
+      arrangements clip "$a,$a/word_confidence=max_prob,$a/phrase_boosting=on/vocabulary" -engine "" \
         -param "model=$NEMO_MODEL,warmup_seconds=45,length_buckets=45${PARAMS:+,$PARAMS}" -vocabulary "${VOCAB_PHRASES:-1000}" ;;
     sftest) log "GPU diarizer tests"
       (cd "$here" && PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" -m unittest -v test_sortformer test_parakeet_options 2>&1 |

@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "deploy", "triton", "tests"))
 import backend_stub  # noqa: E402, F401 - the stand-in triton_python_backend_utils, and model.py's folder on the path
 from fleetscribe_asr.common import SAMPLE_RATE  # noqa: E402 - model.py put its folder on the path
+from fleetscribe_asr.options import SphinxOptions  # noqa: E402
 from fleetscribe_asr.sphinx import SphinxModel  # noqa: E402
 from fleetscribe_asr.whisper import WhisperModel  # noqa: E402
 
@@ -125,11 +126,11 @@ def measure(recogniser, data):
 def main():
     with tempfile.TemporaryDirectory() as work:
         data = clips(work)
-    before = SphinxModel({"sphinx_band_fill": "-1", "sphinx_speech_pad_ms": "-1"})
-    after = SphinxModel({})
+    before = SphinxModel(SphinxOptions(sphinx_band_fill=-1, sphinx_speech_pad_ms=-1))
+    after = SphinxModel()
     wb, ib = measure(before, data)
     wa, ia = measure(after, data)
-    ww, iw = measure(WhisperModel({}), data)
+    ww, iw = measure(WhisperModel(), data)
     print(f"{'condition':<10} {'pocketsphinx before':>20} {'pocketsphinx after':>19} {'whisper':>8}")
     for cond in CONDITIONS:
         print(f"{cond:<10} {wb[cond]:>20.3f} {wa[cond]:>19.3f} {ww[cond]:>8.3f}")

@@ -212,8 +212,8 @@ def main():
     items = sentences()
     audio = [speak(text, voice) for text, _, voice in items]
     vocabulary = tuple(KEY_TERMS)
-    whisper = WhisperModel({})
-    sphinx = SphinxModel({})
+    whisper = WhisperModel()
+    sphinx = SphinxModel()
     rows = []
     for (text, terms, voice), x in zip(items, audio, strict=True):
         off = whisper.recognize(x, True)

@@ -35,7 +35,8 @@ import (
 // with optional suffixes: "/eager" (the model's eager decoder),
 // "/eagerenc" (its encoder eagerly, not compiled), "/unbatched" (audio not
 // ragged: only identical lengths share a batch), "/maxbatchN"
-// (max_batch_size N instead of the shipped one, preferred sizes cut to it)
+// (max_batch_size N instead of the shipped one, preferred sizes cut to it),
+// "/vocabulary" (every transcription request carries -vocabulary's phrases)
 // and "/KEY=VALUE" (a model parameter over the run's own, such as
 // /cuda_sync=blocking or /cpu_threads=2).
 type arrangement struct {
@@ -47,11 +48,12 @@ type arrangement struct {
 	encoder    string // compiled (the shipped default) or eager
 	unbatched  bool
 	maxBatch   int    // 0: the shipped max_batch_size
+	vocabulary bool   // requests carry -vocabulary's phrases
 	params     string // model parameters of the name, KEY=VALUE/...
 }
 
 var (
-	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|maxbatch\d+|[a-z_]+=[A-Za-z0-9._-]+))*)$`)
+	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|vocabulary|maxbatch\d+|[a-z_]+=[A-Za-z0-9._-]+))*)$`)
 	maxBatchRE    = regexp.MustCompile(`/maxbatch(\d+)`)
 	paramRE       = regexp.MustCompile(`/([a-z_]+=[A-Za-z0-9._-]+)`)
 )
@@ -59,7 +61,7 @@ var (
 func parseArrangement(s string) (arrangement, error) {
 	m := arrangementRE.FindStringSubmatch(s)
 	if m == nil {
-		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager, /eagerenc, /unbatched, /maxbatchN or /KEY=VALUE", s)
+		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager, /eagerenc, /unbatched, /vocabulary, /maxbatchN or /KEY=VALUE", s)
 	}
 	a := arrangement{name: s, processes: 1, instances: 1, decoder: "cuda_graph"}
 	n := func(v string) int { k, _ := strconv.Atoi(v); return k }
@@ -81,6 +83,7 @@ func parseArrangement(s string) (arrangement, error) {
 	a.decoder = map[bool]string{true: "eager", false: "cuda_graph"}[slices.Contains(suffixes, "eager")]
 	a.encoder = map[bool]string{true: "eager", false: "compiled"}[slices.Contains(suffixes, "eagerenc")]
 	a.unbatched = strings.Contains(m[6], "/unbatched")
+	a.vocabulary = slices.Contains(suffixes, "vocabulary")
 	var params []string
 	for _, p := range paramRE.FindAllStringSubmatch(m[6], -1) {
 		params = append(params, p[1])

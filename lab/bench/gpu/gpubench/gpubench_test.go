@@ -182,7 +182,7 @@ func TestRunOnRealTriton(t *testing.T) {
 		"-diarize-model-dir", filepath.Join(root, "deploy/triton/models/diarize/1"), "-diarize-param", "engine=pyannote_campp",
 		"-diarize", "off,on,only", "-vocabulary", "5",
 		"-clip-seconds", "2", "-concurrency", "4", "-duration", "1500ms", "-warmup", "500ms", "-out", out,
-		"single", "timesliced-2", "single/phrase_boosting=on"})
+		"single", "timesliced-2", "single/vocabulary"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestRunOnRealTriton(t *testing.T) {
 	}
 	// The third's requests carry the vocabulary (-vocabulary), which the
 	// echo engine takes: a refused one would count as errors.
-	for i, want := range []string{"single", "timesliced-2", "single/phrase_boosting=on"} {
+	for i, want := range []string{"single", "timesliced-2", "single/vocabulary"} {
 		for j, workload := range []string{"clip2", "clip2+diarize", "clip2-diarize-only"} {
 			r := rs[3*i+j]
 			if r.arrangement != want || r.decoder != "cuda_graph" || r.workload != workload || r.completed == 0 || r.errors != 0 ||

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,7 +45,7 @@ func (l *loadFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.split, "split", "worker", "how the mix is chunked: worker (audio.Split, as the worker does) or quietest (the rule before it cut at the last pause, for a side-by-side run; workload mix-quietest)")
 	l.diarize = flagext.StringSliceCSV{"off"}
 	fs.Var(&l.diarize, "diarize", "diarization of each point, one row each, side by side: off (speech only), on (speech and the diarize model on every recording, as the worker does a job that asks for speakers), only (the diarize model alone); on and only need -diarize-param")
-	fs.IntVar(&l.vocabulary, "vocabulary", 0, "phrases of a synthetic vocabulary sent with every request of the arrangements with /phrase_boosting=on (0: none)")
+	fs.IntVar(&l.vocabulary, "vocabulary", 0, "phrases of a synthetic vocabulary sent with every request of the arrangements with /vocabulary (0: none)")
 	fs.DurationVar(&l.dur, "duration", 5*time.Second, "measured time per point")
 	fs.DurationVar(&l.warm, "warmup", 2*time.Second, "unmeasured time before each point")
 	fs.StringVar(&l.out, "out", "results.csv", "CSV to append to")
@@ -183,7 +183,7 @@ func runArrangement(ctx context.Context, hc hostConfig, l loadFlags, a arrangeme
 	if err != nil {
 		return err
 	}
-	if l.vocabulary > 0 && slices.Contains(strings.Split(a.params, "/"), "phrase_boosting=on") {
+	if l.vocabulary > 0 && a.vocabulary {
 		lc.vocabulary = synthVocabulary(l.vocabulary)
 	}
 	rows, err := measure(ctx, lc)
@@ -322,9 +322,14 @@ func (m *modelFlags) resolve() (map[string]string, error) {
 
 // write writes the arrangement's repository in dir.
 func (m *modelFlags) write(dir string, a arrangement, base map[string]string) error {
-	params := map[string]string{"decoder": a.decoder, "encoder": a.encoder}
-	for k, v := range base {
-		params[k] = v
+	params := maps.Clone(base)
+	// The model refuses parameters its engine does not read: the encoder
+	// is a torch engine's (parakeet, module), the decoder the stand-in's.
+	switch params["engine"] {
+	case "module":
+		params["encoder"], params["decoder"] = a.encoder, a.decoder
+	case "", "parakeet":
+		params["encoder"] = a.encoder
 	}
 	for kv := range strings.SplitSeq(a.params, "/") {
 		if k, v, ok := strings.Cut(kv, "="); ok {

@@ -157,13 +157,14 @@ class TritonPythonModel:
     def initialize(self, args: dict[str, str]) -> None:
         config = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
-        self.engine = params.get("engine") or "parakeet"
+        typed = engines.asr_params(params)  # an unknown key or a bad value refuses to load
+        self.engine = typed.model.engine
         kind = args.get("model_instance_kind", "GPU")
         device = f"cuda:{args.get('model_instance_device_id', '0')}" if kind == "GPU" else "cpu"
         self.max_batch = int(config.get("max_batch_size", 32)) or 1
-        self.timings = Timings(int(params.get("log_timings") or 0))
+        self.timings = Timings(typed.model.log_timings)
         ordinal = int(args.get("model_instance_device_id", "0"))
-        self.source, self.model = engines.make(self.engine, engines.Context(
+        self.source, self.model = engines.make(typed, engines.Context(
             params=params, kind=kind, device=device, ordinal=ordinal, max_batch=self.max_batch,
             folder=os.path.dirname(os.path.abspath(__file__)), load_nemo=self._load))
         self.export_engine(kind)

@@ -28,8 +28,24 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from .options import (
+    ENGINE_OPTIONS,
+    AsrParams,
+    EchoOptions,
+    EncoderParams,
+    EncoderStudy,
+    HostOptions,
+    ModuleOptions,
+    ParakeetOptions,
+    SphinxOptions,
+    WhisperOptions,
+    asr_params,
+)
+
+__all__ = ["NAMES", "AsrParams", "Context", "Engine", "asr_params", "make"]
+
 Audio = npt.NDArray[np.float32]
-NAMES = ("parakeet", "pocketsphinx", "whisper", "echo", "module")
+NAMES = tuple(ENGINE_OPTIONS)
 
 
 class Engine(Protocol):
@@ -59,33 +75,33 @@ class Context:
     load_nemo: Callable[[str, str], Any]
 
 
-def make(name: str, ctx: Context) -> tuple[str, Engine]:
-    """The engine called name, started and warmed for ctx, and where it
-    came from (a model name or file, for the log); a ValueError names what
-    is wrong with the parameters."""
-    if name not in NAMES:
-        raise ValueError(f"model parameter engine={name!r}: want {', '.join(NAMES[:-1])} or {NAMES[-1]}")
+def make(params: AsrParams, ctx: Context) -> tuple[str, Engine]:
+    """The engine params name, started and warmed for ctx, and where it
+    came from (a model name or file, for the log). params are the model's
+    parameters typed (options.asr_params, which refuses unknown keys); a
+    ValueError names what else is wrong with them."""
+    name = params.model.engine
     if name == "pocketsphinx":
         from .sphinx import SphinxModel
 
-        return "pocketsphinx", SphinxModel(ctx.params)
+        return "pocketsphinx", SphinxModel(params.get(SphinxOptions))
     if name == "whisper":
         from .whisper import WhisperModel
 
-        return "whisper", WhisperModel(ctx.params)
+        return "whisper", WhisperModel(params.get(WhisperOptions))
     if name == "echo":
         from .echo import EchoModel
 
-        return "echo", EchoModel(ctx.params)
+        return "echo", EchoModel(params.get(EchoOptions))
     from . import host
     from .compiled import EncoderOptions
 
-    note = host.configure(ctx.params, ctx.kind, ctx.ordinal)
-    options = EncoderOptions.from_params(ctx.params, ctx.max_batch)
+    note = host.configure(params.get(HostOptions), ctx.kind, ctx.ordinal)
+    options = EncoderOptions.from_typed(params.get(EncoderParams), ctx.max_batch, EncoderStudy.from_env())
     if name == "module":
         from .pyfile import load_module
 
-        path = ctx.params.get("module") or ""
+        path = params.get(ModuleOptions).module
         if not path:
             raise ValueError("engine=module needs the model parameter module (a Python file)")
         if not os.path.isabs(path):
@@ -93,5 +109,6 @@ def make(name: str, ctx: Context) -> tuple[str, Engine]:
         return path, load_module(path, dict(ctx.params, max_batch=str(ctx.max_batch)), ctx.device, options)
     from .parakeet import start
 
-    source = os.environ.get("PARAKEET_MODEL") or ctx.params.get("model") or ""
-    return start(source, ctx.params, ctx.device, ctx.max_batch, options, ctx.load_nemo, note)
+    opts: ParakeetOptions = params.get(ParakeetOptions)
+    source = os.environ.get("PARAKEET_MODEL") or opts.model
+    return start(source, opts, ctx.device, ctx.max_batch, options, ctx.load_nemo, note)

@@ -9,10 +9,11 @@ import hashlib
 import os
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from .common import SAMPLE_RATE, Audio, Params, log_info
+from .common import SAMPLE_RATE, Audio, log_info
+from .options import EncoderParams, EncoderStudy, typed_options
 
 # torch's types: torch is imported only where an encoder runs, and the type
 # check runs without it.
@@ -35,9 +36,11 @@ def device_name(device: str) -> str:
     return str(torch.cuda.get_device_name(device)) if str(device).startswith("cuda") else "cpu"
 
 
-def compile_cache_dir(params: Params) -> str:
-    """Where compile artefacts go: shared by every partition of a host."""
-    return params.get("compile_cache") or os.environ.get("FLEETSCRIBE_COMPILE_CACHE") or DEFAULT_COMPILE_CACHE
+def compile_cache_dir(folder: str = "") -> str:
+    """Where compile artefacts go (the parameter compile_cache, else
+    FLEETSCRIBE_COMPILE_CACHE, else the default): shared by every partition
+    of a host."""
+    return folder or os.environ.get("FLEETSCRIBE_COMPILE_CACHE") or DEFAULT_COMPILE_CACHE
 
 
 def parse_buckets(value: str | None, default: str = "30") -> list[int]:
@@ -63,18 +66,12 @@ def parse_rows(value: str | None, max_batch: int) -> list[int]:
 
 
 class EncoderOptions:
-    """How an engine runs its encoder, from the model parameters: encoder
-    (compiled or eager), length_buckets (seconds), batch_buckets (rows),
-    encoder_graphs (off, the default; on: CUDA graphs on a GPU, experimental:
-    see CompiledEncoder), encoder_casts (fused:
-    inductor keeps a fused kernel's intermediates in fp32; eager: it rounds
-    them to bf16 where eager PyTorch would, for outputs closer to eager's),
-    encoder_tuning (default: inductor's heuristics; autotune: it times
-    candidate matrix-multiply and fused kernels for each shape and keeps the
-    fastest, a longer first compile), encoder_attention (sdpa, the
-    default: the engine's attention through PyTorch's fused
-    scaled_dot_product_attention, compiled or eager; model: as the model's
-    own configuration says) and compile_cache."""
+    """How an engine runs its encoder: the model parameters of
+    options.EncoderParams (encoder, length_buckets, batch_buckets,
+    encoder_attention, compile_cache) and the lab's study knobs of
+    options.EncoderStudy (graphs: CUDA graphs over each shape, experimental,
+    see CompiledEncoder; casts; tuning), in the units the encoder uses
+    (samples, rows)."""
 
     TUNINGS: ClassVar[dict[str, dict[str, bool]]] = {"default": {}, "autotune": {"max_autotune": True, "coordinate_descent_tuning": True}}
     ATTENTIONS = ("sdpa", "model")
@@ -89,17 +86,19 @@ class EncoderOptions:
         self.tuning, self.attention = tuning, attention
 
     @classmethod
-    def from_params(cls, params: Params, max_batch: int) -> EncoderOptions:
-        graphs = params.get("encoder_graphs") or "off"
-        if graphs not in ("on", "off"):
-            raise ValueError(f"model parameter encoder_graphs={graphs!r}: want on or off")
-        casts = params.get("encoder_casts") or "fused"
-        if casts not in ("fused", "eager"):
-            raise ValueError(f"model parameter encoder_casts={casts!r}: want fused or eager")
-        return cls(mode=params.get("encoder") or "compiled", lengths=parse_buckets(params.get("length_buckets")),
-                   rows=parse_rows(params.get("batch_buckets"), max_batch), graphs=graphs == "on", casts=casts,
-                   cache_dir=compile_cache_dir(params), tuning=params.get("encoder_tuning") or "default",
-                   attention=params.get("encoder_attention") or "sdpa")
+    def from_typed(cls, params: EncoderParams, max_batch: int, study: EncoderStudy | None = None) -> EncoderOptions:
+        """The options of an engine's typed encoder parameters, and the
+        lab's study knobs where a study sets them (FLEETSCRIBE_ENCODER_STUDY)."""
+        study = study or EncoderStudy()
+        params.check()
+        return cls(mode=params.encoder, lengths=parse_buckets(params.length_buckets), rows=parse_rows(params.batch_buckets, max_batch),
+                   graphs=study.graphs, casts=study.casts, cache_dir=compile_cache_dir(params.compile_cache),
+                   tuning=study.tuning, attention=params.encoder_attention)
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str], max_batch: int) -> EncoderOptions:
+        """from_typed of string parameters (EncoderParams' keys only)."""
+        return cls.from_typed(typed_options(EncoderParams, params, "asr"), max_batch, EncoderStudy.from_env())
 
     def cache_key(self, key: str, by_length: dict[int, list[int]]) -> str:
         """The compile cache's key for an engine's key and these options:

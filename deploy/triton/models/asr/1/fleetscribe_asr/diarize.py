@@ -45,6 +45,8 @@ import numpy.typing as npt
 
 from . import checkpoint
 from .common import SAMPLE_RATE
+from .options import options_reference, typed_options
+from .options import param as _param
 from .speakernets import EMBEDDING_DIM, POWERSET, SEG_FRAMES, SEG_HOP, SEG_WINDOW, embedding_onnx, fbank, segmentation_onnx
 
 F32 = npt.NDArray[np.float32]
@@ -55,39 +57,6 @@ EMBEDDING_FILE = "speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_co
 
 class StateError(ValueError):
     """A state or hint the diarizer must refuse: a permanent, per-request error."""
-
-
-def _param(default: Any, doc: str) -> Any:
-    return dataclasses.field(default=default, metadata={"doc": doc})
-
-
-def typed_options(cls: Any, params: Mapping[str, str], what: str) -> Any:
-    """cls (a frozen dataclass of _param fields) from a model's parameters:
-    each value converted to its field's type; an unknown key or a value of
-    the wrong type is a ValueError naming it (an empty value: the default)."""
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - fields)
-    if unknown:
-        raise ValueError(f"unknown {what} model parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
-    kw: dict[str, Any] = {}
-    for name, value in params.items():
-        if value == "":
-            continue
-        kind = type(getattr(cls(), name))
-        try:
-            kw[name] = (value.lower() in ("1", "true", "on", "yes")) if kind is bool else kind(value)
-        except ValueError:
-            raise ValueError(f"{what} model parameter {name}={value!r}: want a {kind.__name__}") from None
-    return cls(**kw)
-
-
-def options_reference(cls: Any) -> str:
-    """cls's fields as a Markdown table: parameter, default, meaning."""
-    rows = ["| parameter | default | meaning |", "|---|---|---|"]
-    for f in dataclasses.fields(cls):
-        default = f.default if f.default != "" else "(empty)"
-        rows.append(f"| `{f.name}` | {default} | {f.metadata['doc']} |")
-    return "\n".join(rows) + "\n"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import time
 
-from .common import SAMPLE_RATE, Audio, Hypothesis, Params, Word
+from .common import SAMPLE_RATE, Audio, Hypothesis, Word
+from .options import EchoOptions
 
 
 class EchoModel:
@@ -23,10 +24,11 @@ class EchoModel:
 
     ROW_SAMPLES = 30 * SAMPLE_RATE
 
-    def __init__(self, params: Params) -> None:
-        self.batch_delay = float(params.get("batch_delay_ms") or 0) / 1000
-        self.row_delay = float(params.get("row_delay_ms") or 0) / 1000
-        self.fail_file = params.get("fail_file") or ""
+    def __init__(self, opts: EchoOptions | None = None) -> None:
+        opts = opts or EchoOptions()
+        self.batch_delay = opts.batch_delay_ms / 1000
+        self.row_delay = opts.row_delay_ms / 1000
+        self.fail_file = opts.fail_file
 
     def check_vocabulary(self, vocabulary: tuple[str, ...]) -> None:
         """Every vocabulary the contract allows is taken."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .options import HostOptions
+
 # The CUDA driver's scheduling flags (CU_CTX_SCHED_*) of the parameter cuda_sync.
 CUDA_SYNC = {"auto": 0, "spin": 1, "yield": 2, "blocking": 4}
 
@@ -50,17 +52,13 @@ def set_cpu_threads(n: int) -> None:
     torch.set_num_threads(n)
 
 
-def configure(params: dict[str, str], kind: str, ordinal: int) -> str:
+def configure(opts: HostOptions, kind: str, ordinal: int) -> str:
     """Applies cuda_sync and cpu_threads for an instance of kind (GPU or
     CPU) on GPU ordinal; returns what was set, for the ready line."""
     gpu = kind == "GPU"
-    sync = params.get("cuda_sync") or "blocking"
-    if sync not in CUDA_SYNC:  # on a CPU too: a typo is an error wherever it runs
-        raise ValueError(f"model parameter cuda_sync={sync!r}: want {', '.join(CUDA_SYNC)}")
-    threads = params.get("cpu_threads") or ("2" if gpu else "0")
-    if not threads.isdigit():
-        raise ValueError(f"model parameter cpu_threads={threads!r}: want a number of threads (0: torch's default)")
-    said = set_cuda_sync(sync, ordinal) if gpu else "cpu"
-    if int(threads) > 0:
-        set_cpu_threads(int(threads))
+    opts.check()  # on a CPU too: a typo is an error wherever it runs
+    threads = opts.threads(gpu)
+    said = set_cuda_sync(opts.cuda_sync, ordinal) if gpu else "cpu"
+    if threads > 0:
+        set_cpu_threads(threads)
     return f"cuda_sync {said}, cpu_threads {threads}"

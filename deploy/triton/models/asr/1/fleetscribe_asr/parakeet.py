@@ -14,6 +14,7 @@ import numpy as np
 
 from .common import SAMPLE_RATE, Audio, log_info
 from .compiled import CompiledEncoder, Encoded, EncoderOptions, Tensor, compiles_on, device_name, source_identity
+from .options import ParakeetOptions
 
 DEFAULT_MODEL = "nvidia/parakeet-tdt-0.6b-v2"
 
@@ -342,7 +343,7 @@ def attach_confidence(hyp: Any) -> None:
             w["confidence"] = round(value, 4)
 
 
-def start(source: str, params: dict[str, str], device: str, max_batch: int, options: EncoderOptions,
+def start(source: str, opts: ParakeetOptions, device: str, max_batch: int, options: EncoderOptions,
           load: Callable[[str, str], Any], host: str) -> tuple[str, NemoEngine]:
     """The Parakeet engine of source (a .nemo file or a model name; empty:
     DEFAULT_MODEL) loaded by load, its encoder compiled as options say and
@@ -350,12 +351,8 @@ def start(source: str, params: dict[str, str], device: str, max_batch: int, opti
     source = source or DEFAULT_MODEL
     model = load(source, device)
     t0 = time.perf_counter()
-    boosting = params.get("phrase_boosting") or "off"
-    if boosting not in ("on", "off"):
-        raise ValueError(f"model parameter phrase_boosting={boosting!r}: want on or off")
-    engine = NemoEngine(model, device, params.get("precision") or "bf16", options, source=source,
-                        confidence=params.get("word_confidence") or "off", boosting=boosting == "on")
-    engine.warm(float(params.get("warmup_seconds") or 30), max_batch)
+    engine = NemoEngine(model, device, opts.precision, options, source=source, confidence=opts.word_confidence, boosting=opts.phrase_boosting)
+    engine.warm(opts.warmup_seconds, max_batch)
     c = engine.compiled
     log_info("NeMo ready in %.0f s: encoder %s%s; decoder CUDA graphs mode %s (%s); %s" % (
         time.perf_counter() - t0, engine.describe()[0], " (%s)" % c.summary() if c else "",

@@ -48,7 +48,9 @@ import numpy.typing as npt
 
 from .common import SAMPLE_RATE, log_info
 from .compiled import CompileCache, compile_cache_dir, device_name, source_identity
-from .diarize import Reply, State, StateError, Turn, _close_gaps, _param, failed, final_labels, options_reference, typed_options
+from .diarize import Reply, State, StateError, Turn, _close_gaps, failed, final_labels
+from .options import options_reference, typed_options
+from .options import param as _param
 
 F32 = npt.NDArray[np.float32]
 FRAME_S = 0.08  # an encoder frame: 10-ms features, 8x subsampling
@@ -345,7 +347,7 @@ class SortformerDiarizer:
         """The layers compiled for every row bucket at the one sequence
         length, loaded from the shared cache where a partition compiled
         them before."""
-        cache_dir = compile_cache_dir({"compile_cache": self.opts.compile_cache})
+        cache_dir = compile_cache_dir(self.opts.compile_cache)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache_dir, "triton"))
         import torch

@@ -9,12 +9,12 @@ import os
 import numpy as np
 import numpy.typing as npt
 
-from .common import SAMPLE_RATE, Audio, Hypothesis, Params, Word
+from .common import SAMPLE_RATE, Audio, Hypothesis, Word
+from .options import SPHINX_CMNINIT, SphinxOptions
 
 Energies = npt.NDArray[np.float64]
 
-# The initial cepstral mean of pocketsphinx's US-English model.
-SPHINX_CMNINIT = "41.00,-5.29,-0.12,5.09,2.48,-4.07,-1.37,-1.78,-5.08,-2.05,-6.45,-1.42,1.17"
+__all__ = ["SPHINX_CMNINIT", "SphinxModel"]
 
 
 class SphinxModel:
@@ -38,10 +38,11 @@ class SphinxModel:
     FRAME_RATE = 100  # pocketsphinx's frames per second (-frate)
     BLOCK = 2048  # samples a process_raw call gets, as pocketsphinx's tools feed it
 
-    def __init__(self, params: Params) -> None:
+    def __init__(self, opts: SphinxOptions | None = None) -> None:
         import pocketsphinx  # only where this engine is used
 
-        path = params.get("sphinx_model") or os.path.join(pocketsphinx.get_model_path(), "en-us")
+        opts = opts or SphinxOptions()
+        path = opts.sphinx_model or os.path.join(pocketsphinx.get_model_path(), "en-us")
         config = {
             "hmm": os.path.join(path, "en-us"),
             "lm": os.path.join(path, "en-us.lm.bin"),
@@ -51,19 +52,18 @@ class SphinxModel:
             # own feat.params carries this mean in other distributions of
             # it; the wheel's lacks it and falls back to 40,3,-1, which costs
             # short clips dearly (demo WER 0.16 against 0.11).
-            "cmninit": params.get("sphinx_cmninit") or SPHINX_CMNINIT,
+            "cmninit": opts.sphinx_cmninit,
         }
         self.decoder = pocketsphinx.Decoder(**config)
         self.cmn_init = self.decoder.get_cmn()
         # Narrowband audio (telephone: 8 kHz, G.711) has nothing above 4 kHz,
         # where the wideband model expects some energy; band_fill adds noise
         # there at this fraction of the request's RMS (0 or less: off).
-        self.band_fill = float(params.get("sphinx_band_fill") or 0.03)
+        self.band_fill = opts.sphinx_band_fill
         # Each utterance is decoded from its first to its last frame of
         # sound, with this much margin (negative: the whole utterance),
         # so no word is invented over quiet room tone around speech.
-        pad = params.get("sphinx_speech_pad_ms")
-        self.speech_pad = int((250 if pad in (None, "") else float(pad)) * SAMPLE_RATE / 1000)
+        self.speech_pad = int(opts.sphinx_speech_pad_ms * SAMPLE_RATE / 1000)
 
     def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool) -> list[Hypothesis]:  # noqa: ARG002 - NeMo's signature
         return [self.recognize(samples, timestamps) for samples in audio]

