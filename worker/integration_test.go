@@ -27,6 +27,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/enqueue"
 	"github.com/fleetscribe/fleetscribe/internal/s3errs"
 	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/syncbuf"
 	"github.com/fleetscribe/fleetscribe/lab/testwait"
 	"github.com/fleetscribe/fleetscribe/lab/tritontest"
 	"github.com/fleetscribe/fleetscribe/triton"
@@ -669,6 +670,63 @@ func TestErrorRecordsAreTaggedForExpiry(t *testing.T) {
 		if isRecord && tagging != contract.ErrorRecordTag || !isRecord && tagging != "" {
 			t.Errorf("%s tagged %q", key, tagging)
 		}
+	}
+}
+
+// Each job ends with one "job done" line that carries its whole result:
+// the outcome and, where it left an error record, the record's class,
+// finality and key (and never a second line of its own for the failure).
+func TestEachJobEndsWithOneLineOfItsResult(t *testing.T) {
+	e := newEnv(t, 1, 3)
+	e.put("corrupt.wav", []byte("RIFF\x10\x00\x00\x00WAVEjunkjunk"))
+	e.put("good.wav", tone(16000, 4000))
+	e.sendJob("corrupt.wav")
+	e.sendJob("good.wav")
+	var log syncbuf.Buffer
+	w, err := worker.New(e.config(), worker.Deps{Model: "asr", SQS: e.recorder, S3: e.s3, Transcriber: e.pool, Log: zerolog.New(&log), Metrics: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	type line struct {
+		Level, Message, Key, Outcome, Class, ErrorKey, Error string
+		Final                                                *bool
+	}
+	done := map[string]line{}
+	for l := range strings.Lines(log.String()) {
+		var ev struct {
+			Level    string `json:"level"`
+			Message  string `json:"message"`
+			Key      string `json:"key"`
+			Outcome  string `json:"outcome"`
+			Class    string `json:"error_class"`
+			ErrorKey string `json:"error_key"`
+			Error    string `json:"error"`
+			Final    *bool  `json:"final"`
+		}
+		if json.Unmarshal([]byte(l), &ev) != nil {
+			t.Fatalf("not JSON: %q", l)
+		}
+		if strings.HasPrefix(ev.Message, "job failed") {
+			t.Errorf("a line of the failure beside the job's result: %s", l)
+		}
+		if ev.Message != "job done" {
+			continue
+		}
+		if _, twice := done[ev.Key]; twice {
+			t.Errorf("a second \"job done\" line for %s", ev.Key)
+		}
+		done[ev.Key] = line(ev)
+	}
+	bad, good := done["corrupt.wav"], done["good.wav"]
+	if bad.Level != "warn" || bad.Outcome != worker.OutcomeFailed || bad.Class != contract.ClassCorruptAudio || bad.Final == nil || !*bad.Final ||
+		!strings.HasSuffix(bad.ErrorKey, ".error.json") || bad.Error == "" {
+		t.Errorf("corrupt.wav's line: %+v", bad)
+	}
+	if good.Level != "info" || good.Outcome != worker.OutcomeOK || good.Class != "" || good.Final != nil || good.Error != "" {
+		t.Errorf("good.wav's line: %+v", good)
 	}
 }
 

@@ -82,24 +82,58 @@ type inference struct {
 	vocabulary []string
 }
 
+// jobResult is what a job came to: built where its walk ends (walk, with
+// fail's record) and reported once, by runJob (metrics and the "job
+// done" line).
+type jobResult struct {
+	outcome string
+	// err is the retryable error the job ends with (nil: it is terminal:
+	// transcript written, error record written, already done or taken).
+	err error
+	// cause is the error that stopped the walk, for the log (nil: none);
+	// class, final and errorKey say what record it left, where one was
+	// written.
+	cause    error
+	class    string
+	final    bool
+	errorKey string
+	// again: a dependency the walk waited for is back; walk again.
+	again bool
+}
+
 // runJob processes record index of delivery d, job, to an outcome. It
 // returns nil when the job is terminal (transcript written, error record
 // written, already done or taken by another message), and a retryable
 // error otherwise. On the last receive a retryable failure is recorded too
 // (final=false), and the queue's redrive policy moves the message to the
-// DLQ. Each run has -job-timeout; a run stopped by a bucket that is down
-// waits for it and runs again, within ctx (the message's).
-func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, d *delivery, index int, job contract.Job) (err error) {
+// DLQ. Each walk has -job-timeout; a walk stopped by a bucket that is down
+// waits for it and walks again, within ctx (the message's).
+func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, d *delivery, index int, job contract.Job) error {
 	start := w.now()
-	var outcome string
+	r := w.walkJob(ctx, log, d, index, job)
+	took := w.now().Sub(start)
+	w.m.jobs.WithLabelValues(r.outcome).Inc()
+	w.m.duration.WithLabelValues(r.outcome).Observe(took.Seconds())
+	ev := log.Info()
+	if r.cause != nil {
+		ev = log.Warn().Err(r.cause)
+	}
+	if r.class != "" {
+		ev = ev.Str("error_class", r.class).Bool("final", r.final).Str("error_key", r.errorKey)
+	}
+	ev.Str("outcome", r.outcome).Dur("took", took).Msg("job done")
+	return r.err
+}
+
+// walkJob walks the job until it comes to a result: again while a
+// dependency it waited for comes back. A panic is a retry.
+func (w *Worker) walkJob(ctx context.Context, log zerolog.Logger, d *delivery, index int, job contract.Job) (r jobResult) {
 	defer func() {
-		if r := recover(); r != nil {
-			outcome, err = OutcomeRetry, recoverError(r)
+		if p := recover(); p != nil {
+			err := recoverError(p)
 			log.Error().Err(err).Msg("job panicked")
+			r = jobResult{outcome: OutcomeRetry, err: err, cause: err}
 		}
-		w.m.jobs.WithLabelValues(outcome).Inc()
-		w.m.duration.WithLabelValues(outcome).Observe(w.now().Sub(start).Seconds())
-		log.Info().Str("outcome", outcome).Dur("took", w.now().Sub(start)).Msg("job done")
 	}()
 	for {
 		t := &task{
@@ -107,27 +141,34 @@ func (w *Worker) runJob(ctx context.Context, log zerolog.Logger, d *delivery, in
 			infer: inference{model: w.model, priority: d.priority, prog: d.prog},
 			in:    contract.InputRef{Bucket: job.Bucket, Key: job.Key, ETag: job.ETag, VersionID: job.VersionID},
 		}
-		rctx, cancel := context.WithTimeoutCause(ctx, w.cfg.Jobs.Timeout, errJobTimeout)
-		outcome, err = t.run(rctx)
-		var again bool
-		if err != nil {
-			again, err = t.w.settle(t.hold, t.d, err)
+		if r = t.walk(); !r.again {
+			return r
 		}
-		if err != nil && !again {
-			// A failure the job's own, or its error record's write
-			// stopped by a bucket that is down (then run it again).
-			outcome, err = t.fail(rctx, err)
-			again = errors.Is(err, errRecordUnwritten) && t.waitFor(err)
-		}
-		cancel()
-		if !again {
-			return err
-		}
-		// The bucket it waited for is back: run it again (a transcript
+		// The bucket it waited for is back: walk again (a transcript
 		// computed before is written by write's own wait, not here).
 		w.m.outage.reruns.WithLabelValues(strconv.FormatBool(t.computed)).Inc()
 		log.Info().Bool("computed_before", t.computed).Msg("dependency back; running the job again")
 	}
+}
+
+// walk runs the stages once, under -job-timeout, and settles how they
+// ended: an outcome; a wait for a dependency that was down and is back
+// (again); or the failure's result (fail), again where its record could
+// not be written because a bucket was down and is back.
+func (t *task) walk() jobResult {
+	ctx, cancel := context.WithTimeoutCause(t.hold, t.w.cfg.Jobs.Timeout, errJobTimeout)
+	defer cancel()
+	outcome, err := t.run(ctx)
+	if err == nil {
+		return jobResult{outcome: outcome}
+	}
+	again, err := t.w.settle(t.hold, t.d, err)
+	if again {
+		return jobResult{again: true}
+	}
+	r := t.fail(ctx, err)
+	r.again = errors.Is(r.err, errRecordUnwritten) && t.waitFor(r.err)
+	return r
 }
 
 var (
@@ -321,7 +362,7 @@ func (t *task) limits() error {
 	if t.in.Size > w.cfg.Inputs.MaxObjectBytes {
 		return Permanentf(contract.ClassTooLarge, "object is %d bytes, limit is %d", t.in.Size, w.cfg.Inputs.MaxObjectBytes)
 	}
-	info, err := probe(t.obj.head, t.in.Size)
+	info, err := headerInfo(t.obj.head, t.in.Size)
 	if err != nil {
 		return err
 	}
@@ -339,8 +380,8 @@ func (t *task) limits() error {
 	return nil
 }
 
-// probe learns the format and length of the input from its head.
-func probe(head []byte, size int64) (audio.Info, error) {
+// headerInfo learns the format and length of the input from its head.
+func headerInfo(head []byte, size int64) (audio.Info, error) {
 	if size == 0 {
 		return audio.Info{}, Permanentf(contract.ClassCorruptAudio, "empty object")
 	}
@@ -487,18 +528,15 @@ func (t *task) streamed(channel int) *streamed {
 func (t *task) write(ctx context.Context, tr contract.Transcript) error {
 	w := t.w
 	start := time.Now()
-	for {
-		err := w.out.transcript(ctx, t.keys, t.job.Formats, tr)
-		if err == nil {
-			break
+	tries := 0
+	err := w.untilWritten(ctx, t.hold, t.d, func(ctx context.Context) error {
+		if tries++; tries > 1 {
+			t.log.Info().Msg("output bucket back; writing the transcript computed before")
 		}
-		if !t.waitFor(err) {
-			return err
-		}
-		// The output bucket is back: write what was computed, under the
-		// message's context (this run's -job-timeout may have passed).
-		ctx = t.hold
-		t.log.Info().Msg("output bucket back; writing the transcript computed before")
+		return w.out.transcript(ctx, t.keys, t.job.Formats, tr)
+	})
+	if err != nil {
+		return err
 	}
 	w.m.since(StageUpload, start)
 	// Even once the job's context is cancelled: the transcript is written.
@@ -510,11 +548,11 @@ func (t *task) write(ctx context.Context, tr contract.Transcript) error {
 	return nil
 }
 
-// fail turns the error that stopped a job into its outcome. A permanent
+// fail turns the error that stopped a job into its result. A permanent
 // error, or a retryable one on the last receive, is recorded where the
 // transcript would have gone; a retryable one before that is retried; one
 // caused by shutdown or a lost heartbeat releases the job.
-func (t *task) fail(ctx context.Context, err error) (string, error) {
+func (t *task) fail(ctx context.Context, err error) jobResult {
 	w, log := t.w, t.log
 	class := ErrorClass(err)
 	final := class != ""
@@ -522,12 +560,11 @@ func (t *task) fail(ctx context.Context, err error) (string, error) {
 		w.m.errors.WithLabelValues("retryable").Inc()
 	}
 	if cause := context.Cause(ctx); !final && (errors.Is(cause, errHeartbeatLost) || errors.Is(cause, errDrainTimeout)) {
-		return OutcomeReleased, err // shutdown or heartbeat loss, not the job's fault
+		return jobResult{outcome: OutcomeReleased, err: err, cause: err} // shutdown or heartbeat loss, not the job's fault
 	}
 	if !final && t.d.attempt < w.cfg.Queues.MaxReceives {
 		t.beforeTheLast(ctx, err)
-		log.Warn().Err(err).Msg("job failed; will retry")
-		return OutcomeRetry, err
+		return jobResult{outcome: OutcomeRetry, err: err, cause: err}
 	}
 	keys := t.keys
 	if keys.JSON == "" {
@@ -556,11 +593,12 @@ func (t *task) fail(ctx context.Context, err error) (string, error) {
 	}
 	if werr != nil {
 		// Without its record the failure would be silent: retry instead.
-		return OutcomeRetry, fmt.Errorf("%w: %w (job error: %v)", errRecordUnwritten, werr, err) //nolint:errorlint // flattened: must not match as permanent
+		werr = fmt.Errorf("%w: %w (job error: %v)", errRecordUnwritten, werr, err) //nolint:errorlint // flattened: must not match as permanent
+		return jobResult{outcome: OutcomeRetry, err: werr, cause: werr}
 	}
-	log.Warn().Str("error_class", class).Bool("final", final).Str("error_key", keys.Error).Err(err).Msg("job failed; error record written")
-	if final {
-		return OutcomeFailed, nil
+	r := jobResult{outcome: OutcomeFailed, cause: err, class: class, final: final, errorKey: keys.Error}
+	if !final {
+		r.err = err
 	}
-	return OutcomeFailed, err
+	return r
 }

@@ -239,9 +239,5 @@ func (w *Worker) recordRejected(ctx context.Context, d *delivery, key string, er
 	w.m.errors.WithLabelValues(ErrorClass(err)).Inc()
 	rec := w.newRecord(d, ErrorClass(err), err.Error())
 	rec.Final, rec.MessageID, rec.MessageBody = true, d.id, d.body
-	for {
-		if err := w.out.errorRecord(ctx, key, rec); !w.waitFor(ctx, d, err) {
-			return err
-		}
-	}
+	return w.untilWritten(ctx, ctx, d, func(ctx context.Context) error { return w.out.errorRecord(ctx, key, rec) })
 }

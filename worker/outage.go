@@ -281,6 +281,22 @@ func (w *Worker) waitFor(ctx context.Context, d *delivery, err error) bool {
 	return again
 }
 
+// untilWritten calls write(ctx) and, each time it fails because a
+// dependency is down, waits for it within hold (the message's context)
+// and calls write(hold) again: what was computed is kept across the
+// outage and written once it is back, however long a job's -job-timeout
+// (ctx's) is. It returns write's last error: nil, one of its own, or
+// the outage's when the wait ended first.
+func (w *Worker) untilWritten(ctx, hold context.Context, d *delivery, write func(context.Context) error) error {
+	for {
+		err := write(ctx)
+		if err == nil || !w.waitFor(hold, d, err) {
+			return err
+		}
+		ctx = hold
+	}
+}
+
 // settle is waitFor that also says whose fault a failure was: an object
 // of an input bucket that refused while its bucket answers comes back as
 // the job's permanent access_denied error.
