@@ -44,14 +44,14 @@ demo: build ## transcribe synthesised speech end to end: local SQS/S3, four real
 test: deps tflint ## vet, format check, terraform and Helm chart checks and all tests with -race (real Triton among them)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags chaos,accuracy ./lab/chaos ./worker
+	$(GO) vet -tags chaos,accuracy ./lab/suites/chaos ./worker
 	$(MAKE) --no-print-directory tf-lint
 	FLEETSCRIBE_REQUIRE_TERRAFORM=1 $(MAKE) --no-print-directory tf-validate
 	$(MAKE) --no-print-directory k8s-validate
 	FLEETSCRIBE_REQUIRE_HELM=1 FLEETSCRIBE_REQUIRE_PROMTOOL=1 FLEETSCRIBE_REQUIRE_TRITON=1 FLEETSCRIBE_REQUIRE_MOTO=1 FLEETSCRIBE_REQUIRE_PYTOOLS=1 $(GO) test -race -count=1 ./...
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s deploy/triton/tests
 	@scripts/pylint.sh
-	FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -tags chaos -run TestChaosShort -v ./lab/chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
+	FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -tags chaos -run TestChaosShort -v ./lab/suites/chaos | grep -E 'RESULT|^---|^ok|^FAIL|problem:|^ +[a-z_]+ +[0-9]+ '
 
 .PHONY: tflint
 tflint:
@@ -95,7 +95,7 @@ k8s-validate: deps ## render the Helm chart (1, 4 and 8 GPUs, each sharing mode)
 
 .PHONY: tf-fmt
 tf-fmt: ## format Terraform files (hclwrite, as terraform fmt)
-	$(GO) run ./lab/tffmt terraform
+	$(GO) run ./lab/kit/tffmt terraform
 
 .PHONY: docs
 docs: ## rewrite the generated references: docs/configuration.md from the worker's flags, terraform/README.md's tables from the modules, the Helm chart's plans, values.schema.json and README
@@ -191,7 +191,7 @@ chaos: build ## 1000 jobs through two real workers and three real Triton partiti
 
 .PHONY: conformance
 conformance: deps ## one set of scenarios against real Triton and the in-process fake: table and RESULT line
-	@mkdir -p $(BIN); FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -run TestConformance -v ./lab/conformance > $(BIN)/conformance.log 2>&1 || rc=$$?; \
+	@mkdir -p $(BIN); FLEETSCRIBE_REQUIRE_TRITON=1 $(GO) test -count=1 -run TestConformance -v ./lab/suites/conformance > $(BIN)/conformance.log 2>&1 || rc=$$?; \
 	  grep -E '^(scenario|[a-zA-Z].*  (pass|FAIL|not run) )|^RESULT|^--- FAIL|_test.go' $(BIN)/conformance.log; exit $${rc:-0}
 
 # The GPU benchmark's arrangements (lab/bench/gpu/gpubench: single, instances-N,

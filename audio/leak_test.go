@@ -3,7 +3,7 @@ package audio
 import (
 	"testing"
 
-	"github.com/fleetscribe/fleetscribe/lab/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/kit/leaktest"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/leaktest"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/kit/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
 )
 
 var (
@@ -28,7 +28,7 @@ var (
 	names   atomic.Int64
 
 	// The servers that do what the fast emulator does not (see
-	// lab/localaws): moto for S3's conditional writes and byte-order
+	// lab/servers/localaws): moto for S3's conditional writes and byte-order
 	// listings, ElasticMQ for SQS move tasks. Started once, by the first
 	// test that needs them.
 	motoOnce, emqOnce sync.Once

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetscribe/fleetscribe/lab/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/kit/leaktest"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

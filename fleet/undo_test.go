@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 
-	"github.com/fleetscribe/fleetscribe/lab/syncbuf"
+	"github.com/fleetscribe/fleetscribe/lab/kit/syncbuf"
 )
 
 // refreshingGroup answers the Auto Scaling Query API (the SDK's own

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -58,3 +59,90 @@ func TestBinariesDoNotLinkTesting(t *testing.T) {
 }
 
 func inLab(pkg string) bool { return pkg == module+"/lab" || strings.HasPrefix(pkg, module+"/lab/") }
+
+// rooms are the lab's rooms in order: each may import only those before it
+// (bench and cmd: any room but cmd).
+var rooms = []string{"kit", "servers", "suites", "bench", "cmd"}
+
+// room is the lab room of pkg ("" outside the lab or in none).
+func room(pkg string) string {
+	rest, ok := strings.CutPrefix(pkg, module+"/lab/")
+	if !ok {
+		return ""
+	}
+	r, _, _ := strings.Cut(rest, "/")
+	return r
+}
+
+// allowed reports whether a package of room from (its code or its tests)
+// may import one of room to. Outside the lab (from ""), tests only, and
+// only kit and servers.
+func allowed(from, to string) bool {
+	switch {
+	case to == "":
+		return true
+	case from == "":
+		return to == "kit" || to == "servers"
+	case from == to && from != "cmd":
+		return true
+	case from == "bench" || from == "cmd":
+		return to != "cmd"
+	}
+	return slices.Index(rooms, to) >= 0 && slices.Index(rooms, to) < slices.Index(rooms, from)
+}
+
+// imports lists each package's lab imports, its tests' included, as
+// "pkg room imported-package" lines.
+func labImports(t *testing.T) [][3]string {
+	var out [][3]string
+	for _, line := range goList(t, "-f", `{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`, "./...") {
+		pkg, deps, _ := strings.Cut(line, " ")
+		for dep := range strings.FieldsSeq(deps) {
+			if inLab(dep) && dep != pkg {
+				out = append(out, [3]string{pkg, room(pkg), dep})
+			}
+		}
+	}
+	return out
+}
+
+// Every lab package sits in a room, and every import between packages
+// (tests included) follows the rooms' order; a product package's tests
+// import only the kit and the servers.
+func TestTheLabIsSortedByKind(t *testing.T) {
+	for _, pkg := range goList(t, "./lab/...") {
+		if pkg != module+"/lab" && !slices.Contains(rooms, room(pkg)) {
+			t.Errorf("%s is in no room of the lab (%s)", pkg, strings.Join(rooms, ", "))
+		}
+	}
+	checked := 0
+	for _, imp := range labImports(t) {
+		checked++
+		if from, to := imp[1], room(imp[2]); !allowed(from, to) {
+			where := "the lab's " + from
+			if from == "" {
+				where = "a product package's tests"
+			}
+			t.Errorf("%s imports %s: %s may not import the lab's %s", imp[0], imp[2], where, to)
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d imports of the lab: the listing is not the module's", checked)
+	}
+}
+
+func TestRoomRules(t *testing.T) {
+	for _, c := range []struct {
+		from, to string
+		ok       bool
+	}{
+		{"", "kit", true}, {"", "servers", true}, {"", "suites", false}, {"", "bench", false}, {"", "cmd", false},
+		{"kit", "kit", true}, {"kit", "servers", false}, {"servers", "kit", true}, {"servers", "suites", false},
+		{"suites", "servers", true}, {"suites", "bench", false}, {"bench", "suites", true}, {"bench", "cmd", false},
+		{"cmd", "bench", true}, {"cmd", "cmd", false},
+	} {
+		if got := allowed(c.from, c.to); got != c.ok {
+			t.Errorf("allowed(%q, %q) = %v, want %v", c.from, c.to, got, c.ok)
+		}
+	}
+}

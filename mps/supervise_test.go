@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetscribe/fleetscribe/lab/syncbuf"
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/kit/syncbuf"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
 	"github.com/rs/zerolog"
 )
 

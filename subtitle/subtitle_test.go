@@ -13,7 +13,7 @@ import (
 
 	"github.com/asticode/go-astisub"
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/golden"
+	"github.com/fleetscribe/fleetscribe/lab/kit/golden"
 )
 
 // checkCues parses SRT and WebVTT with an independent parser (go-astisub)

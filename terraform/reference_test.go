@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetscribe/fleetscribe/lab/golden"
+	"github.com/fleetscribe/fleetscribe/lab/kit/golden"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fleetscribe/fleetscribe/lab/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 

@@ -20,10 +20,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetscribe/fleetscribe/internal/shm"
-	"github.com/fleetscribe/fleetscribe/lab/shmtest"
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
+	"github.com/fleetscribe/fleetscribe/lab/kit/shmtest"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )

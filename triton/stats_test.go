@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/fleetscribe/fleetscribe/lab/tritontest"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 

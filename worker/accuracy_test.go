@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/audio"
-	"github.com/fleetscribe/fleetscribe/lab/conversation"
-	"github.com/fleetscribe/fleetscribe/lab/wer"
+	"github.com/fleetscribe/fleetscribe/lab/kit/conversation"
+	"github.com/fleetscribe/fleetscribe/lab/kit/wer"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
 )
 
 func pcmWAV(rate, channels, bits, frames int) []byte {

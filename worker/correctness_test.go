@@ -27,9 +27,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
 

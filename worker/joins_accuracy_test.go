@@ -16,8 +16,8 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
-	"github.com/fleetscribe/fleetscribe/lab/wer"
+	"github.com/fleetscribe/fleetscribe/lab/kit/wer"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/worker"
 )

@@ -9,8 +9,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/fleetscribe/fleetscribe/lab/leaktest"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/kit/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
 )
 
 // emulator is the local SQS+S3 server shared by the integration tests;

@@ -21,8 +21,8 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
-	"github.com/fleetscribe/fleetscribe/lab/faultproxy"
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/servers/faultproxy"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
 

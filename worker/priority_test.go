@@ -19,10 +19,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )

@@ -22,7 +22,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
 )
 
 // setup starts the emulator with a bucket of n keys and a queue.

@@ -24,9 +24,9 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 

@@ -21,9 +21,9 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
-	"github.com/fleetscribe/fleetscribe/lab/leaktest"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/kit/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest"
 )
 
 // The test binary doubles as the worker binary, so the SIGTERM test sends a

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/fleetscribe/fleetscribe/internal/flagenv"
-	"github.com/fleetscribe/fleetscribe/lab/golden"
+	"github.com/fleetscribe/fleetscribe/lab/kit/golden"
 )
 
 var updateDocs = flag.Bool("update-docs", false, "rewrite docs/configuration.md from the flags (make docs)")

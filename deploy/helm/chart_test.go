@@ -27,7 +27,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/fleetscribe/fleetscribe/lab/golden"
+	"github.com/fleetscribe/fleetscribe/lab/kit/golden"
 	"github.com/fleetscribe/fleetscribe/mps"
 )
 

@@ -25,9 +25,9 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
-	"github.com/fleetscribe/fleetscribe/lab/golden"
-	"github.com/fleetscribe/fleetscribe/lab/modroot"
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/kit/golden"
+	"github.com/fleetscribe/fleetscribe/lab/kit/modroot"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
 	"github.com/fleetscribe/fleetscribe/mps"
 )
 

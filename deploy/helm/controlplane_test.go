@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
-	"github.com/fleetscribe/fleetscribe/lab/freeport"
-	"github.com/fleetscribe/fleetscribe/lab/modroot"
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/kit/freeport"
+	"github.com/fleetscribe/fleetscribe/lab/kit/modroot"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
 )
 
 // A real Kubernetes control plane for the chart's checks: kube-apiserver

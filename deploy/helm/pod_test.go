@@ -18,10 +18,10 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
-	"github.com/fleetscribe/fleetscribe/lab/syncbuf"
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/kit/syncbuf"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/mps"
 )
 

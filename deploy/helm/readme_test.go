@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v4"
 
-	"github.com/fleetscribe/fleetscribe/lab/golden"
+	"github.com/fleetscribe/fleetscribe/lab/kit/golden"
 )
 
 // valueRow is one value of values.yaml for the chart's README: its path,

@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/fleetscribe/fleetscribe/lab/golden"
+	"github.com/fleetscribe/fleetscribe/lab/kit/golden"
 )
 
 // openValues are the values whose keys are the user's own (environment

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetscribe/fleetscribe/lab/modroot"
+	"github.com/fleetscribe/fleetscribe/lab/kit/modroot"
 )
 
 // tools returns the folder of hadolint and uv (scripts/pytools.sh), or

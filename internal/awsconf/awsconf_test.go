@@ -16,7 +16,7 @@ import (
 	"github.com/aws/smithy-go/logging"
 
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
-	"github.com/fleetscribe/fleetscribe/lab/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/kit/leaktest"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

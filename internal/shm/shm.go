@@ -1,7 +1,7 @@
 // Package shm maps POSIX shared memory objects, the files of /dev/shm that
 // shm_open names, for Triton's system shared memory protocol: the worker
 // creates an object and writes audio into it, the server (Triton, or the
-// in-process fake, lab/tritontest/kserve) maps the same object and reads the audio there instead
+// in-process fake, lab/servers/tritontest/kserve) maps the same object and reads the audio there instead
 // of from the request.
 package shm
 

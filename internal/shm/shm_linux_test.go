@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/internal/shm"
-	"github.com/fleetscribe/fleetscribe/lab/shmtest"
+	"github.com/fleetscribe/fleetscribe/lab/kit/shmtest"
 )
 
 // On a /dev/shm too small for an object, Create fails, saying how much is

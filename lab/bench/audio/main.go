@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/audio"
-	"github.com/fleetscribe/fleetscribe/lab/procstat"
+	"github.com/fleetscribe/fleetscribe/lab/kit/procstat"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/worker"
 )

@@ -21,7 +21,7 @@ import (
 	"strings"
 
 	"github.com/fleetscribe/fleetscribe/audio"
-	"github.com/fleetscribe/fleetscribe/lab/synth"
+	"github.com/fleetscribe/fleetscribe/lab/kit/synth"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/worker"
 )

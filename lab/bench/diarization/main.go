@@ -1,5 +1,5 @@
 // Command diarization is make bench-diarization: synthetic conversations
-// of 2-4 voices (lab/conversation: flite's voices taking turns with
+// of 2-4 voices (lab/kit/conversation: flite's voices taking turns with
 // pauses, some talking over each other; 1 to 10 minutes each, and one of
 // 60 minutes) and stereo calls with a party on each channel go through what
 // users run: uploaded to the local S3, enqueued with the enqueue binary
@@ -39,11 +39,11 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/conversation"
-	"github.com/fleetscribe/fleetscribe/lab/diarscore"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
-	"github.com/fleetscribe/fleetscribe/lab/procstat"
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/kit/conversation"
+	"github.com/fleetscribe/fleetscribe/lab/kit/diarscore"
+	"github.com/fleetscribe/fleetscribe/lab/kit/procstat"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 )
 
 func main() {

@@ -41,7 +41,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/enqueue"
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
 )
 
 func main() {

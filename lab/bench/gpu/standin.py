@@ -483,7 +483,7 @@ class StandIn(nn.Module):
 
 def speech_like(rng, n):
     """Words of 0.2-0.7 s of noise between pauses of about 0.05-1 s of near
-    silence (lab/synth's SpeechLike)."""
+    silence (lab/kit/synth's SpeechLike)."""
     x = np.zeros(n, dtype=np.float32)
     i = 0
     while i < n:

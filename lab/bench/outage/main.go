@@ -40,9 +40,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/faultproxy"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/servers/faultproxy"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 )
 

@@ -47,9 +47,9 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
-	"github.com/fleetscribe/fleetscribe/lab/procstat"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/kit/procstat"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 )

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fleetscribe/fleetscribe/lab/chaos"
+	"github.com/fleetscribe/fleetscribe/lab/suites/chaos"
 )
 
 func main() {

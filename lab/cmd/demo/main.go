@@ -38,11 +38,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/conversation"
-	"github.com/fleetscribe/fleetscribe/lab/diarscore"
-	"github.com/fleetscribe/fleetscribe/lab/localaws"
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
-	"github.com/fleetscribe/fleetscribe/lab/wer"
+	"github.com/fleetscribe/fleetscribe/lab/kit/conversation"
+	"github.com/fleetscribe/fleetscribe/lab/kit/diarscore"
+	"github.com/fleetscribe/fleetscribe/lab/kit/wer"
+	"github.com/fleetscribe/fleetscribe/lab/servers/localaws"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 )
 
 // sentences are read by flite's voices and recognised by Whisper.

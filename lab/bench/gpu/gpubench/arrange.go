@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/mps"
 )

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/fleetscribe/fleetscribe/audio"
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/mps"
 )

@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fleetscribe/fleetscribe/audio"
-	"github.com/fleetscribe/fleetscribe/lab/procstat"
-	"github.com/fleetscribe/fleetscribe/lab/synth"
+	"github.com/fleetscribe/fleetscribe/lab/kit/procstat"
+	"github.com/fleetscribe/fleetscribe/lab/kit/synth"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"

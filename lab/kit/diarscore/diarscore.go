@@ -15,8 +15,8 @@ import (
 	"slices"
 
 	"github.com/fleetscribe/fleetscribe/contract"
-	"github.com/fleetscribe/fleetscribe/lab/conversation"
-	"github.com/fleetscribe/fleetscribe/lab/wer"
+	"github.com/fleetscribe/fleetscribe/lab/kit/conversation"
+	"github.com/fleetscribe/fleetscribe/lab/kit/wer"
 )
 
 // Turn is a speaker talking from Start to End (seconds).

@@ -17,10 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetscribe/fleetscribe/audio"
-	"github.com/fleetscribe/fleetscribe/lab/leaktest"
-	"github.com/fleetscribe/fleetscribe/lab/syncbuf"
-	"github.com/fleetscribe/fleetscribe/lab/testwait"
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/kit/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/kit/syncbuf"
+	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 )

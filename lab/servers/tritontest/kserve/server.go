@@ -3,7 +3,7 @@
 // of package triton (FP32 audio in, BYTES text and word timestamps out)
 // around any Recognizer, with a copy of Triton's dynamic batcher, its
 // statistics and system shared memory extensions. It is held to the
-// conformance suite (package lab/conformance) that real Triton passes.
+// conformance suite (package lab/suites/conformance) that real Triton passes.
 // The worker's unit and integration tests use it for speed and fault
 // injection; the demo, the chaos suite, the conformance suite and the
 // tests of the shipped model repositories run real Triton. Not for

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetscribe/fleetscribe/lab/freeport"
+	"github.com/fleetscribe/fleetscribe/lab/kit/freeport"
 )
 
 // A port one process holds is never handed to another, though nothing

@@ -27,8 +27,8 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/fleetscribe/fleetscribe/lab/freeport"
-	"github.com/fleetscribe/fleetscribe/lab/modroot"
+	"github.com/fleetscribe/fleetscribe/lab/kit/freeport"
+	"github.com/fleetscribe/fleetscribe/lab/kit/modroot"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )

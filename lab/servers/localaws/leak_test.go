@@ -1,9 +1,9 @@
-package kserve_test
+package localaws
 
 import (
 	"testing"
 
-	"github.com/fleetscribe/fleetscribe/lab/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/kit/leaktest"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/kit/modroot"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 )
 
 // The short chaos run of make test (a step of its own, after the other
@@ -25,7 +26,10 @@ func TestChaosShort(t *testing.T) {
 	}
 	tritonproc.Require(t)
 	dir := t.TempDir()
-	root, _ := filepath.Abs("../..")
+	root, err := modroot.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, b := range [][]string{
 		{"build", "-o", dir + "/", "./cmd/worker"},
 	} {

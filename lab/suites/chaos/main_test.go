@@ -1,9 +1,9 @@
-package wer
+package chaos
 
 import (
 	"testing"
 
-	"github.com/fleetscribe/fleetscribe/lab/leaktest"
+	"github.com/fleetscribe/fleetscribe/lab/kit/leaktest"
 )
 
 func TestMain(m *testing.M) { leaktest.VerifyTestMain(m) }

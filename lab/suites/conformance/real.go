@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 )
 

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
 )

@@ -37,8 +37,8 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
-	"github.com/fleetscribe/fleetscribe/lab/freeport"
-	"github.com/fleetscribe/fleetscribe/lab/modroot"
+	"github.com/fleetscribe/fleetscribe/lab/kit/freeport"
+	"github.com/fleetscribe/fleetscribe/lab/kit/modroot"
 )
 
 // Server is a running emulator.

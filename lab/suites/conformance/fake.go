@@ -1,4 +1,4 @@
-package tritontest
+package conformance
 
 import (
 	"context"
@@ -9,22 +9,22 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fleetscribe/fleetscribe/lab/conformance"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest/kserve"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest/kserve"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 )
 
-// Conformance is the fake as a conformance target: each server is a
+// Fake is the fake Triton (tritontest's KServe server) as a conformance target: each server is a
 // kserve.Server with the scenario's batching and queue policy, answering
 // as model.py's echo engine does.
-type Conformance struct{}
+type Fake struct{}
 
 // Name is "fake".
-func (Conformance) Name() string { return "fake" }
+func (Fake) Name() string { return "fake" }
 
 // Start serves m on a free loopback port.
-func (Conformance) Start(m conformance.Model) (conformance.Server, error) {
+func (Fake) Start(m Model) (Server, error) {
 	s := &confServer{m: m}
 	if err := s.listen("127.0.0.1:0"); err != nil {
 		return nil, err
@@ -65,13 +65,13 @@ func (e echoModel) RecognizeBatch(ctx context.Context, rows []kserve.Row) ([]tri
 	}
 	out := make([]triton.Result, len(rows))
 	for i, r := range rows {
-		out[i] = triton.Result{Text: Text(len(r.Samples))}
+		out[i] = triton.Result{Text: tritontest.Text(len(r.Samples))}
 	}
 	return out, nil
 }
 
 type confServer struct {
-	m    conformance.Model
+	m    Model
 	addr string
 
 	mu   sync.Mutex

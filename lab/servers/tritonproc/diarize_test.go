@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetscribe/fleetscribe/audio"
-	"github.com/fleetscribe/fleetscribe/lab/conversation"
-	"github.com/fleetscribe/fleetscribe/lab/diarscore"
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/kit/conversation"
+	"github.com/fleetscribe/fleetscribe/lab/kit/diarscore"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 )

@@ -13,9 +13,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/fleetscribe/fleetscribe/lab/conformance"
-	"github.com/fleetscribe/fleetscribe/lab/tritonproc"
-	"github.com/fleetscribe/fleetscribe/lab/tritontest"
+	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
+	"github.com/fleetscribe/fleetscribe/lab/suites/conformance"
 )
 
 type cell struct {
@@ -28,7 +27,7 @@ type cell struct {
 // checks that the fake answers with the codes real Triton answers, and
 // prints the table and the RESULT line.
 func TestConformance(t *testing.T) {
-	targets := []conformance.Target{tritontest.Conformance{}}
+	targets := []conformance.Target{conformance.Fake{}}
 	realOK := true
 	if _, err := tritonproc.Launcher(); err != nil {
 		if os.Getenv(tritonproc.RequireEnv) == "1" {
