@@ -14,8 +14,8 @@ func TestFind(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Errorf("%s holds no go.mod: %v", root, err)
 	}
-	if filepath.Base(filepath.Dir(filepath.Dir(mustWd(t)))) != filepath.Base(root) {
-		t.Errorf("root %s is not two folders above %s", root, mustWd(t))
+	if wd := mustWd(t); filepath.Join(root, "lab", "kit", "modroot") != wd {
+		t.Errorf("root %s is not lab/kit/modroot's module root (%s)", root, wd)
 	}
 	t.Chdir(t.TempDir())
 	if _, err := Find(); err == nil {
