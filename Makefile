@@ -44,7 +44,7 @@ demo: build ## transcribe synthesised speech end to end: local SQS/S3, four real
 test: deps tflint ## vet, format check, terraform and Helm chart checks and all tests with -race (real Triton among them)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags chaos,accuracy ./lab/suites/chaos ./worker
+	$(GO) vet -tags chaos,accuracy ./lab/suites/chaos ./lab/bench/accuracy
 	$(MAKE) --no-print-directory tf-lint
 	FLEETSCRIBE_REQUIRE_TERRAFORM=1 $(MAKE) --no-print-directory tf-validate
 	$(MAKE) --no-print-directory k8s-validate
@@ -151,13 +151,13 @@ ENGINE ?= whisper
 .PHONY: bench-accuracy
 bench-accuracy: deps ## a 20-minute recording of synthesised sentences (3 voices, some in noise) through the worker and the CPU recogniser (ENGINE=whisper or pocketsphinx; PARAMS=key=value,... its model parameters): stitched WER beside each sentence alone, sentence start times
 	@mkdir -p $(BIN)
-	@rc=0; $(GO) test -count=1 -timeout 90m -tags accuracy -run TestLongFormAccuracy -v ./worker -args -accuracy-minutes $${MINUTES:-20} -accuracy-engine $(ENGINE) -accuracy-params "$(PARAMS)" > $(BIN)/accuracy.log 2>&1 || rc=$$?; \
+	@rc=0; $(GO) test -count=1 -timeout 90m -tags accuracy -run TestLongFormAccuracy -v ./lab/bench/accuracy -args -accuracy-minutes $${MINUTES:-20} -accuracy-engine $(ENGINE) -accuracy-params "$(PARAMS)" > $(BIN)/accuracy.log 2>&1 || rc=$$?; \
 		grep -v '^RESULT' $(BIN)/accuracy.log; grep '^RESULT' $(BIN)/accuracy.log; exit $$rc
 
 .PHONY: bench-joins
 bench-joins: deps ## five minutes of continuous noisy speech in 15-s chunks through the worker and the CPU recogniser (ENGINE): errors within 1.5 s of a join against elsewhere, and the same words near a join against away from every join (paired with an 11-s chunking), overlaps joined by alignment and by their middle
 	@mkdir -p $(BIN)
-	@rc=0; for join in middle align; do $(GO) test -count=1 -timeout 60m -tags accuracy -run 'TestJoinAccuracy$$' -v ./worker -args -accuracy-engine $(ENGINE) -accuracy-join $$join > $(BIN)/joins-$$join.log 2>&1 || rc=$$?; done; \
+	@rc=0; for join in middle align; do $(GO) test -count=1 -timeout 60m -tags accuracy -run 'TestJoinAccuracy$$' -v ./lab/bench/accuracy -args -accuracy-engine $(ENGINE) -accuracy-join $$join > $(BIN)/joins-$$join.log 2>&1 || rc=$$?; done; \
 		grep -h '_test.go' $(BIN)/joins-*.log; grep -h '^RESULT' $(BIN)/joins-middle.log $(BIN)/joins-align.log; exit $$rc
 
 .PHONY: bench-diarization

@@ -13,12 +13,14 @@ package tritonproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -170,13 +172,38 @@ func (s *Server) MetricsAddr() string { return "127.0.0.1:" + strconv.Itoa(s.opt
 // SIGKILL leaves them, and Kill removes them.
 func ShmPrefix(grpcPort string) string { return "fleetscribe-tritonpy-" + grpcPort + "-" }
 
-// Start runs a server and waits until it and its models are ready.
+// startAttempts bounds the starts of a server on ports Start chose, when
+// it exits before it is ready for a reason other than its models.
+const startAttempts = 3
+
+// Start runs a server and waits until it and its models are ready. A
+// server on ports Start chose that exits before it is ready, for any
+// reason but a model that failed to load, is started again on fresh
+// ports (a port held against other processes can still be taken by one
+// that does not ask; the error says what the server's last attempt
+// printed).
 func Start(ctx context.Context, o Options) (*Server, error) {
+	var err error
+	for attempt := 1; ; attempt++ {
+		var s *Server
+		s, err = startOnce(ctx, o)
+		if err == nil {
+			return s, nil
+		}
+		var exited *ExitedError
+		if !errors.As(err, &exited) || exited.ModelFailed() || attempt == startAttempts ||
+			o.GRPCPort != 0 || o.HTTPPort != 0 || o.MetricsPort != 0 {
+			return nil, err
+		}
+	}
+}
+
+func startOnce(ctx context.Context, o Options) (*Server, error) {
 	ports := []*int{&o.GRPCPort, &o.HTTPPort, &o.MetricsPort}
 	for _, p := range ports {
 		if *p == 0 {
 			var err error
-			if *p, err = FreePort(); err != nil {
+			if *p, err = pickPort(); err != nil {
 				return nil, err
 			}
 		}
@@ -223,9 +250,12 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	o := s.opts
 	cmd := exec.Command(bin, Args(o.Repo, strconv.Itoa(o.GRPCPort), strconv.Itoa(o.HTTPPort), strconv.Itoa(o.MetricsPort))...)
+	tail := &tailWriter{max: 16 << 10}
+	var out io.Writer = tail
 	if o.Log != nil {
-		cmd.Stdout, cmd.Stderr = o.Log, o.Log
+		out = io.MultiWriter(o.Log, tail)
 	}
+	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, so that Kill reaches the Python backend's
 	// stub processes too, and gone with the test process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -239,9 +269,60 @@ func (s *Server) start(ctx context.Context) error {
 	s.mu.Unlock()
 	if err := WaitReady(ctx, s.Addr, o.Models, o.ReadyTimeout, done); err != nil {
 		s.Kill()
+		var exited *ExitedError
+		if errors.As(err, &exited) {
+			exited.Tail = tail.String()
+		}
 		return err
 	}
 	return nil
+}
+
+// ExitedError is a server that exited before it was ready.
+type ExitedError struct {
+	Addr string
+	Tail string // the end of what it printed, where Start kept it
+}
+
+func (e *ExitedError) Error() string {
+	msg := fmt.Sprintf("tritonserver %s exited before it was ready", e.Addr)
+	if e.Tail == "" {
+		return msg + " (see its log)"
+	}
+	lines := strings.Split(strings.TrimRight(e.Tail, "\n"), "\n")
+	if len(lines) > 12 {
+		lines = lines[len(lines)-12:]
+	}
+	return msg + "; its last lines:\n" + strings.Join(lines, "\n")
+}
+
+// ModelFailed reports whether the server said a model failed to load
+// (which another start would repeat).
+func (e *ExitedError) ModelFailed() bool {
+	return strings.Contains(e.Tail, "failed to load")
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if over := len(w.b) - w.max; over > 0 {
+		w.b = append(w.b[:0], w.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.b)
 }
 
 // WaitReady waits until the server at addr answers that it and each
@@ -273,7 +354,7 @@ func WaitReady(ctx context.Context, addr string, models []string, timeout time.D
 		case <-ctx.Done():
 			return fmt.Errorf("tritonserver %s: not ready within %s: %w", addr, timeout, ctx.Err())
 		case <-exited:
-			return fmt.Errorf("tritonserver %s exited before it was ready (see its log)", addr)
+			return &ExitedError{Addr: addr}
 		case <-tick.C:
 		}
 	}
@@ -340,6 +421,9 @@ func (s *Server) Restart(ctx context.Context) error {
 	s.Kill()
 	return s.start(ctx)
 }
+
+// pickPort gives Start its ports (a test's seam).
+var pickPort = FreePort
 
 // FreePort reserves a free loopback port for this process (freeport: held
 // against the servers other packages' tests start at the same time).

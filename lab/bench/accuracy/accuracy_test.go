@@ -3,7 +3,7 @@
 // The long-form accuracy measurement (make bench-accuracy): about 20
 // minutes of pocketsphinx, so not part of make test.
 
-package worker_test
+package accuracy_test
 
 import (
 	"context"
@@ -180,20 +180,11 @@ func TestLongFormAccuracy(t *testing.T) {
 	wg.Wait()
 
 	// The whole recording through the worker.
-	e := newEnv(t, 0, 3)
-	e.startPool([]string{srv.Addr}, 5*time.Minute)
-	e.put("long.mp3", mp3)
-	e.sendJob("long.mp3")
+	e := newEnv(t, "longform", 3, []string{srv.Addr}, 5*time.Minute)
 	cfg := e.config()
 	cfg.Audio.ChunkSeconds = *accuracyChunk
 	cfg.Audio.OverlapJoin = *accuracyJoin
-	cfg.Jobs.Timeout = 30 * time.Minute
-	cfg.Queues.VisibilityTimeout = 2 * time.Minute
-	e.runFor(cfg, 30*time.Minute)
-	tr, ok := e.transcript("long.mp3")
-	if !ok {
-		t.Fatal("no transcript")
-	}
+	tr := e.transcribe("long.mp3", mp3, cfg)
 
 	reference := strings.Join(texts, " ")
 	stitchedEdits, words := wer.Errors(reference, tr.Text)

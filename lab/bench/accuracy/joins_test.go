@@ -1,6 +1,6 @@
 //go:build accuracy
 
-package worker_test
+package accuracy_test
 
 import (
 	"context"
@@ -169,23 +169,13 @@ func TestJoinAccuracy(t *testing.T) {
 	for i := range x {
 		x[i] += float32(rng.NormFloat64() * 0.01) // noise about 20 dB below the speech, throughout
 	}
-	e := newEnv(t, 0, 3)
-	e.startPool([]string{srv.Addr}, 5*time.Minute)
+	e := newEnv(t, "joins-"+*accuracyJoin, 3, []string{srv.Addr}, 5*time.Minute)
 	wav := audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: x})
 	transcribe := func(key string, seconds float64) contract.Transcript {
-		e.put(key, wav)
-		e.sendJob(key)
 		cfg := e.config()
 		cfg.Audio.ChunkSeconds = seconds
 		cfg.Audio.OverlapJoin = *accuracyJoin
-		cfg.Jobs.Timeout = 30 * time.Minute
-		cfg.Queues.VisibilityTimeout = 2 * time.Minute
-		e.runFor(cfg, 30*time.Minute)
-		tr, ok := e.transcript(key)
-		if !ok {
-			t.Fatalf("no transcript of %s", key)
-		}
-		return tr
+		return e.transcribe(key, wav, cfg)
 	}
 	tr := transcribe("noisy.wav", chunkSeconds)
 	tr2 := transcribe("noisy-other.wav", otherSeconds)
