@@ -238,8 +238,11 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	@echo "# The shipped encoder (regional, static shapes, SDPA attention) beside NeMo's attention and eager, one machine:"
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa -results docs/benchmarks/sdpa/served.csv \
 	  -study docs/benchmarks/sdpa/encoder-nemo-45s.json
-	@echo "# Sortformer on the partitions: speech only, with diarization, diarization alone, side by side (H100, the speech encoder eager):"
-	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-eagerenc.csv
+	@echo "# Sortformer on the partitions before the fixes (H100, 8 partitions, the speech encoder eager):"
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-eagerenc.csv | grep -v '^RESULT'
+	@echo "# Sortformer on the partitions, both encoders compiled (H100, 4 partitions), run 1 then run 2 (its RESULT line):"
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-mps50-4-run1.csv | grep -v '^RESULT'
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-mps50-4-run2.csv
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (needs python3 with torch; on a GPU also CUDA-graph replay)

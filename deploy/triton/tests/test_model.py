@@ -287,7 +287,9 @@ class FakeNemoTDT:
 
 class NemoEngineTest(unittest.TestCase):
     def setUp(self):
-        fake_torch = types.SimpleNamespace(bfloat16="bf16", empty=lambda n: np.empty(n))
+        self.cudnn_sdp = []  # what the engine set: torch.backends.cuda.enable_cudnn_sdp(on)
+        fake_torch = types.SimpleNamespace(bfloat16="bf16", empty=lambda n: np.empty(n),
+                                           backends=types.SimpleNamespace(cuda=types.SimpleNamespace(enable_cudnn_sdp=self.cudnn_sdp.append)))
         fake_omegaconf = types.SimpleNamespace(open_dict=lambda cfg: contextlib.nullcontext())
         self.saved = {k: sys.modules.get(k) for k in ("torch", "omegaconf")}
         sys.modules["torch"], sys.modules["omegaconf"] = fake_torch, fake_omegaconf
@@ -343,6 +345,16 @@ class NemoEngineTest(unittest.TestCase):
         configured = FakeNemoTDT("greedy_batch", graphs=True, sdpa_in_config=True)
         parakeet.NemoEngine(configured, "cuda:0", "bf16", compiled.EncoderOptions(attention="model"))
         self.assertEqual([m.use_pytorch_sdpa for m in configured.attention], [True, True])
+
+    def test_cudnn_attention_off_unless_asked_for(self):
+        # cuDNN's fused attention failed under MPS (an illegal memory access
+        # ends every client of the GPU): off by default, on when asked.
+        parakeet.NemoEngine(FakeNemoTDT("greedy_batch", graphs=True), "cuda:0", "bf16")
+        parakeet.NemoEngine(FakeNemoTDT("greedy_batch", graphs=True), "cuda:0", "bf16", compiled.EncoderOptions(cudnn_attention=True))
+        parakeet.NemoEngine(FakeNemoTDT("greedy_batch", graphs=True), "cpu", "bf16")
+        self.assertEqual(self.cudnn_sdp, [False, True], "set on a GPU only")
+        self.assertFalse(compiled.EncoderOptions.from_params({"encoder": "compiled"}, 16).cudnn_attention)
+        self.assertTrue(compiled.EncoderOptions.from_params({"cudnn_attention": "true"}, 16).cudnn_attention)
 
     def test_other_strategies_left_alone(self):
         fake = FakeNemoTDT("beam", graphs=False)
@@ -458,7 +470,11 @@ class StaticShapesTest(unittest.TestCase):
         sdpa = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16]).cache_key("nemo", by_length)
         own = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16], attention="model").cache_key("nemo", by_length)
         self.assertNotEqual(sdpa, own)
-        self.assertEqual(own, "nemo|lengths [720000]|rows [8, 16]|graphs False|casts fused", "caches made before stay valid")
+        cudnn = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16], attention="model",
+                                        cudnn_attention=True).cache_key("nemo", by_length)
+        self.assertEqual(cudnn, "nemo|lengths [720000]|rows [8, 16]|graphs False|casts fused", "caches made before stay valid")
+        # Graphs traced with cuDNN's attention call it: without it, others.
+        self.assertEqual(own, cudnn + "|cudnn attention off")
 
 
 def _warm_in_child(folder, results):

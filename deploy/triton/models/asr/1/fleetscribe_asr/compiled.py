@@ -77,8 +77,10 @@ class EncoderOptions:
     ATTENTIONS = ("sdpa", "model")
 
     def __init__(self, mode: str = "eager", lengths: Sequence[int] = (), rows: Sequence[int] = (), graphs: bool = False,
-                 casts: str = "fused", cache_dir: str = DEFAULT_COMPILE_CACHE, tuning: str = "default", attention: str = "sdpa") -> None:
+                 casts: str = "fused", cache_dir: str = DEFAULT_COMPILE_CACHE, tuning: str = "default", attention: str = "sdpa",
+                 cudnn_attention: bool = False) -> None:
         self.mode, self.lengths, self.rows, self.graphs, self.casts, self.cache_dir = mode, list(lengths), list(rows), graphs, casts, cache_dir
+        self.cudnn_attention = cudnn_attention
         if tuning not in self.TUNINGS:
             raise ValueError(f"model parameter encoder_tuning={tuning!r}: want {' or '.join(self.TUNINGS)}")
         if attention not in self.ATTENTIONS:
@@ -93,7 +95,7 @@ class EncoderOptions:
         params.check()
         return cls(mode=params.encoder, lengths=parse_buckets(params.length_buckets), rows=parse_rows(params.batch_buckets, max_batch),
                    graphs=study.graphs, casts=study.casts, cache_dir=compile_cache_dir(params.compile_cache),
-                   tuning=study.tuning, attention=params.encoder_attention)
+                   tuning=study.tuning, attention=params.encoder_attention, cudnn_attention=params.cudnn_attention)
 
     @classmethod
     def from_params(cls, params: Mapping[str, str], max_batch: int) -> EncoderOptions:
@@ -110,7 +112,7 @@ class EncoderOptions:
             key += "|rows by length %s" % sorted(by_length.items())
         if self.attention != "model":  # nor those made before the attention was chosen
             key += "|attention %s" % self.attention
-        return key
+        return key + cudnn_key(self.cudnn_attention)
 
     def encoder(self, fn: EncoderFn, device: str, key: str, regions: Sequence[Any] = (),
                 row_limit: Callable[[int], int] | None = None) -> CompiledEncoder:
@@ -122,6 +124,28 @@ class EncoderOptions:
         return CompiledEncoder(fn, device, self.lengths, self.rows, self.cache_dir, self.cache_key(key, by_length), regions, self.graphs,
                                inductor={"emulate_precision_casts": self.casts == "eager", **self.TUNINGS[self.tuning]},
                                by_length=by_length)
+
+
+def set_cudnn_attention(on: bool, device: str) -> None:
+    """Lets SDPA choose cuDNN's fused attention in this process, or not
+    (PyTorch then takes its memory-efficient kernel, which takes the
+    relative positions' additive mask too). Off by default: on an H100
+    under MPS it failed intermittently while an encoder warmed
+    (mha_graph.execute, then an illegal memory access, which ends every
+    MPS client of the GPU), as PyTorch issue 190321 reports on an H200;
+    disabling it is the known mitigation. Nothing on a CPU."""
+    if not str(device).startswith("cuda"):
+        return
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(on)
+
+
+def cudnn_key(on: bool) -> str:
+    """The compile cache key's part for the SDPA backend the graphs were
+    traced with (caches made with cuDNN's, before it could be chosen, keep
+    their keys)."""
+    return "" if on else "|cudnn attention off"
 
 
 def source_identity(source: str) -> str:

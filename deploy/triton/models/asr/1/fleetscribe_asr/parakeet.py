@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .common import SAMPLE_RATE, Audio, log_info
-from .compiled import CompiledEncoder, Encoded, EncoderOptions, Tensor, compiles_on, device_name, source_identity
+from .compiled import CompiledEncoder, Encoded, EncoderOptions, Tensor, compiles_on, device_name, set_cudnn_attention, source_identity
 from .options import ParakeetOptions
 
 DEFAULT_MODEL = "nvidia/parakeet-tdt-0.6b-v2"
@@ -111,7 +111,7 @@ class NemoEngine:
         self.dtype: Any = None
         self.config = ""
         self.encoder_path = "none"
-        self.attention = options.attention
+        self.attention, self.cudnn_attention = options.attention, options.cudnn_attention
         self.attention_modules = attention_modules(model)
         self.apply_attention()
         self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
@@ -121,6 +121,7 @@ class NemoEngine:
 
             self.torch = torch
             self.dtype = torch.bfloat16 if precision == "bf16" and str(device).startswith("cuda") else None
+            set_cudnn_attention(self.cudnn_attention, device)
             cfg = model.cfg.decoding
             with open_dict(cfg):
                 cfg.compute_timestamps = True

@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .common import SAMPLE_RATE, log_info
-from .compiled import CompileCache, compile_cache_dir, device_name, source_identity
+from .compiled import CompileCache, compile_cache_dir, cudnn_key, device_name, set_cudnn_attention, source_identity
 from .diarize import Reply, State, StateError, Turn, _close_gaps, failed, final_labels
 from .options import options_reference, typed_options
 from .options import param as _param
@@ -77,6 +77,8 @@ class SortformerOptions:
     encoder: str = _param("compiled", "compiled (torch.compile, static row buckets, one length) or eager")
     batch_buckets: str = _param("4,8,16,32", "the compiled encoder's row buckets; larger batches run in parts")
     compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
+    cudnn_attention: bool = _param(False, "cuDNN's fused attention inside SDPA: off (PyTorch uses its memory-efficient kernel) since it failed intermittently "
+                                   "under MPS (mha_graph.execute, then an illegal memory access that ends every client of the GPU); on: as measured before")
     threshold: float = _param(0.5, "a speaker talks in a frame where its probability is at least this")
     min_gap: float = _param(0.3, "one speaker's pauses shorter than this (s) are closed within a chunk")
     min_turn: float = _param(0.16, "turns shorter than this (s) are dropped")
@@ -325,6 +327,7 @@ class SortformerDiarizer:
         for m in self.model.modules():
             if hasattr(m, "use_pytorch_sdpa"):
                 m.use_pytorch_sdpa = True  # PyTorch's fused attention (NeMo's default: matrix multiplies)
+        set_cudnn_attention(opts.cudnn_attention, device)
         self.sm, self.dim = sm, sm.fc_d_model
         self.total = sm.spkcache_len + sm.fifo_len + sm.chunk_left_context + sm.chunk_len + sm.chunk_right_context
         self.cuda = str(device).startswith("cuda")
@@ -361,7 +364,7 @@ class SortformerDiarizer:
         # compiled for a one-step request's length, each row bucket.
         self.pre_compiled = torch.compile(self.model.encoder.pre_encode.forward, dynamic=False)
         key = "sortformer|%s|%s|%s|%d|%s" % (source_identity(self.opts.model), torch.__version__, device_name(self.device), self.total,
-                                              ",".join(map(str, self.rows)))
+                                              ",".join(map(str, self.rows))) + cudnn_key(self.opts.cudnn_attention)
         self.cache = CompileCache(cache_dir, key)
 
         def every_shape() -> None:
