@@ -289,7 +289,18 @@ func (e *ExitedError) Error() string {
 	if e.Tail == "" {
 		return msg + " (see its log)"
 	}
-	lines := strings.Split(strings.TrimRight(e.Tail, "\n"), "\n")
+	// Its error lines (glog's E lines, Python's exceptions) say why; the
+	// table it prints at start and its shutdown say nothing.
+	var lines, errs []string
+	for _, l := range strings.Split(strings.TrimRight(e.Tail, "\n"), "\n") {
+		lines = append(lines, l)
+		if strings.HasPrefix(l, "E") || strings.Contains(l, "rror") {
+			errs = append(errs, l)
+		}
+	}
+	if len(errs) > 0 {
+		lines = errs
+	}
 	if len(lines) > 12 {
 		lines = lines[len(lines)-12:]
 	}
