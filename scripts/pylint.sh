@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python lint of the Triton model: ruff (ruff.toml) over model.py, its
-# engines and their tests, and mypy --strict (mypy.ini) over model.py, the
-# diarize model's and the engines. Installs the pinned tools (tools/pylint/requirements.txt)
+# engines and their tests and the lab's GPU benchmark (lab/bench/gpu), and
+# mypy --strict (mypy.ini) over model.py, the diarize model's and the
+# engines. Installs the pinned tools (tools/pylint/requirements.txt)
 # into .tools/pylint first, once: safe to run again and again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || [ ! -x "$venv/bin/my
   echo "$want" >"$stamp"
 fi
 model=deploy/triton/models/asr/1
-"$venv/bin/ruff" check deploy/triton
+"$venv/bin/ruff" check deploy/triton lab/bench/gpu
 "$venv/bin/mypy" "$model/model.py" "$model/fleetscribe_asr"
 "$venv/bin/mypy" deploy/triton/models/diarize/1/model.py

@@ -88,9 +88,9 @@ def edit_distance(a, b):
 
 def agreement(ref, got):
     """1 - summed token edit distance / summed reference tokens, and rows that differ."""
-    dist = sum(edit_distance(r, g) for r, g in zip(ref, got))
+    dist = sum(edit_distance(r, g) for r, g in zip(ref, got, strict=False))
     total = sum(len(r) for r in ref)
-    return 1 - dist / max(1, total), sum(r != g for r, g in zip(ref, got))
+    return 1 - dist / max(1, total), sum(r != g for r, g in zip(ref, got, strict=False))
 
 
 def rel_diff(ref, got, frames, time_dim):
@@ -149,7 +149,7 @@ class StandinSide:
     """The stand-in behind its Engine, eagerly and with each compiled
     variant."""
 
-    def __init__(self, mod, options, device):
+    def __init__(self, mod, options, device):  # noqa: ARG002 (the engines' signature)
         dev = torch.device(device)
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         cfg = standin.Config() if dev.type == "cuda" else standin.Config.tiny()
@@ -169,7 +169,7 @@ class StandinSide:
         with torch.no_grad():
             return engine.encode(audio)
 
-    def encode_fp32(self, audio):
+    def encode_fp32(self, audio):  # noqa: ARG002
         return None  # the stand-in is built in bf16: it has no fp32 path
 
     def tokens(self, enc, frames):

@@ -36,7 +36,7 @@ import torch
 
 # The served engine's fast concatenation and update, from the shipped package.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "deploy", "triton", "models", "asr", "1"))
-from fleetscribe_asr.sortformer import encode, fast_concat, fast_update  # noqa: E402
+from fleetscribe_asr.sortformer import encode, fast_concat, fast_update
 
 FRAME_S = 0.08  # one encoder frame: 10-ms features, 8x subsampling
 

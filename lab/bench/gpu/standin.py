@@ -43,7 +43,8 @@ import torch.nn.functional as F
 
 # The contract's rate, from the shipped model's package.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "deploy", "triton", "models", "asr", "1"))
-from fleetscribe_asr.common import SAMPLE_RATE  # noqa: E402
+from fleetscribe_asr.common import SAMPLE_RATE
+
 HOP = 160  # 10 ms
 WIN = 400  # 25 ms
 N_FFT = 512
@@ -363,7 +364,7 @@ class GreedyTDT:
             raise ValueError("decoder mode %r: want cuda_graph or eager" % mode)
         self.dec, self.mode, self.max_symbols = dec, mode, max_symbols
         self.steps_per_replay, self.max_batch = steps_per_replay, max_batch
-        self.frames_cap = int(math.ceil(max_seconds / FRAME_SECONDS))
+        self.frames_cap = math.ceil(max_seconds / FRAME_SECONDS)
         self.states, self.graphs = {}, {}
         self.start = dec.start_state()
         self.graph_captures = 0
@@ -642,9 +643,9 @@ class Engine:
         toks, tframes, _ = self.decode(f_all, frames)
         t = self.mark(2, t)
         out = []
-        for row, frs in zip(toks, tframes):
+        for row, frs in zip(toks, tframes, strict=True):
             words = [{"word": "t%d" % t, "start": round(f * FRAME_SECONDS, 3), "end": round((f + 1) * FRAME_SECONDS, 3)}
-                     for t, f in zip(row, frs)] if timestamps else []
+                     for t, f in zip(row, frs, strict=True)] if timestamps else []
             out.append(Hypothesis(" ".join("t%d" % t for t in row), words))
         self.mark(3, t)
         self.calls += 1

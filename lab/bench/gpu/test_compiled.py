@@ -15,9 +15,8 @@ import tempfile
 import unittest
 
 import numpy as np
-import torch
-
 import standin
+import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL_PY = os.path.join(HERE, "..", "..", "..", "deploy", "triton", "models", "asr", "1", "model.py")

@@ -162,7 +162,7 @@ class SortformerTest(unittest.TestCase):
         # random weights hear in it says nothing; the trained model's
         # answer is in docs/speakers.md.)
         d = engine()
-        states, _ = walk(d, [np.zeros(int(12 * 16000), np.float32)])
+        states, _ = walk(d, [np.zeros(12 * 16000, np.float32)])
         fin = d.serve({0: Ask(np.zeros(0, np.float32), states[0][-1], finish=True)})[0]
         self.assertIsInstance(fin, sortformer.Reply)
         self.assertEqual(len(fin.labels), 4)
