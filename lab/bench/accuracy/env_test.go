@@ -4,11 +4,9 @@ package accuracy_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -113,28 +111,8 @@ func (e *env) transcribe(key string, body []byte, cfg worker.Config) contract.Tr
 	if err := w.Run(rctx); err != nil {
 		e.t.Fatal(err)
 	}
-	// The transcript is the one .json under the key's outputs (its record
-	// would be .error.json).
-	list, err := e.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(e.out), Prefix: aws.String("transcripts/" + e.in + "/" + contract.EscapeKey(key) + "/")})
+	tr, err := localaws.ReadTranscript(ctx, e.s3, e.out, e.in, key)
 	if err != nil {
-		e.t.Fatal(err)
-	}
-	name := ""
-	for _, o := range list.Contents {
-		if k := aws.ToString(o.Key); strings.HasSuffix(k, ".json") && !strings.HasSuffix(k, ".error.json") {
-			name = k
-		}
-	}
-	if name == "" {
-		e.t.Fatalf("no transcript of %s", key)
-	}
-	out, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(e.out), Key: aws.String(name)})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer out.Body.Close()
-	var tr contract.Transcript
-	if err := json.NewDecoder(out.Body).Decode(&tr); err != nil {
 		e.t.Fatal(err)
 	}
 	return tr

@@ -107,6 +107,12 @@ class HostOptions:
         return (2 if gpu else 0) if self.cpu_threads < 0 else self.cpu_threads
 
 
+# The cudnn_attention parameter of every torch engine (parakeet, module, the
+# diarize model's sortformer).
+CUDNN_ATTENTION_HELP = ("cuDNN's fused attention inside SDPA: off (PyTorch uses its memory-efficient kernel) since it failed intermittently "
+                        "under MPS (mha_graph.execute, then an illegal memory access that ends every client of the GPU); on: as measured before")
+
+
 @dataclass(frozen=True)
 class EncoderParams:
     """How a torch engine runs its encoder (parakeet, module): compiled.py's
@@ -116,8 +122,7 @@ class EncoderParams:
     length_buckets: str = param("30", "the compiled encoder's lengths in seconds, comma-separated (the worker's -chunk-seconds)")
     batch_buckets: str = param("", "the compiled encoder's row counts, comma-separated; empty: the powers of two up to max_batch_size")
     encoder_attention: str = param("sdpa", "sdpa (PyTorch's fused scaled_dot_product_attention) or model (as the model's configuration says)")
-    cudnn_attention: bool = param(False, "cuDNN's fused attention inside SDPA: off (PyTorch uses its memory-efficient kernel) since it failed intermittently "
-                                 "under MPS (mha_graph.execute, then an illegal memory access that ends every client of the GPU); on: as measured before")
+    cudnn_attention: bool = param(False, CUDNN_ATTENTION_HELP)
     compile_cache: str = param("", "the compile cache folder, shared by a host's partitions; empty: FLEETSCRIBE_COMPILE_CACHE, else /tmp")
 
     def check(self) -> None:

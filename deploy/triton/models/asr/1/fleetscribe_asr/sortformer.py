@@ -49,7 +49,7 @@ import numpy.typing as npt
 from .common import SAMPLE_RATE, log_info
 from .compiled import CompileCache, compile_cache_dir, cudnn_key, device_name, set_cudnn_attention, source_identity
 from .diarize import Reply, State, StateError, Turn, _close_gaps, failed, final_labels
-from .options import options_reference, typed_options
+from .options import CUDNN_ATTENTION_HELP, options_reference, typed_options
 from .options import param as _param
 
 F32 = npt.NDArray[np.float32]
@@ -77,8 +77,7 @@ class SortformerOptions:
     encoder: str = _param("compiled", "compiled (torch.compile, static row buckets, one length) or eager")
     batch_buckets: str = _param("4,8,16,32", "the compiled encoder's row buckets; larger batches run in parts")
     compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
-    cudnn_attention: bool = _param(False, "cuDNN's fused attention inside SDPA: off (PyTorch uses its memory-efficient kernel) since it failed intermittently "
-                                   "under MPS (mha_graph.execute, then an illegal memory access that ends every client of the GPU); on: as measured before")
+    cudnn_attention: bool = _param(False, CUDNN_ATTENTION_HELP)
     threshold: float = _param(0.5, "a speaker talks in a frame where its probability is at least this")
     min_gap: float = _param(0.3, "one speaker's pauses shorter than this (s) are closed within a chunk")
     min_turn: float = _param(0.16, "turns shorter than this (s) are dropped")
