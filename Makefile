@@ -249,10 +249,11 @@ bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (
 	cd lab/bench/gpu && PYTHONDONTWRITEBYTECODE=1 $${PYTHON_TORCH:-python3} -m unittest -v test_standin test_compiled
 
 .PHONY: proto
-proto: ## regenerate the KServe v2 gRPC code from triton/inference/grpc_service.proto
+proto: ## regenerate the KServe v2 gRPC code (triton/inference) and Triton's model configuration types (modelspec/configpb)
 	@scripts/tools.sh protoc-gen-go protoc-gen-go-grpc
 	PATH="$(GOBIN):$$PATH" protoc --go_out=. --go_opt=paths=source_relative \
 	  --go-grpc_out=. --go-grpc_opt=paths=source_relative triton/inference/grpc_service.proto
+	PATH="$(GOBIN):$$PATH" protoc --go_out=. --go_opt=paths=source_relative modelspec/configpb/model_config.proto
 
 .PHONY: clean
 clean: ## remove build outputs

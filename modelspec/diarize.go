@@ -1,5 +1,7 @@
 package modelspec
 
+import "github.com/fleetscribe/fleetscribe/modelspec/configpb"
+
 // The diarization model: a second model of the same repositories and
 // partitions as the speech model, asked who speaks when. A recording's
 // chunks go to it in order, each request carrying the state the previous
@@ -40,18 +42,18 @@ const (
 // DiarizeInputs are the diarization model's inputs.
 func DiarizeInputs() []Tensor {
 	return []Tensor{
-		{Name: AudioInput, DataType: "TYPE_FP32", Dims: []int{-1}, Ragged: true, Optional: true, Comment: "Left out of a finish request."},
-		{Name: StateInput, DataType: "TYPE_STRING", Dims: []int{1}, Optional: true},
-		{Name: FinishInput, DataType: "TYPE_BOOL", Dims: []int{1}, Optional: true},
-		{Name: SpeakersInput, DataType: "TYPE_INT32", Dims: []int{2}, Optional: true, Comment: "The job's speaker hints (min, max; 0: none), read with finish."},
+		{Name: AudioInput, DataType: configpb.DataType_TYPE_FP32, Dims: []int{-1}, Ragged: true, Optional: true, Comment: "Left out of a finish request."},
+		{Name: StateInput, DataType: configpb.DataType_TYPE_STRING, Dims: []int{1}, Optional: true},
+		{Name: FinishInput, DataType: configpb.DataType_TYPE_BOOL, Dims: []int{1}, Optional: true},
+		{Name: SpeakersInput, DataType: configpb.DataType_TYPE_INT32, Dims: []int{2}, Optional: true, Comment: "The job's speaker hints (min, max; 0: none), read with finish."},
 	}
 }
 
 // DiarizeOutputs are the diarization model's outputs.
 func DiarizeOutputs() []Tensor {
 	return []Tensor{
-		{Name: TurnsOutput, DataType: "TYPE_STRING", Dims: []int{-1}},
-		{Name: StateOutput, DataType: "TYPE_STRING", Dims: []int{1}},
-		{Name: LabelsOutput, DataType: "TYPE_INT32", Dims: []int{-1}},
+		{Name: TurnsOutput, DataType: configpb.DataType_TYPE_STRING, Dims: []int{-1}},
+		{Name: StateOutput, DataType: configpb.DataType_TYPE_STRING, Dims: []int{1}},
+		{Name: LabelsOutput, DataType: configpb.DataType_TYPE_INT32, Dims: []int{-1}},
 	}
 }

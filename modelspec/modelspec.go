@@ -1,19 +1,26 @@
 // Package modelspec is the contract between the worker and its Triton
 // model as data: the model's name, the sample rate it takes, its tensors,
 // its batching policy, instances and parameters, and the one renderer of
-// its config.pbtxt. The shipped configurations (deploy/triton) are
-// rendered from the values here and checked current; the worker, the
-// client, the fake, the real-Triton runner and the benchmarks read them
-// here instead of keeping copies. A leaf on the standard library.
+// its config.pbtxt. A Config becomes Triton's own ModelConfig message
+// (package configpb: the generated types of Triton's model_config.proto,
+// with its field names and numbers), which protobuf's text format encodes:
+// every rendering is a configuration Triton reads as written, and a model
+// that needs sequence batching, implicit state or an ensemble builds that
+// message and renders it with Text. The shipped configurations
+// (deploy/triton) are rendered from the values here and checked current;
+// the worker, the client, the fake, the real-Triton runner and the
+// benchmarks read them here instead of keeping copies. A leaf on the
+// standard library and protobuf's runtime.
 package modelspec
 
 import (
 	"fmt"
-	"maps"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"google.golang.org/protobuf/encoding/prototext"
+
+	"github.com/fleetscribe/fleetscribe/modelspec/configpb"
 )
 
 const (
@@ -34,10 +41,31 @@ const (
 	NumWordsOutput  = "num_words"
 )
 
+// The instance kinds a Config takes.
+const (
+	KindAuto = configpb.ModelInstanceGroup_KIND_AUTO
+	KindGPU  = configpb.ModelInstanceGroup_KIND_GPU
+	KindCPU  = configpb.ModelInstanceGroup_KIND_CPU
+)
+
+// ParseKind is the instance kind named s (KIND_AUTO, KIND_GPU, KIND_CPU;
+// empty: KIND_AUTO).
+func ParseKind(s string) (configpb.ModelInstanceGroup_Kind, error) {
+	if s == "" {
+		return KindAuto, nil
+	}
+	k, ok := configpb.ModelInstanceGroup_Kind_value[s]
+	if !ok || k == int32(configpb.ModelInstanceGroup_KIND_MODEL) {
+		return 0, fmt.Errorf("instance kind %q: want KIND_AUTO, KIND_GPU or KIND_CPU", s)
+	}
+	return configpb.ModelInstanceGroup_Kind(k), nil
+}
+
 // Tensor is one input or output of the model.
 type Tensor struct {
-	Name, DataType string
-	Dims           []int
+	Name     string
+	DataType configpb.DataType
+	Dims     []int
 	// Ragged: the batcher groups any lengths of this input.
 	Ragged bool
 	// Optional: a request may leave it out.
@@ -83,10 +111,10 @@ type Config struct {
 	// measured by the GPU benchmark's /unbatched).
 	Unragged bool
 	Batching Batching
-	// Instances is the instance_group count, of Kind (KIND_CPU, KIND_GPU;
-	// empty: Triton's choice, one on each GPU it sees or one on CPU).
+	// Instances is the instance_group count, of Kind (KindCPU, KindGPU;
+	// KindAuto: Triton's choice, one on each GPU it sees or one on CPU).
 	Instances       int
-	Kind            string
+	Kind            configpb.ModelInstanceGroup_Kind
 	InstanceComment string
 	// Parameters are the model parameters (model.py's engine and its
 	// options), rendered in key order.
@@ -101,19 +129,19 @@ type Config struct {
 // INT32 [1] (the true length of bucket-padded audio, required with buckets),
 // vocabulary BYTES [1] (optional: a JSON list of phrases; not with buckets).
 func (c Config) Inputs() []Tensor {
-	length := Tensor{Name: LengthInput, DataType: "TYPE_INT32", Dims: []int{1}, Optional: !c.Buckets}
+	length := Tensor{Name: LengthInput, DataType: configpb.DataType_TYPE_INT32, Dims: []int{1}, Optional: !c.Buckets}
 	if !c.Buckets {
 		length.Comment = "True length of bucket-padded audio; not sent in ragged mode."
 	}
 	in := []Tensor{
-		{Name: AudioInput, DataType: "TYPE_FP32", Dims: []int{-1}, Ragged: !c.Buckets && !c.Unragged},
-		{Name: TimestampsInput, DataType: "TYPE_BOOL", Dims: []int{1}, Optional: true},
+		{Name: AudioInput, DataType: configpb.DataType_TYPE_FP32, Dims: []int{-1}, Ragged: !c.Buckets && !c.Unragged},
+		{Name: TimestampsInput, DataType: configpb.DataType_TYPE_BOOL, Dims: []int{1}, Optional: true},
 		length,
 	}
 	if c.Buckets {
 		return in // fixed-shape engines take no vocabulary
 	}
-	return append(in, Tensor{Name: VocabularyInput, DataType: "TYPE_STRING", Dims: []int{1}, Optional: true,
+	return append(in, Tensor{Name: VocabularyInput, DataType: configpb.DataType_TYPE_STRING, Dims: []int{1}, Optional: true,
 		Comment: "The job's vocabulary: a JSON list of phrases the recogniser favours; only with jobs that have one."})
 }
 
@@ -121,9 +149,9 @@ func (c Config) Inputs() []Tensor {
 // [words] (one JSON object a word), num_words INT32 [1].
 func Outputs() []Tensor {
 	return []Tensor{
-		{Name: TextOutput, DataType: "TYPE_STRING", Dims: []int{1}},
-		{Name: WordsOutput, DataType: "TYPE_STRING", Dims: []int{-1}},
-		{Name: NumWordsOutput, DataType: "TYPE_INT32", Dims: []int{1}},
+		{Name: TextOutput, DataType: configpb.DataType_TYPE_STRING, Dims: []int{1}},
+		{Name: WordsOutput, DataType: configpb.DataType_TYPE_STRING, Dims: []int{-1}},
+		{Name: NumWordsOutput, DataType: configpb.DataType_TYPE_INT32, Dims: []int{1}},
 	}
 }
 
@@ -173,76 +201,148 @@ func (c Config) WithParameters(params map[string]string) Config {
 	return c
 }
 
-// Render is c's config.pbtxt.
-func (c Config) Render() string {
-	var b strings.Builder
-	comment(&b, "", c.Header)
+// Proto is c as Triton's model configuration message.
+func (c Config) Proto() *configpb.ModelConfig {
 	name := c.Model
 	if name == "" {
 		name = Name
 	}
-	fmt.Fprintf(&b, "name: %q\nbackend: %q\nmax_batch_size: %d\n\n", name, c.Backend, c.MaxBatch)
 	in, out := c.Inputs(), Outputs()
 	if c.InputTensors != nil {
 		in, out = c.InputTensors, c.OutputTensors
 	}
-	tensors(&b, "input", in)
-	tensors(&b, "output", out)
+	m := &configpb.ModelConfig{Name: name, Backend: c.Backend, MaxBatchSize: int32(c.MaxBatch)}
+	for _, t := range in {
+		m.Input = append(m.Input, &configpb.ModelInput{Name: t.Name, DataType: t.DataType, Dims: dims(t.Dims),
+			AllowRaggedBatch: t.Ragged, Optional: t.Optional})
+	}
+	for _, t := range out {
+		m.Output = append(m.Output, &configpb.ModelOutput{Name: t.Name, DataType: t.DataType, Dims: dims(t.Dims)})
+	}
 	bt := c.Batching
-	b.WriteString("\n")
-	comment(&b, "", bt.Comment)
-	b.WriteString("dynamic_batching {\n")
-	if len(bt.Preferred) > 0 {
-		fmt.Fprintf(&b, "  preferred_batch_size: [ %s ]\n", ints(bt.Preferred))
+	db := &configpb.ModelDynamicBatching{
+		MaxQueueDelayMicroseconds: uint64(bt.MaxQueueDelay.Microseconds()),
+		PriorityLevels:            uint64(bt.PriorityLevels), DefaultPriorityLevel: uint64(bt.DefaultPriority),
+		DefaultQueuePolicy: &configpb.ModelQueuePolicy{
+			TimeoutAction:              configpb.ModelQueuePolicy_REJECT,
+			DefaultTimeoutMicroseconds: uint64(bt.QueueTimeout.Microseconds()),
+			AllowTimeoutOverride:       true, MaxQueueSize: uint32(bt.MaxQueueSize),
+		},
 	}
-	fmt.Fprintf(&b, "  max_queue_delay_microseconds: %d\n", bt.MaxQueueDelay.Microseconds())
-	comment(&b, "  ", bt.PriorityComment)
-	fmt.Fprintf(&b, "  priority_levels: %d\n  default_priority_level: %d\n", bt.PriorityLevels, bt.DefaultPriority)
-	b.WriteString("  default_queue_policy {\n")
-	comment(&b, "    ", bt.QueueComment)
-	b.WriteString("    timeout_action: REJECT\n")
-	if bt.QueueTimeout > 0 {
-		fmt.Fprintf(&b, "    default_timeout_microseconds: %d\n", bt.QueueTimeout.Microseconds())
+	for _, p := range bt.Preferred {
+		db.PreferredBatchSize = append(db.PreferredBatchSize, int32(p))
 	}
-	b.WriteString("    allow_timeout_override: true\n")
-	if bt.MaxQueueSize > 0 {
-		fmt.Fprintf(&b, "    max_queue_size: %d\n", bt.MaxQueueSize)
-	}
-	b.WriteString("  }\n}\n\n")
-	comment(&b, "", c.InstanceComment)
-	kind := ""
-	if c.Kind != "" {
-		kind = " kind: " + c.Kind
-	}
-	fmt.Fprintf(&b, "instance_group [ { count: %d%s } ]\n", max(c.Instances, 1), kind)
+	m.SchedulingChoice = &configpb.ModelConfig_DynamicBatching{DynamicBatching: db}
+	m.InstanceGroup = []*configpb.ModelInstanceGroup{{Count: int32(max(c.Instances, 1)), Kind: c.Kind}}
 	if len(c.Parameters) > 0 {
+		m.Parameters = make(map[string]*configpb.ModelParameter, len(c.Parameters))
+		for k, v := range c.Parameters {
+			m.Parameters[k] = &configpb.ModelParameter{StringValue: v}
+		}
+	}
+	return m
+}
+
+// Render is c's config.pbtxt: Proto in Triton's text format, with c's
+// comments.
+func (c Config) Render() string {
+	notes := []Note{
+		{Path: "dynamic_batching", Text: c.Batching.Comment},
+		{Path: "dynamic_batching/priority_levels", Text: c.Batching.PriorityComment},
+		{Path: "dynamic_batching/default_queue_policy", Text: c.Batching.QueueComment},
+		{Path: "instance_group", Text: c.InstanceComment},
+	}
+	in, out := c.Inputs(), Outputs()
+	if c.InputTensors != nil {
+		in, out = c.InputTensors, c.OutputTensors
+	}
+	for _, t := range append(in, out...) {
+		notes = append(notes, Note{Path: "input/name=" + t.Name, Text: t.Comment}, Note{Path: "output/name=" + t.Name, Text: t.Comment})
+	}
+	return Text(c.Proto(), c.Header, notes...)
+}
+
+// Note is a comment rendered above the first line of a configuration at
+// Path: the field names from the top, separated by "/", the last of them
+// with "=value" where the comment belongs to one of several blocks
+// (input/name=vocabulary: above the name of the input named vocabulary).
+type Note struct{ Path, Text string }
+
+// Text is m in Triton's text format (config.pbtxt), header as # lines at
+// the top and each note above its field. It is protobuf's own encoding of
+// the message, so every field of Triton's ModelConfig that configpb holds
+// (sequence batching and its state, ensembles, ...) renders, and Triton
+// reads back the message it was given. Protobuf's encoder adds a second
+// space after a field's name at random (per build, so that nobody compares
+// its bytes); Text takes it out, so the shipped files stay byte-stable.
+func Text(m *configpb.ModelConfig, header string, notes ...Note) string {
+	raw, err := prototext.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	if err != nil {
+		panic(fmt.Sprintf("modelspec: model %q does not encode: %v", m.GetName(), err)) // only invalid UTF-8 in a string field
+	}
+	byPath := map[string]string{}
+	for _, n := range notes {
+		if n.Text != "" {
+			byPath[n.Path] = n.Text
+		}
+	}
+	var b strings.Builder
+	comment(&b, "", header)
+	if header != "" {
 		b.WriteString("\n")
 	}
-	for _, k := range slices.Sorted(maps.Keys(c.Parameters)) {
-		fmt.Fprintf(&b, "parameters: { key: %q value: { string_value: %q } }\n", k, c.Parameters[k])
+	top := b.Len()
+	var stack []string
+	last, lastBlock := "", false
+	for line := range strings.SplitSeq(strings.TrimRight(string(raw), "\n"), "\n") {
+		trimmed := strings.TrimLeft(line, " ")
+		indent := line[:len(line)-len(trimmed)]
+		if trimmed == "}" {
+			stack = stack[:len(stack)-1]
+			fmt.Fprintf(&b, "%s}\n", indent)
+			continue
+		}
+		field, value, _ := strings.Cut(trimmed, ":")
+		value = strings.TrimLeft(value, " ")
+		path := strings.Join(append(stack, field), "/")
+		text, ok := byPath[path]
+		if !ok {
+			text, ok = byPath[path+"="+strings.Trim(value, `"`)]
+		}
+		if len(stack) == 0 && b.Len() > top && (ok || field != last && (value == "{" || lastBlock)) {
+			b.WriteString("\n") // blocks of one field apart from the rest, and every commented field
+		}
+		if ok {
+			comment(&b, indent, text)
+			delete(byPath, path)
+		}
+		fmt.Fprintf(&b, "%s%s: %s\n", indent, field, value)
+		if len(stack) == 0 {
+			last, lastBlock = field, value == "{"
+		}
+		if value == "{" {
+			stack = append(stack, field)
+		}
 	}
 	return b.String()
 }
 
-func tensors(b *strings.Builder, kind string, ts []Tensor) {
-	fmt.Fprintf(b, "%s [\n", kind)
-	for i, t := range ts {
-		b.WriteString("  {\n")
-		comment(b, "    ", t.Comment)
-		fmt.Fprintf(b, "    name: %q\n    data_type: %s\n    dims: [ %s ]\n", t.Name, t.DataType, ints(t.Dims))
-		if t.Ragged {
-			b.WriteString("    allow_ragged_batch: true\n")
-		}
-		if t.Optional {
-			b.WriteString("    optional: true\n")
-		}
-		if i < len(ts)-1 {
-			b.WriteString("  },\n")
-		} else {
-			b.WriteString("  }\n")
-		}
+// Parse reads a config.pbtxt as Triton does: an unknown field or a value
+// of the wrong kind is an error.
+func Parse(text []byte) (*configpb.ModelConfig, error) {
+	var m configpb.ModelConfig
+	if err := prototext.Unmarshal(text, &m); err != nil {
+		return nil, fmt.Errorf("model configuration: %w", err)
 	}
-	b.WriteString("]\n")
+	return &m, nil
+}
+
+func dims(d []int) []int64 {
+	out := make([]int64, len(d))
+	for i, n := range d {
+		out[i] = int64(n)
+	}
+	return out
 }
 
 // comment writes text as # lines at indent, wrapped as written (its own
@@ -258,12 +358,4 @@ func comment(b *strings.Builder, indent, text string) {
 		}
 		fmt.Fprintf(b, "%s# %s\n", indent, line)
 	}
-}
-
-func ints(v []int) string {
-	s := make([]string, len(v))
-	for i, n := range v {
-		s[i] = strconv.Itoa(n)
-	}
-	return strings.Join(s, ", ")
 }

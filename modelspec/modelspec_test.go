@@ -8,6 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fleetscribe/fleetscribe/modelspec/configpb"
 )
 
 var update = flag.Bool("update", false, "rewrite the shipped model configurations from Shipped")
@@ -38,27 +43,126 @@ func TestShippedConfigsAreCurrent(t *testing.T) {
 func TestRender(t *testing.T) {
 	ragged := GPU().Render()
 	for _, want := range []string{
-		`name: "asr"`, `backend: "python"`, "max_batch_size: 32", "allow_ragged_batch: true", "preferred_batch_size: [ 8, 16 ]",
-		"priority_levels: 2", "default_timeout_microseconds: 10000000", "max_queue_size: 256", "instance_group [ { count: 1 } ]",
+		`name: "asr"`, `backend: "python"`, "max_batch_size: 32", "allow_ragged_batch: true",
+		"preferred_batch_size: 8\n  preferred_batch_size: 16\n", "priority_levels: 2", "default_timeout_microseconds: 10000000",
+		"max_queue_size: 256", "instance_group: {\n  count: 1\n}",
 	} {
 		if !strings.Contains(ragged, want) {
 			t.Errorf("GPU lacks %q:\n%s", want, ragged)
 		}
 	}
 	buckets := GPUBuckets().Render()
-	if strings.Contains(buckets, "allow_ragged_batch") || strings.Count(buckets, "optional: true") != 1 {
-		t.Errorf("bucket mode: audio not ragged, audio_length required:\n%s", buckets)
+	if strings.Contains(buckets, "allow_ragged_batch") || strings.Count(buckets, "optional: true") != 1 ||
+		!strings.Contains(buckets, "kind: KIND_GPU") {
+		t.Errorf("bucket mode: audio not ragged, audio_length required, on the GPU:\n%s", buckets)
 	}
 	cut := GPU().WithMaxBatch(12).WithParameters(map[string]string{"engine": "module", "b": "2"})
 	got := cut.Render()
-	for _, want := range []string{"max_batch_size: 12", "preferred_batch_size: [ 8, 12 ]",
-		"parameters: { key: \"b\" value: { string_value: \"2\" } }\nparameters: { key: \"engine\""} {
+	for _, want := range []string{"max_batch_size: 12", "preferred_batch_size: 8\n  preferred_batch_size: 12\n",
+		"parameters: {\n  key: \"b\"\n  value: {\n    string_value: \"2\"\n  }\n}\nparameters: {\n  key: \"engine\""} {
 		if !strings.Contains(got, want) {
 			t.Errorf("cut to 12 lacks %q:\n%s", want, got)
 		}
 	}
 	if GPU().Parameters != nil {
 		t.Error("WithParameters changed GPU()'s own map")
+	}
+}
+
+// Every rendering is protobuf's text format of the configuration's
+// message: read back strictly (an unknown field or a misplaced comment
+// fails), it is the message, and its bytes do not depend on the build
+// (protobuf's encoder adds a random second space after names).
+func TestRenderingsReadBack(t *testing.T) {
+	cases := Shipped()
+	cases["cut"] = GPU().WithMaxBatch(12).WithParameters(map[string]string{"engine": "echo", "delay": "a \"quoted\", value"})
+	for name, c := range cases {
+		text := c.Render()
+		var got configpb.ModelConfig
+		if err := prototext.Unmarshal([]byte(text), &got); err != nil {
+			t.Errorf("%s does not read back: %v\n%s", name, err, text)
+			continue
+		}
+		if !proto.Equal(&got, c.Proto()) {
+			t.Errorf("%s reads back as another message:\n%v\nwant\n%v", name, &got, c.Proto())
+		}
+		if strings.Contains(text, ":  ") {
+			t.Errorf("%s keeps protobuf's unstable spacing:\n%s", name, text)
+		}
+	}
+}
+
+// What a second model needs renders through Text: sequence batching with
+// control inputs and implicit state, and an ensemble of two models, each
+// with its notes where they belong.
+func TestTextRendersSequencesAndEnsembles(t *testing.T) {
+	seq := &configpb.ModelConfig{
+		Name: "streaming", Backend: "python", MaxBatchSize: 16,
+		SchedulingChoice: &configpb.ModelConfig_SequenceBatching{SequenceBatching: &configpb.ModelSequenceBatching{
+			MaxSequenceIdleMicroseconds: 60_000_000,
+			StrategyChoice: &configpb.ModelSequenceBatching_Oldest{Oldest: &configpb.ModelSequenceBatching_StrategyOldest{
+				MaxCandidateSequences: 64, PreferredBatchSize: []int32{16}, MaxQueueDelayMicroseconds: 5000,
+			}},
+			ControlInput: []*configpb.ModelSequenceBatching_ControlInput{{
+				Name: "START",
+				Control: []*configpb.ModelSequenceBatching_Control{{
+					Kind: configpb.ModelSequenceBatching_Control_CONTROL_SEQUENCE_START, BoolFalseTrue: []bool{false, true},
+				}},
+			}},
+			State: []*configpb.ModelSequenceBatching_State{{
+				InputName: "cache_in", OutputName: "cache_out", DataType: configpb.DataType_TYPE_FP32, Dims: []int64{4, 188, 512},
+				InitialState: []*configpb.ModelSequenceBatching_InitialState{{
+					Name: "empty", DataType: configpb.DataType_TYPE_FP32, Dims: []int64{4, 188, 512},
+					StateData: &configpb.ModelSequenceBatching_InitialState_ZeroData{ZeroData: true},
+				}},
+			}},
+		}},
+		InstanceGroup: []*configpb.ModelInstanceGroup{{Count: 2, Kind: KindGPU}},
+	}
+	ens := &configpb.ModelConfig{
+		Name: "pipeline", Platform: "ensemble", MaxBatchSize: 8,
+		SchedulingChoice: &configpb.ModelConfig_EnsembleScheduling{EnsembleScheduling: &configpb.ModelEnsembling{
+			Step: []*configpb.ModelEnsembling_Step{
+				{ModelName: "diarize", ModelVersion: -1, InputMap: map[string]string{"audio": "AUDIO"}, OutputMap: map[string]string{"turns": "TURNS"}},
+				{ModelName: Name, ModelVersion: -1, InputMap: map[string]string{"audio": "AUDIO"}, OutputMap: map[string]string{"text": "TEXT"}},
+			},
+		}},
+	}
+	for _, m := range []*configpb.ModelConfig{seq, ens} {
+		text := Text(m, "A model of two lines\nof header.",
+			Note{Path: "sequence_batching/state", Text: "The speaker cache, carried by Triton."},
+			Note{Path: "ensemble_scheduling/step/model_name=asr", Text: "The speech model."})
+		var got configpb.ModelConfig
+		if err := prototext.Unmarshal([]byte(text), &got); err != nil || !proto.Equal(&got, m) {
+			t.Errorf("%s does not read back (%v):\n%s", m.Name, err, text)
+		}
+		if !strings.HasPrefix(text, "# A model of two lines\n# of header.\n\nname: ") {
+			t.Errorf("%s: header not on top:\n%s", m.Name, text)
+		}
+	}
+	seqText := Text(seq, "", Note{Path: "sequence_batching/state", Text: "The speaker cache, carried by Triton."})
+	for _, want := range []string{"  # The speaker cache, carried by Triton.\n  state: {\n    input_name: \"cache_in\"",
+		"oldest: {\n    max_candidate_sequences: 64", "zero_data: true", "kind: KIND_GPU\n  count: 2"} {
+		if !strings.Contains(seqText, want) {
+			t.Errorf("sequence model lacks %q:\n%s", want, seqText)
+		}
+	}
+	ensText := Text(ens, "", Note{Path: "ensemble_scheduling/step/model_name=asr", Text: "The speech model."})
+	if !strings.Contains(ensText, "    # The speech model.\n    model_name: \"asr\"") || strings.Count(ensText, "# The speech model.") != 1 {
+		t.Errorf("the note is not above the second step's model name only:\n%s", ensText)
+	}
+}
+
+func TestParseKind(t *testing.T) {
+	for s, want := range map[string]configpb.ModelInstanceGroup_Kind{"": KindAuto, "KIND_AUTO": KindAuto, "KIND_GPU": KindGPU, "KIND_CPU": KindCPU} {
+		if got, err := ParseKind(s); err != nil || got != want {
+			t.Errorf("ParseKind(%q) = %v, %v; want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"KIND_MODEL", "kind_gpu", "GPU"} {
+		if _, err := ParseKind(s); err == nil {
+			t.Errorf("ParseKind(%q) took it", s)
+		}
 	}
 }
 

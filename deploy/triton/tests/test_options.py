@@ -15,7 +15,7 @@ from backend_stub import HERE  # noqa: F401 - installs the stand-in triton_pytho
 from fleetscribe_asr import diarize, options, sortformer  # noqa: E402 - on the path backend_stub set
 
 ROOT = os.path.join(HERE, "..", "..", "..")
-PARAMETER = re.compile(r'parameters: \{ key: "([^"]*)" value: \{ string_value: "([^"]*)" \} \}')
+PARAMETER = re.compile(r'^parameters: \{\n  key: "([^"]*)"\n  value: \{\n    string_value: "([^"]*)"\n  \}\n\}$', re.M)
 
 
 def config_parameters(path: str) -> dict[str, str]:
@@ -78,6 +78,7 @@ class AsrParametersTest(unittest.TestCase):
         for path in diar:
             with self.subTest(path=os.path.relpath(path, ROOT)):
                 params = config_parameters(path)
+                self.assertIn("engine", params)  # the reading above found the parameters
                 cls = sortformer.SortformerOptions if params.get("engine") == "sortformer" else diarize.DiarizeOptions
                 cls.from_params(params)
 

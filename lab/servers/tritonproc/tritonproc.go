@@ -97,7 +97,7 @@ func Require(t TB) {
 // modelspec.Config it returns.
 func Model(engine string) modelspec.Config {
 	return modelspec.Config{
-		Backend: "python", MaxBatch: 8, Instances: 1, Kind: "KIND_CPU",
+		Backend: "python", MaxBatch: 8, Instances: 1, Kind: modelspec.KindCPU,
 		Batching:   modelspec.Batching{MaxQueueDelay: 5 * time.Millisecond, PriorityLevels: 2, DefaultPriority: 2},
 		Parameters: map[string]string{"engine": engine},
 	}

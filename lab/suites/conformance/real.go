@@ -21,7 +21,7 @@ func (Real) Name() string { return "real" }
 // CPU instance of model.py's echo engine, with m's delays.
 func ModelConfig(m Model) modelspec.Config {
 	s := m.Spec()
-	s.Kind = "KIND_CPU"
+	s.Kind = modelspec.KindCPU
 	return s.WithParameters(map[string]string{"engine": "echo"}).WithParameters(tritonproc.EchoDelays(m.BatchDelay, m.RowDelay))
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
+	"github.com/fleetscribe/fleetscribe/modelspec/configpb"
 	"github.com/fleetscribe/fleetscribe/mps"
 )
 
@@ -139,7 +140,7 @@ func (a arrangement) planFlags(gpus []int, basePort int) []string {
 // the arrangement's instance group, batching mode and maximum batch, and
 // params as its parameters, and whose version 1 is the shipped model.py's
 // folder: the batching the benchmark measures is the batching that ships.
-func writeRepo(dir, modelDir, kind string, a arrangement, params map[string]string) error {
+func writeRepo(dir, modelDir string, kind configpb.ModelInstanceGroup_Kind, a arrangement, params map[string]string) error {
 	cfg := modelspec.GPU()
 	cfg.Header, cfg.Batching.Comment, cfg.InstanceComment = "", "", ""
 	cfg.Instances, cfg.Kind = a.instances, kind
@@ -161,7 +162,7 @@ func writeRepo(dir, modelDir, kind string, a arrangement, params map[string]stri
 // Sortformer) to the repository in dir: one instance a partition, of kind,
 // with params over the shipped ones (the CPU repositories' where params
 // name engine pyannote_campp: a check of the benchmark without a GPU).
-func writeDiarize(dir, modelDir, kind string, a arrangement, params map[string]string) error {
+func writeDiarize(dir, modelDir string, kind configpb.ModelInstanceGroup_Kind, a arrangement, params map[string]string) error {
 	cfg := modelspec.Diarize(params["engine"] != "pyannote_campp")
 	cfg.Header, cfg.InstanceComment, cfg.Kind = "", "", kind
 	if a.maxBatch > 0 {

@@ -7,15 +7,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/lab/kit/testwait"
 	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
+	"github.com/fleetscribe/fleetscribe/modelspec/configpb"
 	"github.com/fleetscribe/fleetscribe/mps"
 )
 
@@ -88,33 +92,41 @@ func TestWriteRepo(t *testing.T) {
 	modelDir, _ := filepath.Abs("../../../../deploy/triton/models/asr/1")
 	a, _ := parseArrangement("instances-4/unbatched/maxbatch16")
 	dir := t.TempDir()
-	if err := writeRepo(dir, modelDir, "KIND_GPU", a, map[string]string{"engine": "module", "decoder": "eager"}); err != nil {
+	if err := writeRepo(dir, modelDir, modelspec.KindGPU, a, map[string]string{"engine": "module", "decoder": "eager"}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "asr", "config.pbtxt"))
-	if err != nil {
-		t.Fatal(err)
+	cfg := readConfig(t, filepath.Join(dir, "asr", "config.pbtxt"))
+	shipped := modelspec.GPU().Proto().GetDynamicBatching()
+	got := cfg.GetDynamicBatching()
+	if g := cfg.GetInstanceGroup(); len(g) != 1 || g[0].GetCount() != 4 || g[0].GetKind() != modelspec.KindGPU {
+		t.Errorf("instance groups %v, want 4 of KIND_GPU", g)
 	}
-	cfg := string(b)
-	for _, want := range []string{
-		"instance_group [ { count: 4 kind: KIND_GPU } ]",
-		"max_batch_size: 16",
-		"preferred_batch_size: [ 8, 16 ]",
-		`parameters: { key: "decoder" value: { string_value: "eager" } }`,
-		`parameters: { key: "engine" value: { string_value: "module" } }`,
-		"priority_levels: 2", "max_queue_size: 256", "max_queue_delay_microseconds: 5000", // kept as shipped
-	} {
-		if !strings.Contains(cfg, want) {
-			t.Errorf("repository config lacks %q:\n%s", want, cfg)
+	if cfg.GetMaxBatchSize() != 16 || !slices.Equal(got.GetPreferredBatchSize(), []int32{8, 16}) {
+		t.Errorf("max_batch_size %d, preferred %v; want 16 and [8 16]", cfg.GetMaxBatchSize(), got.GetPreferredBatchSize())
+	}
+	if p := cfg.GetParameters(); len(p) != 2 || p["decoder"].GetStringValue() != "eager" || p["engine"].GetStringValue() != "module" {
+		t.Errorf("parameters %v, want decoder=eager engine=module", p)
+	}
+	if got.GetPriorityLevels() != 2 || !proto.Equal(got.GetDefaultQueuePolicy(), shipped.GetDefaultQueuePolicy()) ||
+		got.GetMaxQueueDelayMicroseconds() != shipped.GetMaxQueueDelayMicroseconds() {
+		t.Errorf("batching %v, want the shipped priorities, queue policy and delay (%v)", got, shipped)
+	}
+	optional := 0
+	for _, in := range cfg.GetInput() {
+		if in.GetAllowRaggedBatch() {
+			t.Errorf("/unbatched: input %s is ragged", in.GetName())
+		}
+		if in.GetOptional() {
+			optional++
 		}
 	}
-	if strings.Contains(cfg, "allow_ragged_batch") || strings.Count(cfg, "optional: true") != 3 {
-		t.Errorf("/unbatched: audio not ragged; timestamps, audio_length and vocabulary still optional:\n%s", cfg)
+	if optional != 3 {
+		t.Errorf("/unbatched: %d optional inputs, want timestamps, audio_length and vocabulary", optional)
 	}
 	if link, err := os.Readlink(filepath.Join(dir, "asr", "1")); err != nil || link != modelDir {
 		t.Errorf("version 1 is %q (%v), want the shipped %s", link, err, modelDir)
 	}
-	if !strings.Contains(modelspec.GPU().Render(), "allow_ragged_batch: true") {
+	if !modelspec.GPU().Proto().GetInput()[0].GetAllowRaggedBatch() {
 		t.Fatal("the shipped configuration is not ragged any more; the test's premise is gone")
 	}
 }
@@ -283,19 +295,26 @@ func TestArrangementParamsOverTheRuns(t *testing.T) {
 	if err := m.write(dir, a, map[string]string{"cuda_sync": "spin", "length_buckets": "30,45"}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "asr", "config.pbtxt"))
+	p := readConfig(t, filepath.Join(dir, "asr", "config.pbtxt")).GetParameters()
+	for k, want := range map[string]string{"cuda_sync": "blocking", "cpu_threads": "2", "length_buckets": "30,45"} {
+		if got := p[k].GetStringValue(); got != want {
+			t.Errorf("parameter %s is %q, want %q (all: %v)", k, got, want, p)
+		}
+	}
+}
+
+// readConfig is the model configuration at path, read as Triton reads it.
+func readConfig(t *testing.T, path string) *configpb.ModelConfig {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
-		`parameters: { key: "cuda_sync" value: { string_value: "blocking" } }`,
-		`parameters: { key: "cpu_threads" value: { string_value: "2" } }`,
-		`parameters: { key: "length_buckets" value: { string_value: "30,45" } }`,
-	} {
-		if !strings.Contains(string(b), want) {
-			t.Errorf("repository config lacks %q:\n%s", want, b)
-		}
+	cfg, err := modelspec.Parse(b)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
+	return cfg
 }
 
 // A point's CPU by group counts what a process of that group used between

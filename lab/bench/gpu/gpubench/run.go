@@ -336,13 +336,17 @@ func (m *modelFlags) write(dir string, a arrangement, base map[string]string) er
 			params[k] = v
 		}
 	}
-	if err := writeRepo(dir, m.modelDir, m.kind, a, params); err != nil {
+	kind, err := modelspec.ParseKind(m.kind)
+	if err != nil {
+		return err
+	}
+	if err := writeRepo(dir, m.modelDir, kind, a, params); err != nil {
 		return err
 	}
 	if m.diarize == nil {
 		return nil
 	}
-	return writeDiarize(dir, m.diarizeDir, m.kind, a, m.diarize)
+	return writeDiarize(dir, m.diarizeDir, kind, a, m.diarize)
 }
 
 // repoCmd is `gpubench repo -dir D [flags]`: the repository one partition
