@@ -17,7 +17,7 @@ import numpy as np
 
 from backend_stub import HERE, model, pb  # noqa: E402 - installs the stand-in triton_python_backend_utils, loads model.py
 
-from fleetscribe_asr import compiled, host, parakeet  # noqa: E402 - model.py put its folder on the path
+from fleetscribe_asr import common, compiled, host, parakeet  # noqa: E402 - model.py put its folder on the path
 
 
 class Hyp:
@@ -150,6 +150,39 @@ class ModelTest(unittest.TestCase):
         out = m.execute([pb.Request(audio=audio(n)) for n in (100, 200)])
         self.assertEqual([r.has_error() for r in out], [False, False])
         self.assertEqual(out[1].outputs["text"][0, 0].decode(), "len 200")
+
+
+class HypothesisTest(unittest.TestCase):
+    def test_nemo_results_are_read_once_into_words(self):
+        class Nemo:
+            text = " the heart rate "
+            timestamp = {"word": [
+                {"word": "the", "start": 0.1, "end": 0.2345678},
+                {"char": "heart", "start": 0.3, "end": 0.5, "confidence": 0.875},  # a char-level entry
+                {"word": "", "start": 0.5, "end": 0.6},  # no text
+                {"word": "rate", "start": None, "end": 0.9},  # no time
+            ]}
+
+        h = common.from_nemo(Nemo())
+        self.assertEqual(h, common.Hypothesis("the heart rate", (
+            common.Word("the", 0.1, 0.2345678), common.Word("heart", 0.3, 0.5, 0.875))))
+        self.assertEqual([w.contract() for w in h.words], [
+            {"word": "the", "start": 0.1, "end": 0.235}, {"word": "heart", "start": 0.3, "end": 0.5, "confidence": 0.875}])
+        self.assertEqual(common.from_nemo("plain text "), common.Hypothesis("plain text"))
+
+    def test_an_engine_returning_another_shape_fails_its_requests_only(self):
+        m = make(FakeParakeet())
+        good = m.model
+
+        class Untyped:
+            def transcribe(self, audio, batch_size, timestamps, verbose):
+                return [Hyp("len %d" % a.size, []) if a.size == 500 else h for a, h in zip(audio, good.transcribe(audio, batch_size, timestamps, verbose))]
+
+        m.model = Untyped()
+        out = m.execute([pb.Request(audio=audio(n)) for n in (400, 500, 600)])
+        self.assertEqual([r.has_error() for r in out], [False, True, False])
+        self.assertIn("returned a Hyp, not a Hypothesis", out[1].error().message())
+        self.assertEqual(out[2].outputs["text"][0, 0].decode(), "len 600")
 
 
 class TimingsTest(unittest.TestCase):
@@ -521,7 +554,7 @@ class VocabularyTest(unittest.TestCase):
 
             def transcribe(self, audio, batch_size, timestamps, verbose, vocabularies=None):
                 self.vocabularies.append(vocabularies)
-                return super().transcribe(audio, batch_size, timestamps, verbose)
+                return [common.from_nemo(h) for h in super().transcribe(audio, batch_size, timestamps, verbose)]
 
         fake = Taking()
         m = make(FakeParakeet())

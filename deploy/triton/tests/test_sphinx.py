@@ -107,13 +107,13 @@ class SphinxTest(unittest.TestCase):
         for text, x in zip(SENTENCES, self.clips):
             h = self.sphinx.recognize(x, True)
             self.assertEqual(h.text, text)
-            words = h.timestamp["word"]
-            self.assertEqual([w["word"] for w in words], text.split())
+            words = h.words
+            self.assertEqual([w.word for w in words], text.split())
             dur = x.size / 16000
-            for prev, w in zip([None] + words, words):
-                self.assertTrue(0 <= w["start"] <= w["end"] <= dur + 0.01, w)
+            for prev, w in zip([None, *words], words):
+                self.assertTrue(0 <= w.start <= w.end <= dur + 0.01, w)
                 if prev:
-                    self.assertGreaterEqual(w["start"], prev["end"] - 1e-6)
+                    self.assertGreaterEqual(w.start, prev.end - 1e-6)
 
     def test_requests_are_independent_and_utterances_timed_from_the_request(self):
         """The same two sentences with a long pause between, sent again with
@@ -126,15 +126,15 @@ class SphinxTest(unittest.TestCase):
         first = self.sphinx.recognize(x, True)
         self.assertEqual(first.text, " ".join(SENTENCES))
         second_start = (self.clips[0].size + pause.size) / 16000
-        alone = self.sphinx.recognize(self.clips[1], True).timestamp["word"]
-        later = first.timestamp["word"][len(SENTENCES[0].split()):]
+        alone = self.sphinx.recognize(self.clips[1], True).words
+        later = first.words[len(SENTENCES[0].split()):]
         for a, b in zip(alone, later):
-            self.assertAlmostEqual(b["start"], a["start"] + second_start, delta=0.6)
+            self.assertAlmostEqual(b.start, a.start + second_start, delta=0.6)
         for other in self.clips:
             self.sphinx.recognize(other, True)
             again = self.sphinx.recognize(x, True)
             self.assertEqual(again.text, first.text)
-            self.assertEqual(again.timestamp["word"], first.timestamp["word"])
+            self.assertEqual(again.words, first.words)
 
     def test_no_word_over_room_tone_and_times_kept(self):
         """A second of faint room tone before speech: no word is invented in
@@ -144,12 +144,12 @@ class SphinxTest(unittest.TestCase):
         tone = (rng.standard_normal(16000) * 10 ** (-50 / 20)).astype(np.float32)
         lead = np.concatenate([tone, x + (rng.standard_normal(len(x)) * 10 ** (-50 / 20)).astype(np.float32)])
         h = self.sphinx.recognize(lead, True)
-        words = h.timestamp["word"]
+        words = h.words
         self.assertEqual(h.text, SENTENCES[0])
-        self.assertGreaterEqual(words[0]["start"], 0.9, words[0])
-        alone = self.sphinx.recognize(x, True).timestamp["word"]
+        self.assertGreaterEqual(words[0].start, 0.9, words[0])
+        alone = self.sphinx.recognize(x, True).words
         for a, b in zip(alone, words):
-            self.assertAlmostEqual(b["start"], a["start"] + 1, delta=0.25)
+            self.assertAlmostEqual(b.start, a.start + 1, delta=0.25)
 
     def test_telephone_band(self):
         """The sentences at 8 kHz, band-limited to 300-3,400 Hz and G.711
@@ -212,11 +212,11 @@ class NothingToHearTest(unittest.TestCase):
             with self.subTest(name):
                 h = m.recognize(x, True)
                 self.assertEqual(h.text, "")
-                self.assertEqual(h.timestamp["word"], [])
+                self.assertEqual(h.words, ())
 
     def test_loud_noise_does_not_fail(self):
         m = sphinx.SphinxModel()
         x = (0.3 * np.random.default_rng(1).standard_normal(7 * 16000)).astype(np.float32)
         h = m.recognize(x, True)
-        for w in h.timestamp["word"]:
-            self.assertTrue(0 <= w["start"] <= w["end"] <= 7.0 + 1e-6, w)
+        for w in h.words:
+            self.assertTrue(0 <= w.start <= w.end <= 7.0 + 1e-6, w)

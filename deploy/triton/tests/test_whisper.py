@@ -46,12 +46,12 @@ class WhisperTest(unittest.TestCase):
                 x = flite(" ".join(ref), voice)
                 h = self.m.recognize(x, True)
                 self.assertLessEqual(edits(ref, words(h.text)), most, h.text)
-                self.assertEqual([words(w["word"])[0] for w in h.timestamp["word"]], words(h.text))
+                self.assertEqual([words(w.word)[0] for w in h.words], words(h.text))
                 last = 0.0
-                for w in h.timestamp["word"]:
-                    self.assertTrue(last <= w["start"] <= w["end"] <= x.size / 16000 + 1e-6, w)
-                    self.assertTrue(0 < w["confidence"] <= 1, w)
-                    last = w["end"]
+                for w in h.words:
+                    self.assertTrue(last <= w.start <= w.end <= x.size / 16000 + 1e-6, w)
+                    self.assertTrue(0 < w.confidence <= 1, w)
+                    last = w.end
 
     def test_beam_width_from_the_parameters(self):
         self.assertEqual(self.m.beam, 1, "greedy by default")
@@ -79,14 +79,14 @@ class WhisperTest(unittest.TestCase):
             with self.subTest(name):
                 h = self.m.recognize(x, True)
                 self.assertEqual(h.text, "", name)
-                self.assertEqual(h.timestamp["word"], [])
+                self.assertEqual(h.words, ())
 
     def test_silent_lead_in_invents_nothing(self):
         speech = flite("please schedule a follow up appointment in two weeks")
         x = np.concatenate([(0.002 * np.random.default_rng(2).standard_normal(8 * 16000)).astype(np.float32), speech])
         h = self.m.recognize(x, True)
         self.assertEqual(words(h.text), "please schedule a follow up appointment in two weeks".split())
-        self.assertGreaterEqual(h.timestamp["word"][0]["start"], 7.5, "a word placed in the silent lead-in")
+        self.assertGreaterEqual(h.words[0].start, 7.5, "a word placed in the silent lead-in")
 
     def test_loops_are_dropped(self):
         self.assertGreater(whisper.compression_ratio("the the the the the the the the the the the the the the"), 2.4)

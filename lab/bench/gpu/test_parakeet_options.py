@@ -39,7 +39,7 @@ class ConfidenceTest(unittest.TestCase):
     def words(self, confidence):
         eng = NemoEngine(self.model, DEVICE, "fp32", EncoderOptions(), confidence=confidence)
         hyps = eng.transcribe(self.audio, len(self.audio), True, False)
-        return [w for h in hyps for w in h.timestamp["word"]]
+        return [w for h in hyps for w in h.words]
 
     def test_every_word_has_a_confidence_with_it_on(self):
         for method in ("max_prob", "entropy"):
@@ -47,8 +47,8 @@ class ConfidenceTest(unittest.TestCase):
                 words = self.words(method)
                 self.assertGreater(len(words), 0, "the tiny model emitted no words: the test would prove nothing")
                 for w in words:
-                    self.assertIn("confidence", w, w)
-                    self.assertTrue(0.0 <= w["confidence"] <= 1.0, w)
+                    self.assertIsNotNone(w.confidence, w)
+                    self.assertTrue(0.0 <= w.confidence <= 1.0, w)
 
     def test_each_row_boosted_by_its_own_vocabulary(self):
         eng = NemoEngine(self.model, DEVICE, "fp32", EncoderOptions(), boosting=True)
@@ -77,7 +77,7 @@ class ConfidenceTest(unittest.TestCase):
             off.check_vocabulary(vocab)
 
     def test_none_with_it_off_and_unknown_methods_refused(self):
-        self.assertTrue(all("confidence" not in w for w in self.words("off")))
+        self.assertTrue(all(w.confidence is None for w in self.words("off")))
         with self.assertRaisesRegex(ValueError, "word_confidence='maxprob'"):
             NemoEngine(self.model, DEVICE, "fp32", EncoderOptions(), confidence="maxprob")
 

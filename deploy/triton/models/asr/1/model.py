@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fleetscribe_asr as engines
-from fleetscribe_asr.common import SAMPLE_RATE, Audio, Word, log_info
+from fleetscribe_asr.common import SAMPLE_RATE, Audio, Hypothesis, log_info
 
 try:  # Only inside Triton; the tests put a stand-in in its place.
     import triton_python_backend_utils as pb_utils
@@ -107,26 +107,6 @@ def read_request(request: Any) -> tuple[Audio, bool]:
     return samples, want
 
 
-def hypothesis_words(hyp: Any) -> list[Word]:
-    """Word timings of a NeMo hypothesis as the contract's JSON objects."""
-    stamps = getattr(hyp, "timestamp", None) or {}
-    words: list[Word] = []
-    for w in stamps.get("word", []) if isinstance(stamps, dict) else []:
-        text = w.get("word") or w.get("char") or ""
-        start, end = w.get("start"), w.get("end")
-        if not text or start is None or end is None:
-            continue
-        word = {"word": str(text), "start": round(float(start), 3), "end": round(float(end), 3)}
-        if w.get("confidence") is not None:
-            word["confidence"] = float(w["confidence"])
-        words.append(word)
-    return words
-
-
-def hypothesis_text(hyp: Any) -> str:
-    return (hyp.text if hasattr(hyp, "text") else str(hyp)).strip()
-
-
 class Timings:
     """Where execute's time goes (reading and checking requests, the model,
     building responses), logged every `every` batches (model parameter
@@ -191,10 +171,10 @@ class TritonPythonModel:
             "engine": self.engine, "device": "gpu" if kind == "GPU" else "cpu", "encoder": encoder, "decoder_graphs": graphs})
         self.engine_metric.set(1.0)
 
-    def transcribe(self, batch: list[Audio], timestamps: bool, vocabularies: list[tuple[str, ...] | None] | None = None) -> Sequence[Any]:
+    def transcribe(self, batch: list[Audio], timestamps: bool, vocabularies: list[tuple[str, ...] | None] | None = None) -> Sequence[Hypothesis]:
         if vocabularies and any(vocabularies):
             takes: Any = self.model  # checked by check_vocabulary: it takes vocabularies
-            out: Sequence[Any] = takes.transcribe(batch, batch_size=len(batch), timestamps=timestamps, verbose=False, vocabularies=vocabularies)
+            out: Sequence[Hypothesis] = takes.transcribe(batch, batch_size=len(batch), timestamps=timestamps, verbose=False, vocabularies=vocabularies)
             return out
         return self.model.transcribe(batch, batch_size=len(batch), timestamps=timestamps, verbose=False)
 
@@ -256,10 +236,12 @@ class TritonPythonModel:
         self.timings.add(len(requests), t1 - t0, t2 - t1, time.perf_counter() - t2)
         return responses
 
-    def respond(self, hyp: Any) -> Any:
-        words = hypothesis_words(hyp)
-        text = np.array([[hypothesis_text(hyp).encode("utf-8")]], dtype=np.object_)
-        stamps = np.array([[json.dumps(w).encode("utf-8") for w in words]], dtype=np.object_).reshape(1, len(words))
+    def respond(self, hyp: object) -> Any:
+        if not isinstance(hyp, Hypothesis):  # an engine's bug: this request fails, the batch goes on
+            return self.error(f"the {self.engine} engine returned a {type(hyp).__name__}, not a Hypothesis", invalid=False)
+        words = hyp.words
+        text = np.array([[hyp.text.strip().encode("utf-8")]], dtype=np.object_)
+        stamps = np.array([[json.dumps(w.contract()).encode("utf-8") for w in words]], dtype=np.object_).reshape(1, len(words))
         count = np.array([[len(words)]], dtype=np.int32)
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("text", text),

@@ -1,8 +1,8 @@
 """The engines behind model.py's contract, by name (the model parameter
 "engine"). model.py reads requests, batches them, isolates bad inputs and
 responds; an engine only transcribes a batch of 16 kHz mono float32 arrays,
-with NeMo's transcribe signature, and returns one hypothesis a row (text,
-and word times in timestamp["word"]). Each engine is its own module,
+with NeMo's transcribe signature, and returns one common.Hypothesis a row
+(text, and its words with their times). Each engine is its own module,
 imported only where it is chosen:
 
   parakeet      NVIDIA Parakeet TDT 0.6B V2 through NeMo (parakeet.py; the
@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from .common import Hypothesis
 from .options import (
     ENGINE_OPTIONS,
     AsrParams,
@@ -55,7 +56,7 @@ class Engine(Protocol):
     row]); model.py passes vocabularies only to such an engine, and only
     when a row has one."""
 
-    def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool) -> Sequence[Any]:
+    def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool) -> Sequence[Hypothesis]:
         """One hypothesis for each row of audio, in order."""
 
 

@@ -44,11 +44,11 @@ class EchoModel:
         for i, samples in enumerate(audio):
             n = int(samples.size)
             d = n / SAMPLE_RATE
-            words: list[Word] = [{"word": "samples", "start": 0.0, "end": d / 2}, {"word": str(n), "start": d / 2, "end": d}]
+            words = [Word("samples", 0.0, d / 2), Word(str(n), d / 2, d)]
             text = f"samples {n}"
             vocabulary = vocabularies[i] if vocabularies else None
             if vocabulary:
                 text += f" vocabulary {len(vocabulary)}"
-                words += [{"word": "vocabulary", "start": d, "end": d}, {"word": str(len(vocabulary)), "start": d, "end": d}]
-            out.append(Hypothesis(text, words if timestamps else []))
+                words += [Word("vocabulary", d, d), Word(str(len(vocabulary)), d, d)]
+            out.append(Hypothesis(text, tuple(words) if timestamps else ()))
         return out

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import SAMPLE_RATE, Audio, log_info
+from .common import SAMPLE_RATE, Audio, Hypothesis, from_nemo, log_info
 from .compiled import CompiledEncoder, Encoded, EncoderOptions, Tensor, compiles_on, device_name, set_cudnn_attention, source_identity
 from .options import ParakeetOptions
 
@@ -288,9 +288,9 @@ class NemoEngine:
         return out
 
     def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool,
-                   vocabularies: list[tuple[str, ...] | None] | None = None) -> list[Any]:
+                   vocabularies: list[tuple[str, ...] | None] | None = None) -> list[Hypothesis]:
         if not self.direct:
-            return list(self.model.transcribe(audio, batch_size=batch_size, timestamps=timestamps, verbose=verbose))
+            return [from_nemo(h) for h in self.model.transcribe(audio, batch_size=batch_size, timestamps=timestamps, verbose=verbose)]
         from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
 
         torch = self.torch
@@ -304,7 +304,7 @@ class NemoEngine:
             if self.confidence != "off":
                 for h in hyps:
                     attach_confidence(h)
-        return list(hyps)
+        return [from_nemo(h) for h in hyps]
 
 
 _REQUEST: Any = None

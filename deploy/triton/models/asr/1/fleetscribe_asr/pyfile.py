@@ -8,11 +8,11 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .common import Params
+from .common import Audio, Hypothesis, Params, from_nemo
 from .compiled import CompiledEncoder, EncoderOptions, compiles_on
 
 
-def load_module(path: str, params: Params, device: str, options: EncoderOptions) -> Any:
+def load_module(path: str, params: Params, device: str, options: EncoderOptions) -> ModuleEngine:
     """The engine of a Python file: its load(params, device), or
     load(params, device, compiler) where it takes a third argument:
     compiler(fn, key, regions) is options.encoder for the device (a
@@ -28,5 +28,20 @@ def load_module(path: str, params: Params, device: str, options: EncoderOptions)
         def compiler(fn: Callable[..., Any], key: str, regions: Sequence[Any] = ()) -> CompiledEncoder | None:
             return options.encoder(fn, device, key, regions) if options.mode == "compiled" and compiles_on(device) else None
 
-        return mod.load(params, device, compiler)
-    return mod.load(params, device)
+        return ModuleEngine(mod.load(params, device, compiler))
+    return ModuleEngine(mod.load(params, device))
+
+
+class ModuleEngine:
+    """A module's engine as model.py takes it: its transcribe returns
+    NeMo-shaped results (text, timestamp["word"]), read into Hypothesis;
+    everything else (describe, check_vocabulary, ...) is the module's own."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def transcribe(self, audio: list[Audio], batch_size: int, timestamps: bool, verbose: bool, **kw: Any) -> list[Hypothesis]:
+        return [from_nemo(h) for h in self.inner.transcribe(audio, batch_size=batch_size, timestamps=timestamps, verbose=verbose, **kw)]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

@@ -87,7 +87,7 @@ class SphinxModel:
                 texts.append(text)
             words.extend(ws)
             start = end
-        return Hypothesis(" ".join(texts), words)
+        return Hypothesis(" ".join(texts), tuple(words))
 
     def utterance(self, pcm: npt.NDArray[np.int16], offset: float, timestamps: bool) -> tuple[str, list[Word]]:
         """Decodes pcm, which starts offset seconds into the request, as one
@@ -109,9 +109,9 @@ class SphinxModel:
                 word = clean_word(seg.word)
                 if word is None:
                     continue
-                words.append({"word": word, "start": round(offset + seg.start_frame / self.FRAME_RATE, 3),
-                              "end": round(offset + (seg.end_frame + 1) / self.FRAME_RATE, 3),
-                              "confidence": round(float(logmath.exp(seg.prob)), 4)})
+                words.append(Word(word, round(offset + seg.start_frame / self.FRAME_RATE, 3),
+                                  round(offset + (seg.end_frame + 1) / self.FRAME_RATE, 3),
+                                  round(float(logmath.exp(seg.prob)), 4)))
         return text, words
 
 

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from .common import SAMPLE_RATE, Audio, Hypothesis
+from .common import SAMPLE_RATE, Audio, Hypothesis, Word
 from .options import WhisperOptions
 
 
@@ -82,7 +82,7 @@ class WhisperModel:
 
     def recognize(self, samples: Audio, timestamps: bool, vocabulary: tuple[str, ...] | None = None) -> Hypothesis:
         if samples.size < self.MIN_SAMPLES:
-            return Hypothesis("", [])
+            return Hypothesis("")
         duration = samples.size / SAMPLE_RATE
         segments, _ = self.model.transcribe(
             np.ascontiguousarray(samples, dtype=np.float32), language="en", beam_size=self.beam, temperature=0.0,
@@ -100,9 +100,9 @@ class WhisperModel:
                     continue
                 start = min(max(float(w.start), last), duration)
                 end = min(max(float(w.end), start), duration)
-                words.append({"word": word, "start": round(start, 3), "end": round(end, 3), "confidence": round(float(w.probability), 4)})
+                words.append(Word(word, round(start, 3), round(end, 3), round(float(w.probability), 4)))
                 last = end
-        return Hypothesis(" ".join(texts), words if timestamps else [])
+        return Hypothesis(" ".join(texts), tuple(words) if timestamps else ())
 
 
 def compression_ratio(text: str) -> float:
