@@ -557,3 +557,14 @@ func FuzzSplit(f *testing.F) {
 		}
 	})
 }
+
+// The worker's split: 30-ms frames, chunks of chunkSeconds, and the
+// overlap asked for in samples.
+func TestChunkSplit(t *testing.T) {
+	if got, want := ChunkSplit(16000, 30, StitchOverlap), (SplitConfig{Max: 480000, Frame: 480, Overlap: 16000}); got != want {
+		t.Errorf("with word times: %+v, want %+v", got, want)
+	}
+	if got, want := ChunkSplit(8000, 12.5, 0), (SplitConfig{Max: 100000, Frame: 240}); got != want {
+		t.Errorf("without: %+v, want %+v", got, want)
+	}
+}

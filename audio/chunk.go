@@ -3,6 +3,7 @@ package audio
 import (
 	"math"
 	"slices"
+	"time"
 )
 
 // Chunk is a piece of a longer recording.
@@ -22,6 +23,18 @@ type SplitConfig struct {
 	// Overlap is the overlap of chunks cut where there is no pause (0:
 	// none; chunks then always meet end to end).
 	Overlap int
+}
+
+// StitchOverlap is how far chunks cut where there is no pause overlap when
+// word times let the overlap be resolved (stitch keeps each word once).
+const StitchOverlap = time.Second
+
+// ChunkSplit is how the worker cuts recordings of rate samples a second,
+// and every benchmark that sends what it sends: at pauses (30-ms frames),
+// into chunks of at most chunkSeconds, overlapping by overlap where no
+// pause was found (StitchOverlap with word times, 0 without).
+func ChunkSplit(rate int, chunkSeconds float64, overlap time.Duration) SplitConfig {
+	return SplitConfig{Max: int(chunkSeconds * float64(rate)), Frame: rate * 30 / 1000, Overlap: int(overlap.Seconds() * float64(rate))}
 }
 
 // pauseRatio: a frame quieter than this fraction of the window's median

@@ -59,12 +59,12 @@ const jobOverheadBytes = 4 << 20
 func (w *Worker) estimateMemory(size int64, info audio.Info, streaming bool) int64 {
 	// Chunks in flight: no more than the recording has.
 	inFlight := min(int64(w.cfg.Audio.ChunkParallelism), int64(math.Ceil(info.Duration()/w.cfg.Audio.ChunkSeconds))+1)
-	chunks := inFlight * int64(w.cfg.Audio.ChunkSeconds*ModelRate) * 4 * 2
+	chunks := inFlight * int64(w.cfg.Audio.ChunkSeconds*modelRate) * 4 * 2
 	if streaming {
 		return chunks + w.streamBytes() + jobOverheadBytes
 	}
 	decoded := 4 * info.Frames
-	resampled := 4 * (info.Frames*ModelRate/int64(max(info.Rate, 1)) + 1)
+	resampled := 4 * (info.Frames*modelRate/int64(max(info.Rate, 1)) + 1)
 	return size + decoded + resampled + chunks + jobOverheadBytes
 }
 

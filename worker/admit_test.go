@@ -53,7 +53,7 @@ func TestEstimateBoundsDecodeAndResample(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := audio.Resample(clip.Samples, clip.Rate, ModelRate)
+		out := audio.Resample(clip.Samples, clip.Rate, modelRate)
 		runtime.ReadMemStats(&after)
 		runtime.KeepAlive(out)
 		allocated := int64(after.TotalAlloc - before.TotalAlloc)
@@ -61,7 +61,7 @@ func TestEstimateBoundsDecodeAndResample(t *testing.T) {
 		if allocated+int64(len(f)) > est {
 			t.Errorf("%+v: object %d + allocated %d > estimate %d", c, len(f), allocated, est)
 		}
-		if est > 3*(allocated+int64(len(f)))+jobOverheadBytes+8*30*ModelRate*8 {
+		if est > 3*(allocated+int64(len(f)))+jobOverheadBytes+8*30*modelRate*8 {
 			t.Errorf("%+v: estimate %d is far above the %d really used", c, est, allocated+int64(len(f)))
 		}
 	}

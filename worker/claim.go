@@ -42,9 +42,10 @@ func (w *Worker) claimJob(ctx context.Context, log zerolog.Logger, keys contract
 	if err != nil {
 		return false, nil, err
 	}
+	const create, overwrite = true, false // putClaim's ifAbsent
 	put := func(ifAbsent bool) error { return w.out.putClaim(ctx, keys.Claim, body, ifAbsent) }
 	outcome := "won"
-	if err := put(true); err != nil {
+	if err := put(create); err != nil {
 		if !s3errs.PreconditionFailed(err) {
 			return false, nil, fmt.Errorf("write claim: %w", err)
 		}
@@ -56,7 +57,7 @@ func (w *Worker) claimJob(ctx context.Context, log zerolog.Logger, keys contract
 			w.m.claims.WithLabelValues("lost").Inc()
 			return false, nil, nil
 		}
-		if err := put(false); err != nil {
+		if err := put(overwrite); err != nil {
 			return false, nil, fmt.Errorf("write claim: %w", err)
 		}
 		outcome = "taken_over"

@@ -59,7 +59,7 @@ type diarization struct {
 	chunks int
 }
 
-// diarizeChunk is a chunk's samples at offset (samples at ModelRate) in
+// diarizeChunk is a chunk's samples at offset (samples at modelRate) in
 // the recording; release, if any, gives its buffer back once it is sent.
 type diarizeChunk struct {
 	offset  int
@@ -96,9 +96,9 @@ func (d *diarization) run() {
 func (d *diarization) step(c diarizeChunk) error {
 	res, err := d.w.dz.Diarize(d.ctx, triton.DiarizeRequest{Samples: c.samples, State: d.state, Priority: d.infer.priority})
 	if err != nil {
-		return diarizeError(fmt.Errorf("diarize chunk %d (%.2f s of audio at %.2f s): %w", d.chunks, float64(len(c.samples))/ModelRate, float64(c.offset)/ModelRate, err))
+		return diarizeError(fmt.Errorf("diarize chunk %d (%.2f s of audio at %.2f s): %w", d.chunks, float64(len(c.samples))/modelRate, float64(c.offset)/modelRate, err))
 	}
-	off := float64(c.offset) / ModelRate
+	off := float64(c.offset) / modelRate
 	for _, t := range res.Turns {
 		d.turns = append(d.turns, triton.DiarizeTurn{Start: t.Start + off, End: t.End + off, Speaker: t.Speaker})
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"golang.org/x/sync/errgroup"
@@ -18,7 +19,7 @@ import (
 )
 
 // chunkSpan is where a chunk lies in the recording, in samples at
-// ModelRate: what stitching needs once its samples are gone.
+// modelRate: what stitching needs once its samples are gone.
 type chunkSpan struct{ offset, length, overlap int }
 
 // fanout sends a recording's chunks to the partitions as they come, at most
@@ -42,11 +43,22 @@ func (w *Worker) newFanout(ctx context.Context, infer inference) *fanout {
 	return &fanout{w: w, ctx: gctx, cancel: cancel, g: g, infer: infer}
 }
 
-// send transcribes chunk c in its own goroutine. pooled: c.Samples came
-// from getFloats, is the fanout's to level in place, and goes back to the
-// pool after the request. Otherwise c.Samples is levelled in place unless
-// shared (another chunk overlaps it), then on a copy.
-func (f *fanout) send(c audio.Chunk, pooled, shared bool) error {
+// samplesFrom says where a chunk's samples came from: fromPool, getFloats
+// (the fanout's to level in place, back to the pool after the request), or
+// fromRecording, a slice of the recording.
+type samplesFrom bool
+
+const (
+	fromPool      samplesFrom = true
+	fromRecording samplesFrom = false
+)
+
+// send transcribes chunk c in its own goroutine. Samples from the pool are
+// levelled in place and go back to the pool after the request; a slice of
+// the recording is levelled in place unless shared (another chunk overlaps
+// it), then on a copy.
+func (f *fanout) send(c audio.Chunk, from samplesFrom, shared bool) error {
+	pooled := from == fromPool
 	i := len(f.spans)
 	f.spans = append(f.spans, chunkSpan{offset: c.Offset, length: len(c.Samples), overlap: c.Overlap})
 	r := new(triton.Result)
@@ -89,7 +101,7 @@ func (f *fanout) send(c audio.Chunk, pooled, shared bool) error {
 			defer putFloats(c.Samples)
 		}
 		// Samples diarization reads as well are levelled on a copy.
-		return f.w.transcribeChunk(f.ctx, f.infer, i, c.Samples, r, !pooled && (shared || f.diar != nil))
+		return f.w.inferChunk(f.ctx, f.infer, i, c.Samples, r, !pooled && (shared || f.diar != nil))
 	})
 	return nil
 }
@@ -100,9 +112,9 @@ func (f *fanout) wait() error {
 	return f.g.Wait()
 }
 
-// transcribeChunk levels samples (on a copy when copyFirst) and transcribes
+// inferChunk levels samples (on a copy when copyFirst) and transcribes
 // them into r.
-func (w *Worker) transcribeChunk(ctx context.Context, infer inference, i int, samples []float32, r *triton.Result, copyFirst bool) (err error) {
+func (w *Worker) inferChunk(ctx context.Context, infer inference, i int, samples []float32, r *triton.Result, copyFirst bool) (err error) {
 	// errgroup does not recover: a panic here would end the process with
 	// every job in hand.
 	defer func() {
@@ -126,7 +138,7 @@ func (w *Worker) transcribeChunk(ctx context.Context, infer inference, i int, sa
 		case errors.Is(err, triton.ErrPoisonInput):
 			// The model's own message names what failed; it carries no
 			// audio and no transcript.
-			return Permanent(contract.ClassModelFailed, fmt.Errorf("chunk %d (%.2f s of audio): %w", i, float64(len(samples))/ModelRate, err))
+			return Permanent(contract.ClassModelFailed, fmt.Errorf("chunk %d (%.2f s of audio): %w", i, float64(len(samples))/modelRate, err))
 		case errors.Is(err, triton.ErrServerFault) && ctx.Err() == nil:
 			if _, ok := w.tr.(inferenceProber); ok {
 				// Faults on every attempt: the partitions may all be
@@ -141,38 +153,31 @@ func (w *Worker) transcribeChunk(ctx context.Context, infer inference, i int, sa
 	return nil
 }
 
-// splitConfig is how this worker cuts recordings (SplitPolicy).
+// splitConfig is how this worker cuts recordings (audio.ChunkSplit):
+// chunks overlap where no pause was found only when word times let the
+// overlap be resolved.
 func (w *Worker) splitConfig() audio.SplitConfig {
-	return SplitPolicy(w.cfg.Audio.ChunkSeconds, w.cfg.Audio.Timestamps)
-}
-
-// SplitPolicy is how recordings are cut, for the worker and every
-// benchmark that sends what it sends: at pauses (30-ms frames), into chunks
-// of at most chunkSeconds, overlapping by a second where no pause was found
-// to cut at when word times (timestamps) let the overlap be resolved
-// (stitch keeps each word once).
-func SplitPolicy(chunkSeconds float64, timestamps bool) audio.SplitConfig {
-	overlap := 0
-	if timestamps {
-		overlap = ModelRate
+	var overlap time.Duration
+	if w.cfg.Audio.Timestamps {
+		overlap = audio.StitchOverlap
 	}
-	return audio.SplitConfig{Max: int(chunkSeconds * ModelRate), Frame: ModelRate * 30 / 1000, Overlap: overlap}
+	return audio.ChunkSplit(modelRate, w.cfg.Audio.ChunkSeconds, overlap)
 }
 
-// transcribe splits samples (at ModelRate) at quiet points, transcribes
+// transcribeSamples splits samples (at modelRate) at quiet points, transcribes
 // the chunks in parallel and stitches the results in order with absolute
 // timestamps; a job that asks for speakers has them diarized meanwhile.
-func (w *Worker) transcribe(ctx context.Context, samples []float32, infer inference) (contract.Transcript, spoken, error) {
+func (w *Worker) transcribeSamples(ctx context.Context, samples []float32, infer inference) (contract.Transcript, spoken, error) {
 	chunks := audio.Split(samples, w.splitConfig())
 	infer.prog.total.Store(int64(len(chunks)))
 	// The recording is in memory: diarization may queue every chunk, and
 	// transcription never waits for it.
 	d := w.startDiarization(ctx, infer, len(chunks))
-	tr, err := w.transcribeChunks(ctx, samples, chunks, infer, d)
+	tr, err := w.inferChunks(ctx, samples, chunks, infer, d)
 	return tr, d.end(infer, err), err
 }
 
-func (w *Worker) transcribeChunks(ctx context.Context, samples []float32, chunks []audio.Chunk, infer inference, d *diarization) (contract.Transcript, error) {
+func (w *Worker) inferChunks(ctx context.Context, samples []float32, chunks []audio.Chunk, infer inference, d *diarization) (contract.Transcript, error) {
 	if len(chunks) == 1 {
 		// A short recording: no goroutine for its one chunk.
 		var r triton.Result
@@ -182,7 +187,7 @@ func (w *Worker) transcribeChunks(ctx context.Context, samples []float32, chunks
 					return contract.Transcript{}, err
 				}
 			}
-			if err := w.transcribeChunk(ctx, infer, 0, samples, &r, d != nil); err != nil {
+			if err := w.inferChunk(ctx, infer, 0, samples, &r, d != nil); err != nil {
 				return contract.Transcript{}, err
 			}
 		}
@@ -194,7 +199,7 @@ func (w *Worker) transcribeChunks(ctx context.Context, samples []float32, chunks
 		// Overlapping chunks share samples and are sent at once: each
 		// levels its own copy.
 		shared := c.Overlap > 0 || i+1 < len(chunks) && chunks[i+1].Overlap > 0
-		if err := f.send(c, false, shared); err != nil {
+		if err := f.send(c, fromRecording, shared); err != nil {
 			return contract.Transcript{}, f.abort(err)
 		}
 	}
@@ -218,13 +223,13 @@ const (
 // with times from the recording's start; overlapping chunks are joined by
 // rule (JoinAlign or JoinMiddle).
 func stitch(spans []chunkSpan, results []*triton.Result, total int, rule string) contract.Transcript {
-	t := contract.Transcript{Schema: contract.TranscriptSchema, Chunks: len(spans), DurationSec: float64(total) / ModelRate}
+	t := contract.Transcript{Schema: contract.TranscriptSchema, Chunks: len(spans), DurationSec: float64(total) / modelRate}
 	// Each chunk's words in recording time, and which of them it keeps:
 	// [from[i], to[i]). Where two chunks overlap, the join decides.
 	words := make([][]triton.Word, len(results))
 	from, to := make([]int, len(results)), make([]int, len(results))
 	for i, r := range results {
-		off := float64(spans[i].offset) / ModelRate
+		off := float64(spans[i].offset) / modelRate
 		words[i] = make([]triton.Word, len(r.Words))
 		for k, wd := range r.Words {
 			wd.Start += off
@@ -235,8 +240,8 @@ func stitch(spans []chunkSpan, results []*triton.Result, total int, rule string)
 	}
 	for i := 0; i+1 < len(results); i++ {
 		if spans[i+1].overlap > 0 {
-			start := float64(spans[i+1].offset) / ModelRate
-			end := start + float64(spans[i+1].overlap)/ModelRate
+			start := float64(spans[i+1].offset) / modelRate
+			end := start + float64(spans[i+1].overlap)/modelRate
 			if rule == JoinMiddle {
 				to[i], from[i+1] = joinAtMiddle(words[i], words[i+1], (start+end)/2)
 			} else {
@@ -266,8 +271,8 @@ func stitch(spans []chunkSpan, results []*triton.Result, total int, rule string)
 		}
 		if len(r.Words) == 0 && text != "" {
 			// No timings from the model: one segment per chunk.
-			off := float64(c.offset) / ModelRate
-			t.Segments = append(t.Segments, contract.Segment{Start: off, End: off + float64(c.length)/ModelRate, Text: text})
+			off := float64(c.offset) / modelRate
+			t.Segments = append(t.Segments, contract.Segment{Start: off, End: off + float64(c.length)/modelRate, Text: text})
 		}
 	}
 	t.Text = strings.Join(texts, " ")

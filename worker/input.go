@@ -44,7 +44,7 @@ func (i inputs) open(ctx context.Context, job contract.Job) (opened, error) {
 		Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID),
 		Range: aws.String(fmt.Sprintf("bytes=0-%d", firstRead-1)),
 	})
-	err = i.deps.answer(inputDep(job.Bucket), job.Key, true, err)
+	err = i.deps.answer(inputDep(job.Bucket), job.Key, readRequest, err)
 	switch {
 	case err == nil:
 	case s3errs.ObjectNotFound(err):
@@ -79,7 +79,7 @@ func (i inputs) open(ctx context.Context, job contract.Job) (opened, error) {
 // head learns the input's ETag, version and size from a HEAD.
 func (i inputs) head(ctx context.Context, job contract.Job) (opened, error) {
 	h, err := i.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(job.Bucket), Key: aws.String(job.Key), VersionId: optional(job.VersionID)})
-	err = i.deps.answer(inputDep(job.Bucket), job.Key, false, err)
+	err = i.deps.answer(inputDep(job.Bucket), job.Key, otherRequest, err)
 	switch {
 	case s3errs.ObjectNotFound(err):
 		return opened{}, Permanentf(contract.ClassMissing, "s3://%s/%s does not exist", job.Bucket, job.Key)
@@ -100,7 +100,7 @@ func (i inputs) get(ctx context.Context, job contract.Job, in *contract.InputRef
 		get.Range = aws.String(rng)
 	}
 	obj, err := i.s3.GetObject(ctx, get)
-	err = i.deps.answer(inputDep(job.Bucket), job.Key, true, err)
+	err = i.deps.answer(inputDep(job.Bucket), job.Key, readRequest, err)
 	switch {
 	case err == nil:
 		return obj, nil
@@ -115,10 +115,10 @@ func (i inputs) get(ctx context.Context, job contract.Job, in *contract.InputRef
 	}
 }
 
-// probe tells whether bucket answers without reading any failing object:
+// answers tells whether bucket answers without reading any failing object:
 // it lists under a failing key, then reads one byte of a key it served
 // lately (a key that is gone, empty or archived answers too).
-func (i inputs) probe(ctx context.Context, bucket string, failing, served []string) error {
+func (i inputs) answers(ctx context.Context, bucket string, failing, served []string) error {
 	// The listing needs s3:ListBucket under the input prefixes (the worker
 	// policy grants it, so a HEAD of a missing key answers 404): under a
 	// failing key, it is inside them.

@@ -16,8 +16,8 @@ import (
 	"github.com/fleetscribe/fleetscribe/modelspec"
 )
 
-// ModelRate is the sample rate the model takes (the contract's).
-const ModelRate = modelspec.SampleRate
+// modelRate is the sample rate the model takes (the contract's).
+const modelRate = modelspec.SampleRate
 
 // A job's walk, top to bottom: each stage is a method of task, run in this
 // order by run; the first stage that ends the job returns its outcome.
@@ -189,7 +189,7 @@ func (t *task) run(ctx context.Context) (string, error) {
 		t.rejected = true
 		return "", err
 	}
-	if err := t.open(ctx); err != nil {
+	if err := t.openInput(ctx); err != nil {
 		return "", err
 	}
 	if t.superseded() {
@@ -304,9 +304,9 @@ func (w *Worker) servedModels() string {
 	return s
 }
 
-// open reads the input's first bytes and learns its ETag, version and
+// openInput reads the input's first bytes and learns its ETag, version and
 // size, and with them the job's output keys.
-func (t *task) open(ctx context.Context) error {
+func (t *task) openInput(ctx context.Context) error {
 	start := time.Now()
 	obj, err := t.w.in.open(ctx, t.job)
 	t.opening = time.Since(start)
@@ -423,7 +423,7 @@ func (t *task) admit(ctx context.Context) error {
 	need := t.w.estimateMemory(t.in.Size, t.info, t.streaming)
 	if t.infer.speakers.On() && t.streaming {
 		// Chunks copied for diarization: those queued and the one it sends.
-		need += (diarizeQueue + 1) * int64(t.w.cfg.Audio.ChunkSeconds*ModelRate) * 4
+		need += (diarizeQueue + 1) * int64(t.w.cfg.Audio.ChunkSeconds*modelRate) * 4
 	}
 	release, err := t.w.gate.acquire(ctx, need)
 	if err != nil {

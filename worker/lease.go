@@ -244,18 +244,28 @@ func (d *deleter) run(ctx context.Context) {
 			d.mu.Lock()
 			d.stopped = true
 			d.mu.Unlock()
-			d.flushAll(context.WithoutCancel(ctx), true)
+			d.flushAll(context.WithoutCancel(ctx), withPartial)
 			return
 		case <-t.C:
-			d.flushAll(ctx, true)
+			d.flushAll(ctx, withPartial)
 		case <-d.kick:
-			d.flushAll(ctx, false)
+			d.flushAll(ctx, fullOnly)
 		}
 	}
 }
 
-// flushAll sends the full batches, and with partial also the rest.
-func (d *deleter) flushAll(ctx context.Context, partial bool) {
+// batches says which of the pending deletions flushAll sends: fullOnly
+// batches of ten, or withPartial the rest as well.
+type batches bool
+
+const (
+	fullOnly    batches = false
+	withPartial batches = true
+)
+
+// flushAll sends the full batches, and withPartial also the rest.
+func (d *deleter) flushAll(ctx context.Context, which batches) {
+	partial := which == withPartial
 	type batch struct {
 		url  string
 		dels []*deletion

@@ -67,21 +67,30 @@ type unreachableError struct {
 func (e *unreachableError) Error() string { return e.err.Error() }
 func (e *unreachableError) Unwrap() error { return e.err }
 
-// answer learns from the outcome of a request for key to dep (read: a GET
-// of the object's bytes, which the input probe can ask again): nil, or an
+// request is what a request to a dependency was: a read of the object's
+// bytes (which the input probe can ask again), or anything else.
+type request bool
+
+const (
+	readRequest  request = true
+	otherRequest request = false
+)
+
+// answer learns from the outcome of a request for key to dep (a
+// readRequest: a GET of the object's bytes, remembered for the probe): nil, or an
 // error the service gave about the request itself (not found, precondition
 // failed), says dep answers; an error that says dep, not the request, is
 // at fault (the bucket does not exist, access is denied, the service fails
 // or cannot be reached) is returned as an unreachableError. d may be nil
 // (a worker's adapter outside Run).
-func (d *dependencies) answer(dep, key string, read bool, err error) error {
+func (d *dependencies) answer(dep, key string, kind request, err error) error {
 	switch {
 	case err != nil && dependencyFault(err):
 		return &unreachableError{dep: dep, key: key, err: err}
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return err
 	case d != nil:
-		d.ok(dep, key, read && err == nil)
+		d.ok(dep, key, kind == readRequest && err == nil)
 	}
 	return err
 }

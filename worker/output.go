@@ -31,7 +31,7 @@ type outputs struct {
 // exists reports whether key exists, with one HEAD.
 func (o outputs) exists(ctx context.Context, key string) (bool, error) {
 	_, err := o.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
-	err = o.deps.answer(depOutput, key, false, err)
+	err = o.deps.answer(depOutput, key, otherRequest, err)
 	switch {
 	case err == nil:
 		return true, nil
@@ -81,7 +81,7 @@ func (o outputs) errorRecord(ctx context.Context, key string, rec contract.Error
 // HEAD to look first is not.
 func (o outputs) remove(ctx context.Context, key string) error {
 	_, err := o.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
-	return o.deps.answer(depOutput, key, false, err)
+	return o.deps.answer(depOutput, key, otherRequest, err)
 }
 
 // writeCheck is the key under the output prefix that probes whether the
@@ -89,9 +89,9 @@ func (o outputs) remove(ctx context.Context, key string) error {
 // Output keys start with a bucket name, never with '_'.
 const writeCheck = "_write-check"
 
-// probe writes the write check: the output bucket takes the worker's
+// checkWrites writes the write check: the output bucket takes the worker's
 // writes. At start, and while the bucket is down.
-func (o outputs) probe(ctx context.Context, prefix string) error {
+func (o outputs) checkWrites(ctx context.Context, prefix string) error {
 	body := []byte(`{"written_by":"fleetscribe worker","purpose":"checks that the output prefix can be written"}`)
 	err := o.put(ctx, prefix+writeCheck, body, "application/json", "", nil)
 	if err != nil {
@@ -111,13 +111,13 @@ func (o outputs) putClaim(ctx context.Context, key string, body []byte, ifAbsent
 		in.IfNoneMatch = aws.String("*")
 	}
 	_, err := o.s3.PutObject(ctx, in)
-	return o.deps.answer(depOutput, key, false, err)
+	return o.deps.answer(depOutput, key, otherRequest, err)
 }
 
 // read returns at most limit bytes of key, or nil when there is none.
 func (o outputs) read(ctx context.Context, key string, limit int64) ([]byte, error) {
 	out, err := o.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(o.bucket), Key: aws.String(key)})
-	if err = o.deps.answer(depOutput, key, false, err); err != nil {
+	if err = o.deps.answer(depOutput, key, otherRequest, err); err != nil {
 		if s3errs.ObjectNotFound(err) {
 			return nil, nil
 		}
@@ -148,7 +148,7 @@ func (o outputs) put(ctx context.Context, key string, body []byte, ctype, taggin
 		ContentType: aws.String(ctype), ContentLength: aws.Int64(int64(len(body))),
 		Tagging: optional(tagging), Metadata: meta,
 	})
-	if err = o.deps.answer(depOutput, key, false, err); err != nil {
+	if err = o.deps.answer(depOutput, key, otherRequest, err); err != nil {
 		err = fmt.Errorf("put s3://%s/%s: %w", o.bucket, key, err)
 		if outputRejected(err) {
 			return Permanent(contract.ClassOutputRejected, err)

@@ -24,8 +24,8 @@ func (m *scriptModel) Transcribe(_ context.Context, req triton.Request) (triton.
 	m.mu.Lock()
 	m.chunks++
 	m.mu.Unlock()
-	start := float64(req.Samples[0]) / ModelRate
-	end := start + float64(len(req.Samples))/ModelRate
+	start := float64(req.Samples[0]) / modelRate
+	end := start + float64(len(req.Samples))/modelRate
 	var r triton.Result
 	for k := 0; ; k++ {
 		ws, we := 0.4*float64(k), 0.4*float64(k)+0.3
@@ -49,7 +49,7 @@ func (m *scriptModel) Transcribe(_ context.Context, req triton.Request) (triton.
 // in order, at its time. Without the overlap, words cut in two are lost.
 func TestStitchedOverlapKeepsEveryWordOnce(t *testing.T) {
 	const seconds = 100
-	samples := make([]float32, seconds*ModelRate)
+	samples := make([]float32, seconds*modelRate)
 	for i := range samples {
 		samples[i] = float32(i)
 	}
@@ -60,7 +60,7 @@ func TestStitchedOverlapKeepsEveryWordOnce(t *testing.T) {
 	for _, timestamps := range []bool{true, false} {
 		m := &scriptModel{}
 		w := &Worker{cfg: Config{Audio: AudioConfig{ChunkSeconds: 30, ChunkParallelism: 4, Timestamps: timestamps}}, tr: m}
-		tr, _, err := w.transcribe(context.Background(), samples, inference{model: "asr", prog: &progress{}})
+		tr, _, err := w.transcribeSamples(context.Background(), samples, inference{model: "asr", prog: &progress{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,14 +106,14 @@ func (l *levelCheck) Transcribe(_ context.Context, req triton.Request) (triton.R
 // copy: every chunk arrives levelled, and the shared samples are not
 // scaled twice or raced on.
 func TestOverlappingChunksLevelledApart(t *testing.T) {
-	samples := make([]float32, 100*ModelRate)
+	samples := make([]float32, 100*modelRate)
 	for i := range samples {
 		samples[i] = 0.001 * float32(1+i%7) // quiet, and never a pause
 	}
 	orig := append([]float32(nil), samples...)
 	l := &levelCheck{}
 	w := &Worker{cfg: Config{Audio: AudioConfig{ChunkSeconds: 30, ChunkParallelism: 4, Timestamps: true, Normalize: true}}, tr: l}
-	if _, _, err := w.transcribe(context.Background(), samples, inference{model: "asr", prog: &progress{}}); err != nil {
+	if _, _, err := w.transcribeSamples(context.Background(), samples, inference{model: "asr", prog: &progress{}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(l.peaks) < 4 {
@@ -138,7 +138,7 @@ func TestOverlappingChunksLevelledApart(t *testing.T) {
 func TestOverlapJoinAlignsSharedWords(t *testing.T) {
 	// Chunk 0 covers 140-165 s, chunk 1 starts at 164 s (1 s of overlap,
 	// middle 164.5 s). Times below are in each chunk's own time.
-	spans := []chunkSpan{{offset: 140 * ModelRate, length: 25 * ModelRate}, {offset: 164 * ModelRate, length: 20 * ModelRate, overlap: ModelRate}}
+	spans := []chunkSpan{{offset: 140 * modelRate, length: 25 * modelRate}, {offset: 164 * modelRate, length: 20 * modelRate, overlap: modelRate}}
 	w := func(s string, start, end float64) triton.Word { return triton.Word{Word: s, Start: start, End: end} }
 	for name, c := range map[string]struct{ a, b []triton.Word }{
 		// The case seen on a noisy recording: 164.29-164.63 in the first
@@ -153,7 +153,7 @@ func TestOverlapJoinAlignsSharedWords(t *testing.T) {
 		},
 	} {
 		results := []*triton.Result{{Text: "x", Words: c.a}, {Text: "y", Words: c.b}}
-		tr := stitch(spans, results, 184*ModelRate, JoinAlign)
+		tr := stitch(spans, results, 184*modelRate, JoinAlign)
 		if tr.Text != "turn left at the light" {
 			t.Errorf("%s: %q, want each word once", name, tr.Text)
 		}
@@ -167,7 +167,7 @@ func TestOverlapJoinAlignsSharedWords(t *testing.T) {
 	// overlap): the middle rule still keeps each side's own.
 	a := []triton.Word{w("one", 24.1, 24.3)}
 	b := []triton.Word{w("two", 0.7, 0.9)}
-	if tr := stitch(spans, []*triton.Result{{Words: a}, {Words: b}}, 184*ModelRate, JoinAlign); tr.Text != "one two" {
+	if tr := stitch(spans, []*triton.Result{{Words: a}, {Words: b}}, 184*modelRate, JoinAlign); tr.Text != "one two" {
 		t.Errorf("no shared word: %q, want \"one two\"", tr.Text)
 	}
 }

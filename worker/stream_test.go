@@ -18,6 +18,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest"
 	"github.com/fleetscribe/fleetscribe/lab/servers/tritontest/kserve"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
@@ -31,9 +32,9 @@ func expectedText(t *testing.T, rec []byte, cfg worker.Config) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := audio.Resample(clip.Samples, clip.Rate, worker.ModelRate)
+	x := audio.Resample(clip.Samples, clip.Rate, modelspec.SampleRate)
 	var parts []string
-	for _, c := range audio.Split(x, audio.SplitConfig{Max: int(cfg.Audio.ChunkSeconds * worker.ModelRate), Frame: worker.ModelRate * 30 / 1000, Overlap: worker.ModelRate}) {
+	for _, c := range audio.Split(x, audio.SplitConfig{Max: int(cfg.Audio.ChunkSeconds * modelspec.SampleRate), Frame: modelspec.SampleRate * 30 / 1000, Overlap: modelspec.SampleRate}) {
 		s := append([]float32(nil), c.Samples...)
 		_, _ = audio.Normalize(s)
 		parts = append(parts, tritontest.Fingerprint(s))

@@ -25,7 +25,7 @@ const streamBlock = 1 << 15
 // streamBytes bounds what a streaming job holds besides its chunks: the
 // decoder's block and buffers, the resampler's and splitter's windows.
 func (w *Worker) streamBytes() int64 {
-	chunk := int64(w.cfg.Audio.ChunkSeconds * ModelRate * 4)
+	chunk := int64(w.cfg.Audio.ChunkSeconds * modelRate * 4)
 	return 3*chunk + 16*streamBlock + 2<<20
 }
 
@@ -73,7 +73,7 @@ func (w *Worker) streamChunks(ctx context.Context, s *streamed, infer inference,
 	}
 	defer func() { _ = src.Close() }()
 	s.channels = audio.ChannelCount(src)
-	rs := audio.NewResampler(src.Rate(), ModelRate)
+	rs := audio.NewResampler(src.Rate(), modelRate)
 	sp := audio.NewSplitter(w.splitConfig())
 	f := w.newFanout(ctx, infer)
 	f.diar = d
@@ -82,7 +82,7 @@ func (w *Worker) streamChunks(ctx context.Context, s *streamed, infer inference,
 	// length is guessed from their size), until the last is cut.
 	estimate := int64(min(info.Duration(), w.cfg.Inputs.MaxAudioSeconds)/w.cfg.Audio.ChunkSeconds) + 1
 	prog.total.Store(estimate)
-	limit := int64(w.cfg.Inputs.MaxAudioSeconds * ModelRate)
+	limit := int64(w.cfg.Inputs.MaxAudioSeconds * modelRate)
 	block := getFloats(streamBlock)[:streamBlock]
 	defer putFloats(block)
 	var (
@@ -122,7 +122,7 @@ func (w *Worker) streamChunks(ctx context.Context, s *streamed, infer inference,
 			}
 			// The splitter's samples are its own until its next Write.
 			c.Samples = append(getFloats(len(c.Samples)), c.Samples...)
-			if err := f.send(c, true, false); err != nil {
+			if err := f.send(c, fromPool, false); err != nil {
 				return contract.Transcript{}, f.abort(err)
 			}
 			prog.total.Store(max(estimate, int64(len(f.spans))))
@@ -247,10 +247,10 @@ func (w *Worker) transcribeObject(ctx context.Context, data []byte, infer infere
 	w.m.since(StageDecode, start)
 	start = time.Now()
 	rate := clip.Rate
-	samples := audio.Resample(clip.Samples, clip.Rate, ModelRate)
+	samples := audio.Resample(clip.Samples, clip.Rate, modelRate)
 	w.m.since(StageResample, start)
 	start = time.Now()
-	t, heard, err := w.transcribe(ctx, samples, infer)
+	t, heard, err := w.transcribeSamples(ctx, samples, infer)
 	if err != nil {
 		return contract.Transcript{}, heard, err
 	}

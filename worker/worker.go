@@ -187,7 +187,7 @@ func (w *Worker) checkQueue(ctx context.Context, url string) error {
 func (w *Worker) probeFor(name string) prober {
 	switch name {
 	case depOutput:
-		return func(ctx context.Context, _, _ []string) error { return w.out.probe(ctx, w.cfg.Outputs.Prefix) }
+		return func(ctx context.Context, _, _ []string) error { return w.out.checkWrites(ctx, w.cfg.Outputs.Prefix) }
 	case depInference:
 		if ip, ok := w.tr.(inferenceProber); ok {
 			return func(ctx context.Context, _, _ []string) error { return ip.Probe(ctx) }
@@ -196,6 +196,6 @@ func (w *Worker) probeFor(name string) prober {
 	}
 	bucket := strings.TrimPrefix(name, inputDep(""))
 	return func(ctx context.Context, failing, served []string) error {
-		return w.in.probe(ctx, bucket, failing, served)
+		return w.in.answers(ctx, bucket, failing, served)
 	}
 }

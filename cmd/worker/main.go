@@ -29,6 +29,7 @@ import (
 	"github.com/fleetscribe/fleetscribe/fleet"
 	"github.com/fleetscribe/fleetscribe/internal/awsconf"
 	"github.com/fleetscribe/fleetscribe/internal/flagenv"
+	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 	"github.com/fleetscribe/fleetscribe/worker"
 )
@@ -228,8 +229,8 @@ func (c *config) validate() (zerolog.Level, error) {
 	if err := c.model.Validate(); err != nil {
 		return 0, err
 	}
-	if m := c.model.MaxChunk(); m > 0 && int(c.worker.Audio.ChunkSeconds*worker.ModelRate) > m {
-		return 0, fmt.Errorf("-chunk-seconds %g is longer than the largest bucket (%gs): chunks must fit a bucket", c.worker.Audio.ChunkSeconds, float64(m)/worker.ModelRate)
+	if m := c.model.MaxChunk(); m > 0 && int(c.worker.Audio.ChunkSeconds*modelspec.SampleRate) > m {
+		return 0, fmt.Errorf("-chunk-seconds %g is longer than the largest bucket (%gs): chunks must fit a bucket", c.worker.Audio.ChunkSeconds, float64(m)/modelspec.SampleRate)
 	}
 	if c.gpus < 1 {
 		return 0, errors.New("-gpus must be at least 1")
@@ -249,7 +250,7 @@ func (c *config) derive(limit int64) {
 	// Every job in hand may have a request or two to S3 in flight, and
 	// each call past the idle pool would open a new connection.
 	c.aws.IdleConnsPerHost = 2*c.worker.Jobs.Concurrency + 16
-	c.pool.ChunkSamples = int(c.worker.Audio.ChunkSeconds * worker.ModelRate)
+	c.pool.ChunkSamples = int(c.worker.Audio.ChunkSeconds * modelspec.SampleRate)
 	if c.pool.SharedMemoryBudget == 0 {
 		c.pool.SharedMemoryBudget = limit / 4
 	}

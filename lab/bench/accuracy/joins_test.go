@@ -19,7 +19,6 @@ import (
 	"github.com/fleetscribe/fleetscribe/lab/kit/wer"
 	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 // cpuTriton serves real Triton with the CPU recogniser of
@@ -234,7 +233,7 @@ func TestJoinAccuracy(t *testing.T) {
 // middle of each overlap, in seconds; and how many chunks overlap their
 // predecessor.
 func joinsOf(samples []float32, chunkSeconds float64) (joins []float64, overlapped int) {
-	for _, c := range audio.Split(samples, worker.SplitPolicy(chunkSeconds, true)) {
+	for _, c := range audio.Split(samples, audio.ChunkSplit(modelspec.SampleRate, chunkSeconds, audio.StitchOverlap)) {
 		if c.Offset > 0 {
 			joins = append(joins, (float64(c.Offset)+float64(c.Overlap)/2)/16000)
 		}

@@ -30,7 +30,6 @@ import (
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/lab/kit/procstat"
 	"github.com/fleetscribe/fleetscribe/modelspec"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 func main() {
@@ -121,7 +120,7 @@ func stream(path string) (int, error) {
 	}
 	defer s.Close()
 	rs := audio.NewResampler(s.Rate(), modelspec.SampleRate)
-	sp := audio.NewSplitter(worker.SplitPolicy(30, true))
+	sp := audio.NewSplitter(audio.ChunkSplit(modelspec.SampleRate, 30, audio.StitchOverlap))
 	var held [inFlight][]float32
 	block := make([]float32, 1<<15)
 	var out []float32

@@ -23,7 +23,6 @@ import (
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/lab/kit/synth"
 	"github.com/fleetscribe/fleetscribe/modelspec"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 const rate = modelspec.SampleRate
@@ -43,7 +42,7 @@ func main() {
 		sec := synth.RecordingSeconds(rng)
 		total += sec
 		x := synth.SpeechLike(rng, int(sec*rate), rate)
-		for _, c := range audio.Split(x, worker.SplitPolicy(*chunkSeconds, false)) {
+		for _, c := range audio.Split(x, audio.ChunkSplit(modelspec.SampleRate, *chunkSeconds, 0)) {
 			lengths = append(lengths, len(c.Samples))
 		}
 	}

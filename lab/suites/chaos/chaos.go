@@ -44,7 +44,6 @@ import (
 	"github.com/fleetscribe/fleetscribe/lab/servers/tritonproc"
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 // Config sizes a run.
@@ -398,7 +397,7 @@ func prepareClips(ctx context.Context, dir, addr string) ([][]byte, []string, er
 			if err != nil {
 				return nil, nil, err
 			}
-			samples := append([]float32(nil), audio.Resample(clip.Samples, clip.Rate, worker.ModelRate)...)
+			samples := append([]float32(nil), audio.Resample(clip.Samples, clip.Rate, modelspec.SampleRate)...)
 			// Each clip is one chunk, which the workers level (-normalize,
 			// on by default) before sending: the reference text is of the
 			// same samples.

@@ -29,7 +29,6 @@ import (
 	"github.com/fleetscribe/fleetscribe/modelspec"
 	"github.com/fleetscribe/fleetscribe/triton"
 	pb "github.com/fleetscribe/fleetscribe/triton/inference"
-	"github.com/fleetscribe/fleetscribe/worker"
 )
 
 const rate = modelspec.SampleRate
@@ -239,7 +238,7 @@ func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float
 		rng := rand.New(rand.NewPCG(uint64(client), uint64(time.Now().UnixNano())))
 		sec := synth.RecordingSeconds(rng)
 		x := synth.SpeechLike(rng, int(sec*rate), rate)
-		chunks := split(x, worker.SplitPolicy(chunkSeconds, true))
+		chunks := split(x, audio.ChunkSplit(modelspec.SampleRate, chunkSeconds, audio.StitchOverlap))
 		if mode == "only" {
 			return diarizeRecording(ctx, pool, chunks, phase, mu, true)
 		}
