@@ -33,6 +33,8 @@ the host.
 
     python lab/bench/gpu/encoder_profile.py --nemo MODEL.nemo --cache DIR --out profile.json
 """
+from __future__ import annotations
+
 import argparse
 import json
 import os
@@ -40,14 +42,19 @@ import sys
 import time
 import traceback
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
+from torch import Tensor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import encoder_study  # noqa: E402 - model.py's engines, speech-like clips, rel_diff
 import standin  # noqa: E402
+from gputime import median_time, sync  # noqa: E402
 
 KINDS = [  # (kind, substrings of a kernel's name), first match wins
     ("fft", ("fft", "FFT")),
@@ -63,23 +70,24 @@ KINDS = [  # (kind, substrings of a kernel's name), first match wins
 ]
 
 
-def kind(name):
+def kind(name: str) -> str:
     for k, subs in KINDS:
         if any(s in name for s in subs):
             return k
     return "other"
 
 
-def kernel_profile(fn):
+def kernel_profile(fn: Callable[[], Any]) -> dict[str, Any]:
     """GPU time by kind of kernel and the 12 longest kernels (ms, count) of one call of fn."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
-    encoder_study.sync()
+    sync()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
-        encoder_study.sync()
-    by_kind, by_name = defaultdict(float), defaultdict(lambda: [0.0, 0])
+        sync()
+    by_kind: defaultdict[str, float] = defaultdict(float)
+    by_name: defaultdict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA:
             continue
@@ -98,24 +106,24 @@ class DynamicEngine:
     symbolic (torch's automatic dynamic shapes). Its attention is that of
     like, a NemoEngine of the same model."""
 
-    def __init__(self, model, regions, rows, n, like):
+    def __init__(self, model: Any, regions: list[Any], rows: list[int], n: int, like: Any) -> None:
         self.model, self.rows, self.n = model, rows, n
         self.regions = [(m, torch.compile(m.forward)) for m in regions]
         self.compiled = self
         self.apply_attention = like.apply_attention
 
-    def describe(self):
+    def describe(self) -> tuple[str, str]:
         return "compiled_symbolic_batch", ""
 
-    def warm(self, run):
+    def warm(self, run: Callable[[int, int], None]) -> None:
         for rows in self.rows:
             run(self.n, rows)
 
-    def transcribe(self, audio, _rows, _timestamps, _verbose):
+    def transcribe(self, audio: list[npt.NDArray[np.float32]], _rows: int, _timestamps: bool, _verbose: bool) -> None:
         with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
             self.encode(audio)
 
-    def encode(self, audio):
+    def encode(self, audio: list[npt.NDArray[np.float32]]) -> tuple[Tensor, Tensor]:
         x = torch.from_numpy(np.stack(audio)).to("cuda")
         lens = torch.tensor([a.size for a in audio], device="cuda")
         for m, c in self.regions:
@@ -128,7 +136,7 @@ class DynamicEngine:
                 del m.forward
 
 
-def main():
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nemo", required=True)
     ap.add_argument("--cache", required=True)
@@ -142,19 +150,19 @@ def main():
     args = ap.parse_args()
     device = "cuda"
     mod = encoder_study.shipped()
-    from fleetscribe_asr import compiled, parakeet
+    from fleetscribe_asr import compiled
 
     model = mod.load_model(args.nemo, device)
     n = round(args.seconds * standin.SAMPLE_RATE)
     audio = encoder_study.clips(n, args.rows, 7 + args.rows)
     lengths = compiled.parse_buckets("%g" % args.seconds)
-    out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "rows": args.rows, "seconds": args.seconds,
-           "variants": {}}
+    out: dict[str, Any] = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "rows": args.rows,
+                           "seconds": args.seconds, "variants": {}}
     # Every engine shares the model: each puts back its own attention
     # before it runs (encode).
     eager = mod.NemoEngine(model, device, "bf16", mod.EncoderOptions(attention="model"))
 
-    def encode(engine, part=audio):
+    def encode(engine: Any, part: list[npt.NDArray[np.float32]] = audio) -> tuple[Tensor, Tensor]:
         engine.apply_attention()
         with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
             return engine.encode(part)
@@ -162,28 +170,29 @@ def main():
     ref, ref_frames = encode(eager)
     ref = ref.clone()
 
-    def engine_with(name, regions_of=None, whole=False, rows=(args.rows,), attention="model"):
+    def engine_with(name: str, regions_of: Callable[[Any], list[Any]] | None = None, whole: bool = False,
+                    rows: tuple[int, ...] = (args.rows,), attention: str = "model") -> Any:
         """A NemoEngine whose compiled encoder has the regions regions_of(model) gives (or none: whole)."""
         o = mod.EncoderOptions(mode="compiled", lengths=lengths, rows=list(rows), cache_dir=args.cache, attention=attention)
         e = mod.NemoEngine(model, device, "bf16", o, source=args.nemo)
         if regions_of is not None or whole:
-            key = "nemo-profile|%s|%s|%s" % (name, parakeet.source_identity(args.nemo), torch.__version__)
-            e.compiled = o.encoder(e.compiled.fn, device, key, [] if whole else regions_of(model))
+            key = "nemo-profile|%s|%s|%s" % (name, compiled.source_identity(args.nemo), torch.__version__)
+            e.compiled = o.encoder(e.compiled.fn, device, key, [] if whole or regions_of is None else regions_of(model))
         return e
 
-    def shipped_regions(m):
+    def shipped_regions(m: Any) -> list[Any]:
         return [m.encoder.pre_encode, *m.encoder.layers]
 
-    def sizes(name, engine):
+    def sizes(name: str, engine: Any) -> None:
         """The encoder's time at --small and --odd rows (ms)."""
-        got = {}
+        got: dict[str, float] = {}
         for rows in (args.small, args.odd):
 
-            def call(part=audio[:rows]):
+            def call(part: list[npt.NDArray[np.float32]] = audio[:rows]) -> tuple[Tensor, Tensor]:
                 return encode(engine, part)
 
             call()
-            got[str(rows)] = 1000 * encoder_study.timed(call, args.reps)
+            got[str(rows)] = 1000 * median_time(call, args.reps)
             # The GPU's busy time beside the wall clock: where the two part,
             # the call waits on the host (launches, guards), not the GPU.
             got[str(rows) + "_gpu"] = kernel_profile(call)["gpu_ms"]
@@ -191,7 +200,7 @@ def main():
         print("%-14s %s" % (name, ", ".join("%s rows %.1f ms (GPU %.1f)" % (r, got[str(r)], got[str(r) + "_gpu"])
                                             for r in (args.small, args.odd))), flush=True)
 
-    def measure(name, engine, more=None):
+    def measure(name: str, engine: Any, more: Callable[[str, Any], None] | None = None) -> None:
         t0 = time.perf_counter()
         try:
             engine.apply_attention()
@@ -201,7 +210,7 @@ def main():
             warm_s = time.perf_counter() - t0
             enc, _ = encode(engine)
             diff = encoder_study.rel_diff(ref, enc.clone(), ref_frames, 2)
-            ms = 1000 * encoder_study.timed(lambda: encode(engine), args.reps)
+            ms = 1000 * median_time(lambda: encode(engine), args.reps)
             prof = kernel_profile(lambda: encode(engine))
             v = {"ms": ms, "warm_s": warm_s, "mean_rel_diff": diff, "path": engine.describe()[0], **prof}
             if more:
@@ -222,11 +231,11 @@ def main():
     x = torch.from_numpy(np.stack(audio)).to(device)
     lens = torch.full((args.rows,), n, device=device, dtype=torch.int64)
 
-    def features():
+    def features() -> Any:
         with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
             return model.preprocessor(input_signal=x, length=lens)
 
-    out["features_eager_ms"] = 1000 * encoder_study.timed(features, args.reps)
+    out["features_eager_ms"] = 1000 * median_time(features, args.reps)
     out["features_profile"] = kernel_profile(features)
     print("features (eager) %.2f ms" % out["features_eager_ms"], flush=True)
 

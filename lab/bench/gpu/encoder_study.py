@@ -30,24 +30,30 @@ the time a restarted partition takes to load its compiled shapes. JSON to
     python lab/bench/gpu/encoder_study.py --nemo MODEL.nemo --cache DIR --buckets 45 --batches 16,64 --out study.json
     python lab/bench/gpu/encoder_study.py --standin --cache DIR --out study.json
 """
+from __future__ import annotations
+
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
+from torch import Tensor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODEL_PY = os.path.join(HERE, "..", "..", "..", "deploy", "triton", "models", "asr", "1", "model.py")
 sys.path.insert(0, HERE)
 import standin  # noqa: E402 - speech-like audio, and the stand-in itself
+from gputime import median_time, sync  # noqa: E402
 
 
-def shipped():
+def shipped() -> Any:
     """The shipped engines' code (model.py's package fleetscribe_asr): the
     compiled encoder and the Parakeet engine, as one namespace."""
     import types
@@ -59,24 +65,7 @@ def shipped():
                                  NemoEngine=parakeet.NemoEngine, load_model=parakeet.load_model)
 
 
-def sync():
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def timed(fn, reps=3):
-    fn()
-    times = []
-    for _ in range(reps):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def edit_distance(a, b):
+def edit_distance(a: Sequence[int], b: Sequence[int]) -> int:
     prev = list(range(len(b) + 1))
     for i, x in enumerate(a, 1):
         cur = [i]
@@ -86,14 +75,14 @@ def edit_distance(a, b):
     return prev[-1]
 
 
-def agreement(ref, got):
+def agreement(ref: list[list[int]], got: list[list[int]]) -> tuple[float, int]:
     """1 - summed token edit distance / summed reference tokens, and rows that differ."""
     dist = sum(edit_distance(r, g) for r, g in zip(ref, got, strict=False))
     total = sum(len(r) for r in ref)
     return 1 - dist / max(1, total), sum(r != g for r, g in zip(ref, got, strict=False))
 
 
-def rel_diff(ref, got, frames, time_dim):
+def rel_diff(ref: Tensor, got: Tensor, frames: Tensor, time_dim: int) -> float:
     """Mean |got - ref| / mean |ref| over each row's valid frames."""
     num = den = 0.0
     for i, n in enumerate(frames.tolist()):
@@ -110,7 +99,7 @@ class NemoSide:
     one copy of the model (the compiled regions run compiled only inside
     their own calls)."""
 
-    def __init__(self, mod, path, options, device):
+    def __init__(self, mod: Any, path: str, options: dict[str, Any], device: str) -> None:
         self.torch_model = mod.load_model(path, device)
         # The reference: eager, the attention as the model file says (NeMo's default).
         self.eager = mod.NemoEngine(self.torch_model, device, "bf16", mod.EncoderOptions(attention="model"))
@@ -118,29 +107,29 @@ class NemoSide:
         self.variants = {name: mod.NemoEngine(self.torch_model, device, "bf16", o, source=path) for name, o in options.items()}
         self.time_dim = 2  # [B, D, T]
 
-    def ctx(self):
+    def ctx(self) -> tuple[Any, Any]:
         return torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.cuda.is_available())
 
-    def encode(self, engine, audio):
+    def encode(self, engine: Any, audio: list[npt.NDArray[np.float32]]) -> tuple[Tensor, Tensor]:
         engine.apply_attention()  # the engines share one model
         a, b = self.ctx()
         with a, b:
             return engine.encode(audio)
 
-    def encode_fp32(self, audio):
+    def encode_fp32(self, audio: list[npt.NDArray[np.float32]]) -> tuple[Tensor, Tensor] | None:
         """Eager's output without autocast: the reference both bf16 paths
         are measured against."""
         self.eager.apply_attention()
         with torch.inference_mode():
             return self.eager.encode(audio)
 
-    def tokens(self, enc, frames):
+    def tokens(self, enc: Tensor, frames: Tensor) -> list[list[int]]:
         a, b = self.ctx()
         with a, b:
             hyps = self.torch_model.decoding.rnnt_decoder_predictions_tensor(enc, frames, return_hypotheses=True)
         return [h.y_sequence.tolist() if hasattr(h.y_sequence, "tolist") else list(h.y_sequence) for h in hyps]
 
-    def whole(self, engine, audio):
+    def whole(self, engine: Any, audio: list[npt.NDArray[np.float32]]) -> None:
         engine.apply_attention()
         engine.transcribe(audio, len(audio), False, False)
 
@@ -149,7 +138,7 @@ class StandinSide:
     """The stand-in behind its Engine, eagerly and with each compiled
     variant."""
 
-    def __init__(self, mod, options, device):  # noqa: ARG002 (the engines' signature)
+    def __init__(self, mod: Any, options: dict[str, Any], device: str) -> None:  # noqa: ARG002 (the engines' signature)
         dev = torch.device(device)
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         cfg = standin.Config() if dev.type == "cuda" else standin.Config.tiny()
@@ -165,28 +154,28 @@ class StandinSide:
                          for name, o in options.items()}
         self.time_dim = 1  # [B, T, D]
 
-    def encode(self, engine, audio):
+    def encode(self, engine: Any, audio: list[npt.NDArray[np.float32]]) -> tuple[Tensor, Tensor]:
         with torch.no_grad():
             return engine.encode(audio)
 
-    def encode_fp32(self, audio):  # noqa: ARG002
+    def encode_fp32(self, audio: list[npt.NDArray[np.float32]]) -> tuple[Tensor, Tensor] | None:  # noqa: ARG002
         return None  # the stand-in is built in bf16: it has no fp32 path
 
-    def tokens(self, enc, frames):
+    def tokens(self, enc: Tensor, frames: Tensor) -> list[list[int]]:
         with torch.no_grad():
             toks, _, _ = self.decode(self.model.decoder.project(enc, frames), frames)
         return toks
 
-    def whole(self, engine, audio):
+    def whole(self, engine: Any, audio: list[npt.NDArray[np.float32]]) -> None:
         engine.transcribe(audio, len(audio), False, False)
 
 
-def clips(n, count, seed):
+def clips(n: int, count: int, seed: int) -> list[npt.NDArray[np.float32]]:
     rng = np.random.default_rng(seed)
     return [standin.speech_like(rng, n) for _ in range(count)]
 
 
-def warm_only(args, mod, device):
+def warm_only(args: argparse.Namespace, mod: Any, device: str) -> None:
     """A restarted partition: load the model and its compiled shapes."""
     t0 = time.perf_counter()
     side = make_side(args, mod, device, only="compiled")
@@ -194,7 +183,7 @@ def warm_only(args, mod, device):
     engine = side.variants["compiled"]
     c = engine.compiled
 
-    def run(n, rows):
+    def run(n: int, rows: int) -> None:
         side.whole(engine, [np.zeros(n, dtype=np.float32)] * rows)
 
     c.warm(run)
@@ -202,7 +191,7 @@ def warm_only(args, mod, device):
     print(json.dumps({"load_s": loaded, "compiled_s": c.warm_seconds, "total_s": time.perf_counter() - t0, "cold": c.cold, "graphs": c.graphs}), flush=True)
 
 
-def options(args, mod):
+def options(args: argparse.Namespace, mod: Any) -> dict[str, Any]:
     """The compiled variants: the shipped one (CUDA graphs, args.casts),
     the same kernels launched one by one (nographs), and the other casts
     rule at the first batch size (othercasts)."""
@@ -210,7 +199,7 @@ def options(args, mod):
     batches = [int(x) for x in args.batches.split(",") if x]
     other = "eager" if args.casts == "fused" else "fused"
 
-    def o(rows, graphs=True, casts=args.casts, tuning="default", attention=args.attention):
+    def o(rows: list[int], graphs: bool = True, casts: str = args.casts, tuning: str = "default", attention: str = args.attention) -> Any:
         return mod.EncoderOptions(mode="compiled", lengths=lengths, rows=rows, graphs=graphs, casts=casts, cache_dir=args.cache,
                                   tuning=tuning, attention=attention)
 
@@ -220,12 +209,12 @@ def options(args, mod):
             "modelattn": o(batches, graphs=args.graphs == "on", attention=other_attention(args))}
 
 
-def other_attention(args):
+def other_attention(args: argparse.Namespace) -> str:
     """The attention the modelattn variant runs: the one not shipped."""
     return "model" if args.attention == "sdpa" else "sdpa"
 
 
-def make_side(args, mod, device, only=None):
+def make_side(args: argparse.Namespace, mod: Any, device: str, only: str | None = None) -> NemoSide | StandinSide:
     want = {only} if only else {"compiled", *args.variants.split(",")}
     opts = {k: v for k, v in options(args, mod).items() if k in want}
     if args.standin:
@@ -233,7 +222,7 @@ def make_side(args, mod, device, only=None):
     return NemoSide(mod, args.nemo, opts, device)
 
 
-def numerics(side, audio, p):
+def numerics(side: NemoSide | StandinSide, audio: list[npt.NDArray[np.float32]], p: dict[str, Any]) -> None:
     """Fills p with the compiled encoder's closeness to eager's at one
     batch: the outputs' mean relative difference over the valid frames, the
     decoded tokens' agreement with eager's and how many rows differ; the
@@ -275,7 +264,7 @@ def numerics(side, audio, p):
         p["compiled_vs_fp32_token_agreement"], _ = agreement(ref32, side.tokens(compiled_out, compiled_frames))
 
 
-def main():
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nemo", default="", help="the Parakeet-shaped .nemo (nemo_anchor.py --save)")
     ap.add_argument("--standin", action="store_true", help="study the stand-in instead")
@@ -319,19 +308,19 @@ def main():
         out["buckets"]["%g" % sec] = row
         for i, bs in enumerate(comp.rows):
             audio = clips(b, bs, 7 + bs)
-            eager_s = timed(lambda: side.encode(side.eager, audio))  # noqa: B023
-            comp_s = timed(lambda: side.encode(side.variants["compiled"], audio))  # noqa: B023
+            eager_s = median_time(lambda: side.encode(side.eager, audio))  # noqa: B023
+            comp_s = median_time(lambda: side.encode(side.variants["compiled"], audio))  # noqa: B023
             p = {"encoder_eager_ms": 1000 * eager_s, "encoder_compiled_ms": 1000 * comp_s, "speedup": eager_s / comp_s, "rows": bs}
             if side.eager_sdpa is not side.eager:
-                p["encoder_eager_sdpa_ms"] = 1000 * timed(lambda: side.encode(side.eager_sdpa, audio))  # noqa: B023
+                p["encoder_eager_sdpa_ms"] = 1000 * median_time(lambda: side.encode(side.eager_sdpa, audio))  # noqa: B023
             if "modelattn" in side.variants:
-                p["encoder_modelattn_ms"] = 1000 * timed(lambda: side.encode(side.variants["modelattn"], audio))  # noqa: B023
+                p["encoder_modelattn_ms"] = 1000 * median_time(lambda: side.encode(side.variants["modelattn"], audio))  # noqa: B023
             if "nographs" in side.variants:
-                p["encoder_nographs_ms"] = 1000 * timed(lambda: side.encode(side.variants["nographs"], audio))  # noqa: B023
+                p["encoder_nographs_ms"] = 1000 * median_time(lambda: side.encode(side.variants["nographs"], audio))  # noqa: B023
             if i == 0 and "othercasts" in side.variants:  # compiled at the first batch size only
-                p["encoder_othercasts_ms"] = 1000 * timed(lambda: side.encode(side.variants["othercasts"], audio))  # noqa: B023
+                p["encoder_othercasts_ms"] = 1000 * median_time(lambda: side.encode(side.variants["othercasts"], audio))  # noqa: B023
             if "autotune" in side.variants:
-                p["encoder_autotune_ms"] = 1000 * timed(lambda: side.encode(side.variants["autotune"], audio))  # noqa: B023
+                p["encoder_autotune_ms"] = 1000 * median_time(lambda: side.encode(side.variants["autotune"], audio))  # noqa: B023
             line = "bucket %g s batch %3d: encoder eager %.1f ms%s, compiled %.1f ms (%.2fx)%s%s%s" % (
                 sec, bs, 1000 * eager_s, " (SDPA %.1f ms)" % p["encoder_eager_sdpa_ms"] if "encoder_eager_sdpa_ms" in p else "",
                 1000 * comp_s, eager_s / comp_s,
@@ -346,8 +335,8 @@ def main():
                                                        1000 * eager_s / p["encoder_othercasts_ms"])
             if i == 0:
                 numerics(side, audio, p)
-                p["whole_eager_clips_per_s"] = bs / timed(lambda: side.whole(side.eager, audio), 2)  # noqa: B023
-                p["whole_compiled_clips_per_s"] = bs / timed(lambda: side.whole(side.variants["compiled"], audio), 2)  # noqa: B023
+                p["whole_eager_clips_per_s"] = bs / median_time(lambda: side.whole(side.eager, audio), 2)  # noqa: B023
+                p["whole_compiled_clips_per_s"] = bs / median_time(lambda: side.whole(side.variants["compiled"], audio), 2)  # noqa: B023
                 line += "; mean rel diff %.4f; tokens %.4f agree (%d of %d rows differ); control (eager + noise of rel %.4f): %.4f agree (%d rows differ)" % (
                     p["mean_rel_diff"], p["token_agreement"], p["rows_differing"], bs, p["control_rel_diff"], p["control_token_agreement"],
                     p["control_rows_differing"])

@@ -18,6 +18,8 @@ as a .nemo file, for serving through deploy/triton/models/asr/1/model.py.
 
     python lab/bench/gpu/nemo_anchor.py --out anchor.json [--save model.nemo]
 """
+from __future__ import annotations
+
 import argparse
 import json
 import os
@@ -26,16 +28,21 @@ import string
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
+from torch import Tensor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import standin  # noqa: E402 - the shared targets and speech-like audio
+from gputime import mean_time, sync  # noqa: E402
 
 
-def train_tokenizer(folder, vocab):
+def train_tokenizer(folder: str, vocab: int) -> str:
     """A SentencePiece BPE model of vocab pieces, trained on made-up words."""
     import sentencepiece as spm
 
@@ -54,7 +61,7 @@ def train_tokenizer(folder, vocab):
     return folder
 
 
-def config(tokenizer_dir, size):
+def config(tokenizer_dir: str, size: str) -> Any:
     """EncDecRNNTBPEModel configuration of Parakeet TDT 0.6B V2's shape
     ("tiny": the same kinds of module, small, for a CPU check)."""
     from omegaconf import OmegaConf
@@ -103,7 +110,7 @@ def config(tokenizer_dir, size):
     })
 
 
-def build(device, size="full", seed=0, vocab=1024):
+def build(device: str, size: str = "full", seed: int = 0, vocab: int = 1024) -> Any:
     from nemo.collections.asr.models import EncDecRNNTBPEModel
 
     torch.manual_seed(seed)
@@ -112,7 +119,7 @@ def build(device, size="full", seed=0, vocab=1024):
     return model.to(device).eval()
 
 
-def set_cuda_graphs(model, on):
+def set_cuda_graphs(model: Any, on: bool) -> None:
     from omegaconf import open_dict
 
     cfg = model.cfg.decoding
@@ -122,7 +129,7 @@ def set_cuda_graphs(model, on):
     model.change_decoding_strategy(cfg, verbose=False)
 
 
-def graphs_mode(model):
+def graphs_mode(model: Any) -> str:
     """Which of NeMo's CUDA-graph modes its decoder runs in."""
     computer = getattr(model.decoding.decoding, "decoding_computer", None)
     mode = getattr(computer, "cuda_graphs_mode", None)
@@ -132,37 +139,38 @@ def graphs_mode(model):
 class StepCounter:
     """Counts joint evaluations (decode steps) of NeMo's eager label loop."""
 
-    def __init__(self, joint):
+    def __init__(self, joint: Any) -> None:
         self.joint, self.calls = joint, 0
         self.inner = joint.joint_after_projection
 
-    def __enter__(self):
-        def counted(*a, **k):
+    def __enter__(self) -> StepCounter:
+        def counted(*a: Any, **k: Any) -> Any:
             self.calls += 1
             return self.inner(*a, **k)
         self.joint.joint_after_projection = counted
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         del self.joint.joint_after_projection
 
 
-def encode(model, audio, lengths):
+def encode(model: Any, audio: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     with torch.inference_mode():
         enc, enc_len = model.forward(input_signal=audio, input_signal_length=lengths)
     return enc, enc_len
 
 
-def decode_direct(model, enc, enc_len):
+def decode_direct(model: Any, enc: Tensor, enc_len: Tensor) -> list[Any]:
     with torch.inference_mode():
         return model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True)
 
 
-def hyp_tokens(h):
+def hyp_tokens(h: Any) -> int:
     return len(h.y_sequence) if hasattr(h, "y_sequence") else 0
 
 
-def calibrate(model, seconds=45, clips=4, iterations=10, log=None):
+def calibrate(model: Any, seconds: float = 45, clips: int = 4, iterations: int = 10,
+              log: Callable[[dict[str, float]], None] | None = None) -> dict[str, float]:
     """The stand-in's calibration on NeMo's joint: blank wins about 60% of
     sampled decisions, durations prefer 2, 3, 1, 4, 0, then the blank bias
     is bisected until decoded clips emit the wanted tokens. Decode steps
@@ -195,7 +203,8 @@ def calibrate(model, seconds=45, clips=4, iterations=10, log=None):
             bias[vocab + 1 + i] += b * spread * 2
     want = standin.TOKENS_PER_SECOND * seconds
     base = float(bias[vocab])
-    lo, hi, got = -4.0 * spread, 4.0 * spread, None
+    lo, hi = -4.0 * spread, 4.0 * spread
+    got: dict[str, float] = {}
     for _ in range(iterations):
         mid = (lo + hi) / 2
         with torch.no_grad():
@@ -217,18 +226,7 @@ def calibrate(model, seconds=45, clips=4, iterations=10, log=None):
     return got
 
 
-def timed(fn, reps):
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / reps
-
-
-def main():
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--save", default="", help="also write the calibrated model to this .nemo file")
@@ -254,7 +252,7 @@ def main():
         print("saved", args.save, flush=True)
     import nemo
 
-    out = {"nemo_version": nemo.__version__, "torch": torch.__version__, "params": params, "calibration": cal,
+    out: dict[str, Any] = {"nemo_version": nemo.__version__, "torch": torch.__version__, "params": params, "calibration": cal,
            "clip_seconds": args.clip_seconds, "amp": args.amp, "device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu",
            "transcribe": {}, "direct": {}, "eager": {}}
     n = int(args.clip_seconds * standin.SAMPLE_RATE)
@@ -267,14 +265,14 @@ def main():
             try:
                 with amp:
                     model.transcribe(audio, batch_size=bs, verbose=False, timestamps=False)  # warm-up, graph capture
-                    sec = timed(lambda: model.transcribe(audio, batch_size=bs, verbose=False, timestamps=False), 3 if bs <= 32 else 2)  # noqa: B023 (called in this iteration)
-                    row = {"clips_per_s": bs / sec, "seconds": sec, "graphs_mode": graphs_mode(model)}
+                    sec = mean_time(lambda: model.transcribe(audio, batch_size=bs, verbose=False, timestamps=False), 3 if bs <= 32 else 2)  # noqa: B023 (called in this iteration)
+                    row: dict[str, Any] = {"clips_per_s": bs / sec, "seconds": sec, "graphs_mode": graphs_mode(model)}
                     if mode == "cuda_graph":
                         x = torch.from_numpy(np.stack(audio)).to(dev)
                         lengths = torch.full((bs,), n, device=dev)
-                        enc_s = timed(lambda: encode(model, x, lengths), 2)  # noqa: B023 (called in this iteration)
+                        enc_s = mean_time(lambda: encode(model, x, lengths), 2)  # noqa: B023 (called in this iteration)
                         enc, enc_len = encode(model, x, lengths)
-                        dec_s = timed(lambda: decode_direct(model, enc, enc_len), 2)  # noqa: B023 (called in this iteration)
+                        dec_s = mean_time(lambda: decode_direct(model, enc, enc_len), 2)  # noqa: B023 (called in this iteration)
                         out["direct"][str(bs)] = {"clips_per_s": bs / (enc_s + dec_s), "encoder_s": enc_s, "decode_s": dec_s}
                         del x, enc, enc_len
             except torch.cuda.OutOfMemoryError:
@@ -295,7 +293,7 @@ def main():
         json.dump(out, f, indent=2)
 
 
-def served(model, amp, clip, n, dev, batches):
+def served(model: Any, amp: Any, clip: npt.NDArray[np.float32], n: int, dev: str, batches: list[int]) -> dict[str, Any]:
     """Forward and decoding as model.py's NemoEngine runs them: decoding
     configured once with compute_timestamps (word times), CUDA graphs asked
     for, then the timestamps worked out of the hypotheses. Timed with the
@@ -303,7 +301,7 @@ def served(model, amp, clip, n, dev, batches):
     from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
     from omegaconf import open_dict
 
-    rows = {}
+    rows: dict[str, Any] = {}
     for ts in (False, True):
         cfg = model.cfg.decoding
         with open_dict(cfg):
@@ -314,7 +312,7 @@ def served(model, amp, clip, n, dev, batches):
             x = torch.from_numpy(np.stack([clip] * bs)).to(dev)
             lengths = torch.full((bs,), n, device=dev)
 
-            def once():
+            def once() -> list[Any]:
                 with torch.inference_mode(), amp:
                     enc, enc_len = model.forward(input_signal=x, input_signal_length=lengths)  # noqa: B023 (called in this iteration)
                     hyps = model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True)
@@ -323,7 +321,7 @@ def served(model, amp, clip, n, dev, batches):
                 return hyps
 
             once()
-            sec = timed(once, 3)
+            sec = mean_time(once, 3)
             key = "%s/%d" % ("timestamps" if ts else "text", bs)
             rows[key] = {"clips_per_s": bs / sec, "seconds": sec, "graphs_mode": graphs_mode(model)}
             print("served decoding, %-10s batch %4d: %7.1f clips/s (%.0f ms a batch; %s)" % (
@@ -337,14 +335,12 @@ def served(model, amp, clip, n, dev, batches):
     times = []
     for i, bs in enumerate(mixed):
         lengths = torch.full((bs,), n, device=dev)
-        if dev == "cuda":
-            torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         with torch.inference_mode(), amp:
             enc, enc_len = model.forward(input_signal=xs[bs], input_signal_length=lengths)
             model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True)
-        if dev == "cuda":
-            torch.cuda.synchronize()
+        sync()
         if i > 0:
             times.append({"batch": bs, "ms": 1000 * (time.perf_counter() - t0)})
     print("served decoding, changing batch sizes after a warm-up at %d: %s" % (

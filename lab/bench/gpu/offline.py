@@ -3,25 +3,20 @@ the stand-in's offline throughput on 45-second clips at each batch size with
 CUDA-graph decoding (and eager decoding at some), where its time goes
 (encoder against decode loop), its FLOPs per clip, and the GPU's measured
 dense bf16 matrix rate. Writes JSON to --out."""
+from __future__ import annotations
+
 import argparse
 import json
 import time
+from typing import Any
 
 import numpy as np
 import standin
 import torch
+from gputime import mean_time
 
 
-def timed(fn, reps):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / reps
-
-
-def main():
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--clip-seconds", type=float, default=45)
@@ -36,7 +31,7 @@ def main():
     b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
     for _ in range(3):
         a @ b
-    sec = timed(lambda: a @ b, 10)
+    sec = mean_time(lambda: a @ b, 10)
     tflops = 2 * 8192 ** 3 / sec / 1e12
     a = b = None  # the GPU memory back
 
@@ -50,7 +45,7 @@ def main():
     n = int(args.clip_seconds * standin.SAMPLE_RATE)
     clip = torch.from_numpy(standin.speech_like(np.random.default_rng(0), n))
 
-    def batch(bs):
+    def batch(bs: int) -> tuple[torch.Tensor, torch.Tensor]:
         return clip.to(dev).unsqueeze(0).repeat(bs, 1), torch.full((bs,), n, device=dev)
 
     # FLOPs of one clip, counted by PyTorch's own counter (matmuls, convs,
@@ -66,7 +61,7 @@ def main():
     except Exception as e:  # noqa: BLE001
         print("flop counter failed:", e)
 
-    out = {"clip_seconds": args.clip_seconds, "matmul_tflops": tflops, "flops_per_clip": flops,
+    out: dict[str, Any] = {"clip_seconds": args.clip_seconds, "matmul_tflops": tflops, "flops_per_clip": flops,
            "params": standin.parameters(m), "device": torch.cuda.get_device_name(0), "calibration": cal,
            "steps_per_replay": graph.steps_per_replay, "batches": {}, "eager": {}}
     best_bs, best_rate = 1, 0.0
@@ -76,11 +71,11 @@ def main():
             audio, lengths = batch(bs)
             steps = [0]
 
-            def full(decode):
+            def full(decode: standin.GreedyTDT) -> None:
                 steps[0] = m.transcribe(audio, lengths, decode)[2]  # noqa: B023 (called in this iteration)
             full(graph)  # warm-up, graph capture
-            enc_s = timed(lambda: m.encoder(audio, lengths), 3)  # noqa: B023 (called in this iteration)
-            total = timed(lambda: full(graph), 3 if bs <= 64 else 2)
+            enc_s = mean_time(lambda: m.encoder(audio, lengths), 3)  # noqa: B023 (called in this iteration)
+            total = mean_time(lambda: full(graph), 3 if bs <= 64 else 2)
             row = {"clips_per_s": bs / total, "seconds": total, "encoder_s": enc_s, "decode_s": total - enc_s,
                    "decode_steps": steps[0]}
             out["batches"][str(bs)] = row
@@ -88,9 +83,9 @@ def main():
                 bs, row["clips_per_s"], 1000 * total, 1000 * enc_s, 1000 * (total - enc_s), steps[0])
             if bs in eager_batches:
                 full(eager)
-                e = timed(lambda: full(eager), 2)
-                out["eager"][str(bs)] = {"clips_per_s": bs / e, "seconds": e, "decode_s": e - enc_s}
-                line += "; eager %.1f clips/s (decode loop %.0f ms)" % (bs / e, 1000 * (e - enc_s))
+                eager_s = mean_time(lambda: full(eager), 2)
+                out["eager"][str(bs)] = {"clips_per_s": bs / eager_s, "seconds": eager_s, "decode_s": eager_s - enc_s}
+                line += "; eager %.1f clips/s (decode loop %.0f ms)" % (bs / eager_s, 1000 * (eager_s - enc_s))
             print(line, flush=True)
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()

@@ -24,6 +24,8 @@ JSON.
     python lab/bench/gpu/sortformer_study.py --out sortformer.json [--compile]
     python lab/bench/gpu/sortformer_study.py --tiny --device cpu   # a check of the walk
 """
+from __future__ import annotations
+
 import argparse
 import functools
 import json
@@ -31,8 +33,11 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
+from torch import Tensor
 
 # The served engine's fast concatenation and update, from the shipped package.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "deploy", "triton", "models", "asr", "1"))
@@ -48,7 +53,7 @@ POINTS = {
 }
 
 
-def config(point, tiny):
+def config(point: tuple[int, int, int, int], tiny: bool) -> Any:
     """The model's configuration: the 4spk-v2 streaming shape (tiny: two
     layers of each, for a check on a CPU)."""
     from omegaconf import OmegaConf
@@ -89,14 +94,14 @@ def config(point, tiny):
     })
 
 
-def build(point, tiny, device):
+def build(point: tuple[int, int, int, int], tiny: bool, device: str) -> Any:
     from nemo.collections.asr.models import SortformerEncLabelModel
 
     model = SortformerEncLabelModel(cfg=config(point, tiny)).to(device).eval()
     return model
 
 
-def speechlike(rows, seconds, seed):
+def speechlike(rows: int, seconds: float, seed: int) -> Tensor:
     """Rows of noise shaped like speech: bursts of a second or two with
     pauses, a different loudness each (the model's weights are random, so
     only the shapes and lengths matter)."""
@@ -109,11 +114,11 @@ def speechlike(rows, seconds, seed):
 
 
 class Timer:
-    def __init__(self, device):
+    def __init__(self, device: str) -> None:
         self.cuda = device.startswith("cuda")
-        self.parts = {}
+        self.parts: dict[str, float] = {}
 
-    def __call__(self, name, fn, *args, **kwargs):
+    def __call__(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.cuda:
             torch.cuda.synchronize()
         t = time.perf_counter()
@@ -124,12 +129,13 @@ class Timer:
         return out
 
 
-def pad_to(x, n):
+def pad_to(x: Tensor, n: int) -> Tensor:
     """x (rows, frames, dim) padded with zeros to n frames."""
     return torch.nn.functional.pad(x, (0, 0, 0, n - x.shape[1]))
 
 
-def walk(model, rows, seconds, device, warm_steps, compiled=None, pre=None, fast=False):
+def walk(model: Any, rows: int, seconds: float, device: str, warm_steps: int, compiled: Callable[..., Any] | None = None,
+         pre: Callable[..., Any] | None = None, fast: bool = False) -> tuple[dict[str, float], int, float, float, Any, float | None]:
     """Walks rows recordings of seconds through the streaming steps (the
     encoder compiled where compiled is given, the chunk's pre-encode where
     pre is, and fast's concatenation and update instead of NeMo's); returns
@@ -144,7 +150,8 @@ def walk(model, rows, seconds, device, warm_steps, compiled=None, pre=None, fast
         feats, feat_len = model.preprocessor(input_signal=audio, length=lengths)
     state = sm.init_streaming_state(batch_size=rows, async_streaming=True, device=device)
     full = sm.spkcache_len + sm.fifo_len + (sm.chunk_len + sm.chunk_left_context + sm.chunk_right_context)
-    timer, steps, total, pad_diff = Timer(device), 0, 0.0, None
+    timer, steps, total = Timer(device), 0, 0.0
+    pad_diff: float | None = None
     offset = torch.zeros((rows,), dtype=torch.long, device=device)
     loader = sm.streaming_feat_loader(feat_seq=feats, feat_seq_length=feat_len, feat_seq_offset=offset)
     autocast = torch.autocast(device_type="cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
@@ -189,7 +196,7 @@ def walk(model, rows, seconds, device, warm_steps, compiled=None, pre=None, fast
     return timer.parts, steps, total, sm.chunk_len * FRAME_S, state, pad_diff
 
 
-def check_update(sm, device, steps=30, rows=6, seed=1):
+def check_update(sm: Any, device: str, steps: int = 30, rows: int = 6, seed: int = 1) -> float:
     """fast_concat and fast_update against NeMo's on the same inputs, rows of
     different fills (some recordings ending: shorter and empty chunks).
     Returns the largest difference in any state tensor or prediction."""
@@ -222,7 +229,7 @@ def check_update(sm, device, steps=30, rows=6, seed=1):
     return worst
 
 
-def copy_state(state):
+def copy_state(state: Any) -> Any:
     from nemo.collections.asr.modules.sortformer_modules import StreamingSortformerState
 
     out = StreamingSortformerState()
@@ -232,7 +239,7 @@ def copy_state(state):
     return out
 
 
-def state_bytes(state):
+def state_bytes(state: Any) -> int:
     total = 0
     for name in ("spkcache", "spkcache_lengths", "spkcache_preds", "fifo", "fifo_lengths", "mean_sil_emb", "n_sil_frames"):
         t = getattr(state, name)
@@ -241,7 +248,7 @@ def state_bytes(state):
     return total
 
 
-def main():
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -261,14 +268,14 @@ def main():
         model.save_to(args.save)
         print(json.dumps({"saved": args.save, "params": sum(p.numel() for p in model.parameters())}), flush=True)
         return
-    results = []
+    results: list[dict[str, Any]] = []
     for name in args.points.split(","):
         point = POINTS[name]
         model = build(point, args.tiny, args.device)
         sm = model.sortformer_modules
         # Steps before every row's cache and FIFO are full are not timed.
         warm = math.ceil((sm.spkcache_len + sm.fifo_len) / sm.chunk_len) + 1
-        modes = [("eager", {}, [int(b) for b in args.batches.split(",")])]
+        modes: list[tuple[str, dict[str, Any], list[int]]] = [("eager", {}, [int(b) for b in args.batches.split(",")])]
         if args.compile and name in args.compile_points.split(","):
             cb = [int(b) for b in args.compile_batches.split(",")]
             fn = torch.compile(functools.partial(encode, model), dynamic=False)

@@ -31,19 +31,25 @@ the decisions still depend on the input, as a trained model's do.
 As a Triton engine (deploy/triton/models/asr/1/model.py, engine "module"),
 load() builds it from the model's parameters; see lab/bench/gpu/gpubench.
 """
+from __future__ import annotations
+
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch import Tensor
 
 # The contract's rate, from the shipped model's package.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "deploy", "triton", "models", "asr", "1"))
-from fleetscribe_asr.common import SAMPLE_RATE
+from fleetscribe_asr.common import SAMPLE_RATE as SAMPLE_RATE  # re-exported: the studies read it here
 
 HOP = 160  # 10 ms
 WIN = 400  # 25 ms
@@ -59,23 +65,23 @@ TOKENS_PER_SECOND = 90 / 45
 
 
 class Config:
-    def __init__(self, d_model=1024, layers=24, heads=8, ff=4096, conv_kernel=9, mels=128,
-                 sub_channels=256, pred_hidden=640, pred_layers=2, joint_hidden=640, vocab=1024):
+    def __init__(self, d_model: int = 1024, layers: int = 24, heads: int = 8, ff: int = 4096, conv_kernel: int = 9, mels: int = 128,
+                 sub_channels: int = 256, pred_hidden: int = 640, pred_layers: int = 2, joint_hidden: int = 640, vocab: int = 1024) -> None:
         self.d_model, self.layers, self.heads, self.ff = d_model, layers, heads, ff
         self.conv_kernel, self.mels, self.sub_channels = conv_kernel, mels, sub_channels
         self.pred_hidden, self.pred_layers, self.joint_hidden, self.vocab = pred_hidden, pred_layers, joint_hidden, vocab
 
     @staticmethod
-    def tiny():
+    def tiny() -> Config:
         return Config(d_model=64, layers=2, heads=4, ff=128, sub_channels=16, pred_hidden=32, joint_hidden=32, vocab=100)
 
 
-def mel_filterbank(n_mels, n_fft=N_FFT, sr=SAMPLE_RATE):
+def mel_filterbank(n_mels: int, n_fft: int = N_FFT, sr: int = SAMPLE_RATE) -> Tensor:
     """Triangular filters on the mel scale (HTK formula), area-normalised."""
-    def hz_to_mel(f):
+    def hz_to_mel(f: float) -> float:
         return 2595 * math.log10(1 + f / 700)
 
-    def mel_to_hz(m):
+    def mel_to_hz(m: float) -> float:
         return 700 * (10 ** (m / 2595) - 1)
 
     mels = torch.linspace(hz_to_mel(0), hz_to_mel(sr / 2), n_mels + 2)
@@ -95,12 +101,12 @@ class Frontend(nn.Module):
     pre-emphasis 0.97, 25 ms Hann windows every 10 ms, power spectrum, 128
     mel filters, log, each feature normalised over the row's valid frames."""
 
-    def __init__(self, mels):
+    def __init__(self, mels: int) -> None:
         super().__init__()
         self.register_buffer("window", torch.hann_window(WIN), persistent=False)
         self.register_buffer("fb", mel_filterbank(mels), persistent=False)
 
-    def forward(self, audio, lengths):  # [B, N] float32, [B]
+    def forward(self, audio: Tensor, lengths: Tensor) -> Tensor:  # [B, N] float32, [B]
         x = torch.cat([audio[:, :1], audio[:, 1:] - 0.97 * audio[:, :-1]], dim=1)
         spec = torch.stft(x, N_FFT, hop_length=HOP, win_length=WIN, window=self.window,
                           center=True, return_complex=True)
@@ -117,7 +123,7 @@ class Frontend(nn.Module):
 class Subsampling(nn.Module):
     """8x: a strided conv, then two depthwise-separable strided convs."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: Config) -> None:
         super().__init__()
         c = cfg.sub_channels
         self.conv = nn.Sequential(
@@ -127,7 +133,7 @@ class Subsampling(nn.Module):
         )
         self.out = nn.Linear(c * math.ceil(cfg.mels / 8), cfg.d_model)
 
-    def forward(self, mel):  # [B, mels, T]
+    def forward(self, mel: Tensor) -> Tensor:  # [B, mels, T]
         # The first conv's output has B*C*(mels/2)*(T/2) elements; past 2^31
         # (batch 128 of 45 s) convolution kernels fail, so large batches go
         # through in pieces (as NeMo's conv_chunking_factor does).
@@ -139,16 +145,16 @@ class Subsampling(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d, ff):
+    def __init__(self, d: int, ff: int) -> None:
         super().__init__()
         self.norm, self.up, self.down = nn.LayerNorm(d), nn.Linear(d, ff), nn.Linear(ff, d)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return self.down(F.silu(self.up(self.norm(x))))
 
 
 class ConvModule(nn.Module):
-    def __init__(self, d, k):
+    def __init__(self, d: int, k: int) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d)
         self.pw1 = nn.Linear(d, 2 * d)
@@ -156,7 +162,7 @@ class ConvModule(nn.Module):
         self.bn = nn.BatchNorm1d(d)
         self.pw2 = nn.Linear(d, d)
 
-    def forward(self, x, pad_mask):  # pad_mask [B, T] True where padding
+    def forward(self, x: Tensor, pad_mask: Tensor | None) -> Tensor:  # pad_mask [B, T] True where padding
         y = F.glu(self.pw1(self.norm(x)), dim=-1)
         if pad_mask is not None:
             y = y.masked_fill(pad_mask.unsqueeze(-1), 0)
@@ -165,7 +171,7 @@ class ConvModule(nn.Module):
         return self.pw2(y)
 
 
-def relative_positions(t, d, device, dtype):
+def relative_positions(t: int, d: int, device: torch.device, dtype: torch.dtype) -> Tensor:
     """Sinusoidal encodings of the relative positions t-1 down to -(t-1)."""
     pos = torch.arange(t - 1, -t, -1, device=device, dtype=torch.float32).unsqueeze(1)
     div = torch.exp(torch.arange(0, d, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d))
@@ -175,7 +181,7 @@ def relative_positions(t, d, device, dtype):
     return pe.to(dtype).unsqueeze(0)  # [1, 2t-1, d]
 
 
-def rel_shift(x):
+def rel_shift(x: Tensor) -> Tensor:
     """[B, H, T, 2T-1] scores by relative position -> [B, H, T, T] by key
     position (Transformer-XL's shift)."""
     b, h, t, p = x.shape
@@ -188,7 +194,7 @@ class RelPosAttention(nn.Module):
     FastConformer's rel_pos): content scores q+u against keys, position
     scores q+v against projected relative encodings, summed."""
 
-    def __init__(self, d, heads):
+    def __init__(self, d: int, heads: int) -> None:
         super().__init__()
         self.heads, self.dk = heads, d // heads
         self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
@@ -196,7 +202,7 @@ class RelPosAttention(nn.Module):
         self.u = nn.Parameter(torch.zeros(heads, self.dk))
         self.v = nn.Parameter(torch.zeros(heads, self.dk))
 
-    def forward(self, x, pos_emb, key_mask):  # key_mask [B, 1, 1, T] True where attended
+    def forward(self, x: Tensor, pos_emb: Tensor, key_mask: Tensor | None) -> Tensor:  # key_mask [B, 1, 1, T] True where attended
         b, t, d = x.shape
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, self.dk).permute(2, 0, 3, 1, 4)  # [B, H, T, dk]
         p = self.pos(pos_emb).view(1, -1, self.heads, self.dk).transpose(1, 2)  # [1, H, 2T-1, dk]
@@ -208,7 +214,7 @@ class RelPosAttention(nn.Module):
 
 
 class ConformerLayer(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg: Config) -> None:
         super().__init__()
         d = cfg.d_model
         self.ff1, self.ff2 = FeedForward(d, cfg.ff), FeedForward(d, cfg.ff)
@@ -217,7 +223,7 @@ class ConformerLayer(nn.Module):
         self.conv = ConvModule(d, cfg.conv_kernel)
         self.out_norm = nn.LayerNorm(d)
 
-    def forward(self, x, pos_emb, key_mask, pad_mask):
+    def forward(self, x: Tensor, pos_emb: Tensor, key_mask: Tensor | None, pad_mask: Tensor | None) -> Tensor:
         x = x + 0.5 * self.ff1(x)
         x = x + self.att(self.att_norm(x), pos_emb, key_mask)
         x = x + self.conv(x, pad_mask)
@@ -226,14 +232,14 @@ class ConformerLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.d_model = cfg.d_model
         self.frontend = Frontend(cfg.mels)
         self.sub = Subsampling(cfg)
         self.layers = nn.ModuleList(ConformerLayer(cfg) for _ in range(cfg.layers))
 
-    def forward(self, audio, lengths):
+    def forward(self, audio: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """audio [B, N] (rows padded with zeros past lengths); returns
         encoded frames [B, T, d] and valid frames per row [B]."""
         mel = self.frontend(audio.float(), lengths).to(next(self.sub.parameters()).dtype)
@@ -248,7 +254,7 @@ class Encoder(nn.Module):
         return x, frames
 
 
-def encoded_frames(lengths, limit):
+def encoded_frames(lengths: Tensor, limit: int) -> Tensor:
     """Encoder frames of inputs of lengths samples: 10 ms features, 8x."""
     return torch.clamp((lengths // HOP + 1 + SUBSAMPLING - 1) // SUBSAMPLING, min=1, max=limit)
 
@@ -256,7 +262,7 @@ def encoded_frames(lengths, limit):
 class TDTDecoder(nn.Module):
     """Prediction and joint networks of a TDT model (blank is the last token)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.vocab = cfg.vocab
         self.blank = cfg.vocab
@@ -267,19 +273,19 @@ class TDTDecoder(nn.Module):
         self.out = nn.Linear(cfg.joint_hidden, cfg.vocab + 1 + len(DURATIONS))
         self.register_buffer("durations", torch.tensor(DURATIONS), persistent=False)
 
-    def cells(self):
+    def cells(self) -> list[tuple[Tensor, Tensor]]:
         """The LSTM's weights as one (input+hidden) x 4*hidden matrix and one
         bias per layer, for a step of plain kernels (cuDNN's RNN call costs
         more host time per step than the step's arithmetic)."""
         if not hasattr(self, "_cells"):
-            self._cells = []
+            self._cells: list[tuple[Tensor, Tensor]] = []
             for k in range(self.lstm.num_layers):
                 w = torch.cat([getattr(self.lstm, "weight_ih_l%d" % k), getattr(self.lstm, "weight_hh_l%d" % k)], dim=1).t().contiguous()
                 bias = getattr(self.lstm, "bias_ih_l%d" % k) + getattr(self.lstm, "bias_hh_l%d" % k)
                 self._cells.append((w, bias))
         return self._cells
 
-    def lstm_step(self, x, h, c):
+    def lstm_step(self, x: Tensor, h: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """One time step of the prediction LSTM; h, c [layers, B, H]."""
         hs, cs = [], []
         for k, (w, bias) in enumerate(self.cells()):
@@ -291,7 +297,7 @@ class TDTDecoder(nn.Module):
             cs.append(ck)
         return x, torch.stack(hs), torch.stack(cs)
 
-    def start_state(self):
+    def start_state(self) -> tuple[Tensor, Tensor, Tensor]:
         """Prediction network state and projected output after the start
         symbol (blank): h, c [layers, 1, H], g [1, J]."""
         p = next(self.parameters())
@@ -300,7 +306,7 @@ class TDTDecoder(nn.Module):
         x, h, c = self.lstm_step(self.embed(torch.full((1,), self.blank, device=p.device)), h, torch.zeros_like(h))
         return h, c, self.pred_proj(x)
 
-    def project(self, enc, frames):
+    def project(self, enc: Tensor, frames: Tensor) -> Tensor:
         """The joint's encoder projection of every frame, standardised per
         row over its valid frames: random weights make neighbouring frames
         nearly alike, and standardising restores frame-to-frame variety, so
@@ -318,7 +324,7 @@ class LoopState:
     frames. Every step writes them in place, so a CUDA graph captured over
     steps replays on them."""
 
-    def __init__(self, dec, rows, frames, max_tokens):
+    def __init__(self, dec: TDTDecoder, rows: int, frames: int, max_tokens: int) -> None:
         p = next(dec.parameters())
         dev, dt = p.device, p.dtype
         layers, hidden = dec.lstm.num_layers, dec.lstm.hidden_size
@@ -339,7 +345,7 @@ class LoopState:
         self.tokens = torch.zeros(rows, max_tokens, dtype=torch.long, device=dev)
         self.token_frames = torch.zeros_like(self.tokens)
 
-    def load(self, start, f_all, frames):
+    def load(self, start: tuple[Tensor, Tensor, Tensor], f_all: Tensor, frames: Tensor) -> None:
         """Resets the state for a new batch: f_all [n, T, J], frames [n]."""
         n, t, _ = f_all.shape
         self.f.view(self.rows, self.frames_cap, -1)[:n, :t].copy_(f_all)
@@ -359,21 +365,23 @@ class LoopState:
 class GreedyTDT:
     """Greedy TDT decoding of a TDTDecoder, batched, in CUDA graphs or eagerly."""
 
-    def __init__(self, dec, mode="cuda_graph", max_symbols=10, steps_per_replay=16, max_batch=128, max_seconds=60):
+    def __init__(self, dec: TDTDecoder, mode: str = "cuda_graph", max_symbols: int = 10, steps_per_replay: int = 16,
+                 max_batch: int = 128, max_seconds: float = 60) -> None:
         if mode not in ("cuda_graph", "eager"):
             raise ValueError("decoder mode %r: want cuda_graph or eager" % mode)
         self.dec, self.mode, self.max_symbols = dec, mode, max_symbols
         self.steps_per_replay, self.max_batch = steps_per_replay, max_batch
         self.frames_cap = math.ceil(max_seconds / FRAME_SECONDS)
-        self.states, self.graphs = {}, {}
+        self.states: dict[int, LoopState] = {}
+        self.graphs: dict[int, Any] = {}
         self.start = dec.start_state()
         self.graph_captures = 0
 
-    def bucket(self, n):
+    def bucket(self, n: int) -> int:
         """The batch-size bucket of n rows: the next power of two."""
         return 1 << max(0, (n - 1).bit_length())
 
-    def state(self, rows, t):
+    def state(self, rows: int, t: int) -> LoopState:
         if t > self.frames_cap:  # a longer input than any before: larger buffers, new graphs
             self.frames_cap = int(math.ceil(t / 250) * 250)
             self.states, self.graphs = {}, {}
@@ -382,7 +390,7 @@ class GreedyTDT:
             s = self.states[rows] = LoopState(self.dec, rows, self.frames_cap, 2 * self.frames_cap)
         return s
 
-    def step(self, s):
+    def step(self, s: LoopState) -> None:
         """One decode step of every row: one joint evaluation; a blank moves
         the row's frame on by its duration, a token is recorded and
         advances the row's prediction network."""
@@ -413,7 +421,7 @@ class GreedyTDT:
         torch.lt(s.t, s.frames, out=s.active)
         torch.any(s.active, out=s.any_active)
 
-    def graph(self, rows, s):
+    def graph(self, rows: int, s: LoopState) -> Any:
         g = self.graphs.get(rows)
         if g is not None:
             return g
@@ -431,7 +439,7 @@ class GreedyTDT:
         self.graph_captures += 1
         return g
 
-    def warm(self, max_batch):
+    def warm(self, max_batch: int) -> None:
         """Captures the graph of every batch-size bucket up to max_batch."""
         if self.mode != "cuda_graph":
             return
@@ -443,7 +451,7 @@ class GreedyTDT:
             rows *= 2
 
     @torch.no_grad()
-    def __call__(self, f_all, frames):
+    def __call__(self, f_all: Tensor, frames: Tensor) -> tuple[list[list[int]], list[list[int]], int]:
         """Decodes f_all [B, T, J] (projected encoder frames) with frames [B]
         valid each; returns (tokens, token frames) per row and the steps taken."""
         n, t, _ = f_all.shape
@@ -469,20 +477,20 @@ class GreedyTDT:
 
 
 class StandIn(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.encoder = Encoder(cfg)
         self.decoder = TDTDecoder(cfg)
         self.cfg = cfg
 
     @torch.no_grad()
-    def transcribe(self, audio, lengths, decode):
+    def transcribe(self, audio: Tensor, lengths: Tensor, decode: GreedyTDT) -> tuple[list[list[int]], list[list[int]], int]:
         """audio [B, N] on the model's device, lengths [B]; decode a GreedyTDT."""
         enc, frames = self.encoder(audio, lengths)
         return decode(self.decoder.project(enc, frames), frames)
 
 
-def speech_like(rng, n):
+def speech_like(rng: np.random.Generator, n: int) -> npt.NDArray[np.float32]:
     """Words of 0.2-0.7 s of noise between pauses of about 0.05-1 s of near
     silence (lab/kit/synth's SpeechLike)."""
     x = np.zeros(n, dtype=np.float32)
@@ -497,7 +505,8 @@ def speech_like(rng, n):
     return x
 
 
-def calibrate(model, decode, seconds=45, clips=4, iterations=10, log=None):
+def calibrate(model: StandIn, decode: GreedyTDT, seconds: float = 45, clips: int = 4, iterations: int = 10,
+              log: Callable[[dict[str, float]], None] | None = None) -> dict[str, float]:
     """Sets the joint's blank and duration biases so that speech-like clips
     take the decode steps and emit the tokens Parakeet does per second of
     speech (STEPS_PER_SECOND, TOKENS_PER_SECOND). First from the joint's
@@ -533,7 +542,8 @@ def calibrate(model, decode, seconds=45, clips=4, iterations=10, log=None):
         # Bisect the blank bias (more blank, fewer tokens) on decoded clips.
         want = TOKENS_PER_SECOND * seconds
         base = float(dec.out.bias[dec.blank])
-        lo, hi, got = -4.0 * spread, 4.0 * spread, None
+        lo, hi = -4.0 * spread, 4.0 * spread
+        got: dict[str, float] = {}
         for _ in range(iterations):
             mid = (lo + hi) / 2
             dec.out.bias[dec.blank] = base + mid
@@ -552,13 +562,13 @@ def calibrate(model, decode, seconds=45, clips=4, iterations=10, log=None):
         return got
 
 
-def per_row_steps(decode, f_all, frames):
+def per_row_steps(decode: GreedyTDT, f_all: Tensor, frames: Tensor) -> float:
     """Mean decode steps of one row decoded alone (a batch takes the most of
     its rows')."""
     return sum(decode(f_all[i:i + 1], frames[i:i + 1])[2] for i in range(f_all.shape[0])) / f_all.shape[0]
 
 
-def build(cfg, device, dtype, seed=0):
+def build(cfg: Config, device: torch.device, dtype: torch.dtype, seed: int = 0) -> StandIn:
     torch.manual_seed(seed)
     if hasattr(torch, "get_default_device"):
         with torch.device(device):  # initialise on the GPU: seconds, not a minute on the CPU
@@ -570,7 +580,7 @@ def build(cfg, device, dtype, seed=0):
     return m
 
 
-def parameters(m):
+def parameters(m: Any) -> int:
     return sum(p.numel() for p in m.parameters())
 
 
@@ -578,7 +588,7 @@ class Hypothesis:
     """A result shaped as NeMo's, as the Triton model's contract code reads
     it: text, and word timings in timestamp["word"]."""
 
-    def __init__(self, text, words):
+    def __init__(self, text: str, words: list[dict[str, Any]]) -> None:
         self.text = text
         self.timestamp = {"word": words}
 
@@ -589,27 +599,27 @@ class Engine:
     compiled encoder (model.py's CompiledEncoder, as the Parakeet engine
     uses) a batch is padded to its static shape."""
 
-    def __init__(self, model, decode, log_every=0, compiled=None):
+    def __init__(self, model: StandIn, decode: GreedyTDT, log_every: int = 0, compiled: Any = None) -> None:
         self.model, self.decode, self.compiled = model, decode, compiled
         self.device = next(model.parameters()).device
         self.staging = torch.empty(0)
         self.log_every, self.calls, self.spent = log_every, 0, [0.0] * 4
 
-    def describe(self):
+    def describe(self) -> tuple[str, str]:
         """(encoder path, decoder mode), as model.py's engine metric says them."""
         return (self.compiled.path if self.compiled is not None else "eager",
                 "cuda_graph" if self.decode.mode == "cuda_graph" else "no_graphs")
 
-    def encode(self, audio):
+    def encode(self, audio: list[npt.NDArray[np.float32]]) -> tuple[Tensor, Tensor]:
         """Encoder frames and valid frames of audio (only the real rows):
         compiled where a static shape holds the batch, else eagerly."""
         return self.compiled.encode(audio, self.encode_eagerly) if self.compiled is not None else self.encode_eagerly(audio)
 
-    def encode_eagerly(self, audio):
+    def encode_eagerly(self, audio: list[npt.NDArray[np.float32]]) -> tuple[Tensor, Tensor]:
         x = self.batch(audio)
         return self.model.encoder(x, torch.tensor([a.size for a in audio], device=self.device))
 
-    def batch(self, audio):
+    def batch(self, audio: list[npt.NDArray[np.float32]]) -> Tensor:
         """The rows padded into one tensor on the model's device: written
         once into a pinned staging buffer (kept between batches), then
         copied to the GPU without waiting."""
@@ -623,7 +633,7 @@ class Engine:
             host[i, a.size:] = 0
         return x.to(self.device, non_blocking=True) if self.device.type == "cuda" else x.clone()
 
-    def mark(self, i, t0):
+    def mark(self, i: int, t0: float) -> float:
         """With log_timings, adds the time since t0 to part i (after the
         GPU's work so far) and returns now."""
         if not self.log_every:
@@ -634,7 +644,7 @@ class Engine:
         self.spent[i] += now - t0
         return now
 
-    def transcribe(self, audio, batch_size, timestamps, verbose):  # noqa: ARG002 - NeMo's signature
+    def transcribe(self, audio: list[npt.NDArray[np.float32]], batch_size: int, timestamps: bool, verbose: bool) -> list[Hypothesis]:  # noqa: ARG002 - NeMo's signature
         t = time.perf_counter()
         with torch.no_grad():
             enc, frames = self.encode(audio)  # input and encoder
@@ -656,7 +666,7 @@ class Engine:
         return out
 
 
-def load(params, device, compiler=None):
+def load(params: dict[str, str], device: str, compiler: Callable[..., Any] | None = None) -> Engine:
     """A calibrated stand-in as a Triton engine. Model parameters:
     decoder (cuda_graph or eager), steps_per_replay (16), size (full or
     tiny), max_batch (the model's max_batch_size), graph_seconds (longest
@@ -685,7 +695,7 @@ def load(params, device, compiler=None):
         compiled = compiler(enc.forward, "standin|%s|%s|%s" % (size, torch.__version__, name), [enc.sub, *enc.layers])
     engine = Engine(model, decode, int(params.get("log_timings") or 0), compiled)
     if compiled is not None:
-        def run(n, rows):
+        def run(n: int, rows: int) -> None:
             engine.transcribe([np.zeros(n, dtype=np.float32)] * rows, rows, True, False)
         t0 = time.perf_counter()
         compiled.warm(run)
