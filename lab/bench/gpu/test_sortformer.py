@@ -87,6 +87,16 @@ def walk(d, recordings, chunk_s=CHUNK_S, together=True):
     return states, turns
 
 
+def largest_difference(a, b):
+    """The largest difference between two states' arrays (their shapes equal)."""
+    worst = 0.0
+    for x, y in zip(arrays(a), arrays(b), strict=True):
+        if x.shape != y.shape:
+            raise AssertionError(f"state shapes {x.shape} and {y.shape}")
+        worst = max(worst, float(np.abs(x - y).max(initial=0)))
+    return worst
+
+
 def arrays(raw):
     s = sortformer.Stream.decode(raw, 512, 40, 20)
     return [s.cache, s.cache_preds, s.fifo, s.sil]
@@ -119,16 +129,23 @@ class SortformerTest(unittest.TestCase):
     def test_rows_of_a_batch_are_independent(self):
         # Recordings of different lengths (different cache fills, one ending
         # mid-step) served together give what each gives alone.
+        # What is allowed is what batching does without any leak: the first
+        # recording three times in one batch (rows alike, so a row handed
+        # another's state is unchanged) against it alone. On a CPU that is
+        # nothing; on a GPU, where another batch size runs other kernels in
+        # bf16, a few bf16 steps.
         d = engine()
         recs = [speech(30, 3), speech(13, 4), speech(21.5, 5)]
         together, t_turns = walk(d, recs, together=True)
         alone, a_turns = walk(d, recs, together=False)
+        same, _ = walk(d, [recs[0]] * 3, together=True)
+        noise = max(largest_difference(a, b) for a, b in zip(same[0], alone[0], strict=True))
+        allowed = max(2e-3, 2 * noise)
         for r in range(len(recs)):
             for a, b in zip(together[r], alone[r], strict=True):
-                for x, y in zip(arrays(a), arrays(b), strict=True):
-                    self.assertEqual(x.shape, y.shape)
-                    self.assertLess(float(np.abs(x - y).max(initial=0)), 2e-3)
+                self.assertLess(largest_difference(a, b), allowed, f"recording {r}; batching alone moves a state {noise:.4g}")
             self.assertEqual(len(t_turns[r]), len(a_turns[r]))
+        print(f"rows of a batch against each alone: batching alone moves a state up to {noise:.4g}", flush=True)
 
     def test_a_request_of_chunk_seconds_is_one_step(self):
         # NeMo's preprocessor pads frames to a multiple of 16: a request of
