@@ -20,11 +20,16 @@ func TestContractIsALeaf(t *testing.T) {
 		}
 		return strings.Fields(string(out))
 	}
-	// The job contract, and the model contract (modelspec), which the
-	// worker, the client, the fake and the lab all import.
-	for _, leaf := range []string{"contract", "modelspec"} {
-		if d := deps("github.com/fleetscribe/fleetscribe/" + leaf); len(d) != 1 {
-			t.Errorf("%s imports more than the standard library: %v", leaf, d)
+	// The job contract, on the standard library alone; and the model
+	// contract (modelspec), which the worker, the client, the fake and the
+	// lab all import, on the standard library and protobuf's runtime (its
+	// configpb: Triton's model configuration types).
+	if d := deps("github.com/fleetscribe/fleetscribe/contract"); len(d) != 1 {
+		t.Errorf("contract imports more than the standard library: %v", d)
+	}
+	for _, d := range deps("github.com/fleetscribe/fleetscribe/modelspec") {
+		if !strings.HasPrefix(d, "google.golang.org/protobuf/") && !strings.HasPrefix(d, "github.com/fleetscribe/fleetscribe/modelspec") {
+			t.Errorf("modelspec imports %s: more than the standard library and protobuf's runtime", d)
 		}
 	}
 	for _, dep := range deps("github.com/fleetscribe/fleetscribe/cmd/enqueue") {
