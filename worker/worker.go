@@ -181,7 +181,7 @@ func (w *Worker) checkQueue(ctx context.Context, url string) error {
 
 // probeFor says how a dependency is probed: the output bucket by the write
 // check (a key of its own), an input bucket by a listing and a read of a
-// key it served (see inputs.probe), inference by the pool's canary on
+// key it served (see inputs.answers), inference by the pool's canary on
 // every partition. None depends on the failing object or chunk, so each
 // confirms a lone failure.
 func (w *Worker) probeFor(name string) prober {
