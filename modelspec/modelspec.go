@@ -201,16 +201,22 @@ func (c Config) WithParameters(params map[string]string) Config {
 	return c
 }
 
+// tensors are c's inputs and outputs: its own where it has them (the
+// diarization model's), else the speech contract's.
+func (c Config) tensors() (in, out []Tensor) {
+	if c.InputTensors != nil {
+		return c.InputTensors, c.OutputTensors
+	}
+	return c.Inputs(), Outputs()
+}
+
 // Proto is c as Triton's model configuration message.
 func (c Config) Proto() *configpb.ModelConfig {
 	name := c.Model
 	if name == "" {
 		name = Name
 	}
-	in, out := c.Inputs(), Outputs()
-	if c.InputTensors != nil {
-		in, out = c.InputTensors, c.OutputTensors
-	}
+	in, out := c.tensors()
 	m := &configpb.ModelConfig{Name: name, Backend: c.Backend, MaxBatchSize: int32(c.MaxBatch)}
 	for _, t := range in {
 		m.Input = append(m.Input, &configpb.ModelInput{Name: t.Name, DataType: t.DataType, Dims: dims(t.Dims),
@@ -252,12 +258,12 @@ func (c Config) Render() string {
 		{Path: "dynamic_batching/default_queue_policy", Text: c.Batching.QueueComment},
 		{Path: "instance_group", Text: c.InstanceComment},
 	}
-	in, out := c.Inputs(), Outputs()
-	if c.InputTensors != nil {
-		in, out = c.InputTensors, c.OutputTensors
+	in, out := c.tensors()
+	for _, t := range in {
+		notes = append(notes, Note{Path: "input/name=" + t.Name, Text: t.Comment})
 	}
-	for _, t := range append(in, out...) {
-		notes = append(notes, Note{Path: "input/name=" + t.Name, Text: t.Comment}, Note{Path: "output/name=" + t.Name, Text: t.Comment})
+	for _, t := range out {
+		notes = append(notes, Note{Path: "output/name=" + t.Name, Text: t.Comment})
 	}
 	return Text(c.Proto(), c.Header, notes...)
 }
@@ -305,16 +311,18 @@ func Text(m *configpb.ModelConfig, header string, notes ...Note) string {
 		field, value, _ := strings.Cut(trimmed, ":")
 		value = strings.TrimLeft(value, " ")
 		path := strings.Join(append(stack, field), "/")
-		text, ok := byPath[path]
+		key := path
+		text, ok := byPath[key]
 		if !ok {
-			text, ok = byPath[path+"="+strings.Trim(value, `"`)]
+			key = path + "=" + strings.Trim(value, `"`)
+			text, ok = byPath[key]
 		}
 		if len(stack) == 0 && b.Len() > top && (ok || field != last && (value == "{" || lastBlock)) {
 			b.WriteString("\n") // blocks of one field apart from the rest, and every commented field
 		}
 		if ok {
 			comment(&b, indent, text)
-			delete(byPath, path)
+			delete(byPath, key) // the first line at its path only
 		}
 		fmt.Fprintf(&b, "%s%s: %s\n", indent, field, value)
 		if len(stack) == 0 {
