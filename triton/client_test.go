@@ -236,11 +236,18 @@ func TestPoolWaitsOutBackpressure(t *testing.T) {
 // cannot be reached.
 func TestPoolPoisonInput(t *testing.T) {
 	a, b := tritontest.Start(t), tritontest.Start(t)
+	// The poison is told by its content, as a model's bad input is: the
+	// pool's canary before it has served anything is faint noise of the
+	// same length, which a model failing by content serves.
+	poison := make([]float32, 13)
+	for i := range poison {
+		poison[i] = 0.5
+	}
 	var poisonCalls atomic.Int64
 	for _, s := range []*tritontest.Server{a, b} {
 		s.SetRecognizer(kserve.RecognizerFunc(func(_ context.Context, samples []float32, _ bool) (triton.Result, error) {
-			if len(samples) == 13 || len(samples) > 100 {
-				if len(samples) == 13 {
+			if slices.Equal(samples, poison) || len(samples) > 100 {
+				if len(samples) == len(poison) {
 					poisonCalls.Add(1)
 				}
 				return triton.Result{}, status.Error(codes.Internal, "transcription failed: 'NoneType' object is not iterable")
@@ -254,13 +261,22 @@ func TestPoolPoisonInput(t *testing.T) {
 	cfg.Attempts = 6
 	cfg.PoisonWait = time.Minute
 	p := newPool(t, cfg, reg)
+	// A cold pool, nothing served yet: the faint-noise canary judges.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, err := p.Transcribe(ctx, triton.Request{Samples: poison})
+	cancel()
+	if !errors.Is(err, triton.ErrPoisonInput) {
+		t.Fatalf("poison input on a cold pool: %v, want ErrPoisonInput", err)
+	}
+	if n := poisonCalls.Swap(0); n != 2 {
+		t.Errorf("poison input on a cold pool tried %d times, want 2 (once on each partition)", n)
+	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.Transcribe(context.Background(), triton.Request{Samples: make([]float32, 13)})
+		_, err := p.Transcribe(context.Background(), triton.Request{Samples: poison})
 		done <- err
 	}()
 	// Other inputs keep being served: the evidence that the partitions work.
-	var err error
 wait:
 	for {
 		select {
@@ -279,7 +295,7 @@ wait:
 		t.Fatalf("poison input: %v, want ErrPoisonInput naming the model's error", err)
 	}
 	if n := poisonCalls.Load(); n != 2 {
-		t.Errorf("poison input tried %d times, want 2 (once on each partition)", n)
+		t.Errorf("poison input beside good ones tried %d times, want 2 (once on each partition)", n)
 	}
 	for _, s := range []*tritontest.Server{a, b} {
 		if gauge(t, reg, "fleetscribe_triton_partition_healthy", s.Addr) != 1 {
@@ -289,7 +305,7 @@ wait:
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP fleetscribe_triton_poison_inputs_total Requests the model failed with the same error on two partitions that went on serving others: the input's fault.
 # TYPE fleetscribe_triton_poison_inputs_total counter
-fleetscribe_triton_poison_inputs_total 1
+fleetscribe_triton_poison_inputs_total 2
 `), "fleetscribe_triton_poison_inputs_total"); err != nil {
 		t.Error(err)
 	}
