@@ -40,6 +40,9 @@
 #                    with the shipped engine, arrangement A as shipped, with
 #                    word_confidence=max_prob, and with phrase_boosting=on and
 #                    a 1,000-phrase vocabulary on every request (VOCAB_PHRASES)
+#   confcost:A       what word confidence alone costs: 45-s clips with the shipped
+#                    engine, arrangement A as shipped and with
+#                    word_confidence=max_prob, side by side
 #   coldcache        empties the compile cache: the next arrangement starts cold
 #
 # The encoder runs compiled (model.py's default; /eagerenc: eagerly), its
@@ -167,6 +170,9 @@ for step in "$@"; do
       nemo_model; a="${step#vocabcost:}"
       arrangements clip "$a,$a/word_confidence=max_prob,$a/phrase_boosting=on/vocabulary" -engine "" \
         -param "model=$NEMO_MODEL,warmup_seconds=45,length_buckets=45${PARAMS:+,$PARAMS}" -vocabulary "${VOCAB_PHRASES:-1000}" ;;
+    confcost:*)
+      nemo_model; a="${step#confcost:}"
+      arrangements clip "$a,$a/word_confidence=max_prob" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=45,length_buckets=45${PARAMS:+,$PARAMS}" ;;
     sftest) log "GPU diarizer tests"
       (cd "$here" && PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" -m unittest -v test_sortformer test_parakeet_options 2>&1 |
         { grep -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log") || log "tests failed" ;;

@@ -2,7 +2,9 @@
 (fleetscribe_asr/parakeet.py, model parameters word_confidence and
 phrase_boosting) on NeMo's own TDT model, built tiny with random weights
 (nemo_anchor.build): every word of a transcript gets a confidence in 0-1
-with it on, none with it off, and an unknown method refuses to load; a
+with it on, none with it off, and an unknown method refuses to load; the
+engine's batched confidence is NeMo's own, token for token and word for
+word; a
 row's vocabulary changes that row's decoding and no other's, each
 vocabulary's boosting tree is built once, and phrases the tokenizer cannot
 spell are refused. Needs NeMo, so it runs where NeMo
@@ -24,9 +26,14 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "deploy", "triton", "mod
 
 import nemo_anchor  # noqa: E402
 from fleetscribe_asr.compiled import EncoderOptions  # noqa: E402
+from fleetscribe_asr.confidence import METHODS, WordConfidence  # noqa: E402
 from fleetscribe_asr.parakeet import NemoEngine  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# NeMo steps the prediction network a token at a time inside the decoder,
+# the batched pass runs it over whole rows: the same sums, in another order
+# on a GPU's kernels (cuDNN's LSTM), exact on a CPU's.
+ATOL = 2e-3 if DEVICE == "cuda" else 1e-4
 
 
 class ConfidenceTest(unittest.TestCase):
@@ -80,6 +87,86 @@ class ConfidenceTest(unittest.TestCase):
         self.assertTrue(all(w.confidence is None for w in self.words("off")))
         with self.assertRaisesRegex(ValueError, "word_confidence='maxprob'"):
             NemoEngine(self.model, DEVICE, "fp32", EncoderOptions(), confidence="maxprob")
+
+
+class BatchedConfidenceTest(unittest.TestCase):
+    """The engine's word confidence (fleetscribe_asr/confidence.py: one
+    batched pass after decoding) is NeMo's own (confidence_cfg, computed
+    frame by frame inside the decoder, blanks left out, a word its lowest
+    token), token for token and word for word, for every method."""
+
+    @classmethod
+    def setUpClass(cls):
+        from omegaconf import open_dict
+
+        cls.model = nemo_anchor.build(DEVICE, size="tiny", seed=5)
+        # Random weights give every label about the same probability, so
+        # every token the same confidence; a joint with louder outputs gives
+        # tokens of every confidence, which is what the test needs.
+        with torch.no_grad():
+            out = cls.model.joint.joint_net[-1]
+            out.weight.mul_(100.0)
+        g = np.random.default_rng(11)
+        lengths = (48000, 80000, 16000, 64000)
+        batch = torch.zeros(len(lengths), max(lengths))
+        for i, n in enumerate(lengths):
+            batch[i, :n] = torch.from_numpy(g.standard_normal(n).astype(np.float32) * 0.3)
+        with torch.inference_mode():
+            cls.enc, cls.enc_len = cls.model.forward(input_signal=batch.to(DEVICE),
+                                                     input_signal_length=torch.tensor(lengths, device=DEVICE))
+        cls.hyps = {}
+        for method, cfg_method in METHODS.items():
+            cfg = cls.model.cfg.decoding
+            with open_dict(cfg):
+                cfg.strategy = "greedy_batch"
+                cfg.compute_timestamps = True
+                cfg.confidence_cfg = {"preserve_word_confidence": True, "preserve_token_confidence": True,
+                                      "exclude_blank": True, "aggregation": "min", "method_cfg": cfg_method}
+            cls.model.change_decoding_strategy(cfg, verbose=False)
+            with torch.inference_mode():
+                cls.hyps[method] = cls.model.decoding.rnnt_decoder_predictions_tensor(cls.enc, cls.enc_len, return_hypotheses=True)
+
+    def test_tokens_and_words_as_nemo_gives_them(self):
+        for method in METHODS:
+            with self.subTest(method), torch.inference_mode():
+                hyps = self.hyps[method]
+                conf = WordConfidence(self.model, method)
+                tokens = conf.tokens(self.enc, hyps)
+                words = conf(self.enc, hyps)
+                spread = np.concatenate([np.asarray(h.token_confidence, dtype=np.float64) for h in hyps])
+                self.assertGreater(len(spread), 20, "too few tokens: the test would prove little")
+                self.assertGreater(spread.std(), 0.01, "every token as sure as the next: the test would prove little")
+                self.assertGreater(sum(len(h.word_confidence) for h in hyps), 5)
+                for i, (h, t, w) in enumerate(zip(hyps, tokens, words, strict=True)):
+                    np.testing.assert_allclose(t, np.asarray(h.token_confidence, dtype=np.float32), atol=ATOL,
+                                               err_msg=f"row {i}'s tokens")
+                    np.testing.assert_allclose(w, np.asarray(h.word_confidence, dtype=np.float32), atol=ATOL,
+                                               err_msg=f"row {i}'s words")
+                    self.assertEqual(len(w), len(h.timestamp["word"]), f"row {i}: a confidence for each word of the transcript")
+
+    def test_words_split_as_nemo_splits_them(self):
+        """Made-up token sequences heavy in what splits words oddly (the
+        bare word marker, unknown pieces, word-initial pieces, in runs and
+        at either end) aggregate as NeMo's sentencepiece aggregation does."""
+        conf = WordConfidence(self.model, "max_prob")
+        dec, tokenizer = self.model.decoding, self.model.tokenizer
+        pieces = [dec.decode_ids_to_tokens([i])[0] for i in range(conf.blank)]
+        marker, unknown = pieces.index("\u2581"), pieces.index("<unk>")
+        starts = [i for i in range(conf.blank) if conf.starts[i] and i not in (marker, unknown)]
+        inner = [i for i in range(conf.blank) if not conf.starts[i]]
+        self.assertTrue(starts and inner, "the tokenizer has no word-initial or no inner pieces")
+        g = np.random.default_rng(7)
+        for trial in range(300):
+            n = int(g.integers(1, 14))
+            kinds = g.choice(4, size=n, p=[0.3, 0.3, 0.2, 0.2])
+            ids = np.array([marker if k == 0 else unknown if k == 1 else int(g.choice(starts if k == 2 else inner))
+                            for k in kinds], dtype=np.int64)
+            c = g.random(n).astype(np.float32)
+            words = tokenizer.ids_to_text(ids.tolist()).split()
+            want = dec._aggregate_token_confidence_subwords_sentencepiece(words, c.tolist(), ids.tolist())
+            got = conf.words(ids, c)
+            self.assertEqual(len(got), len(want), f"trial {trial}: {[pieces[i] for i in ids]}")
+            np.testing.assert_allclose(got, want, atol=1e-7, err_msg=f"trial {trial}: {[pieces[i] for i in ids]}")
 
 
 if __name__ == "__main__":
