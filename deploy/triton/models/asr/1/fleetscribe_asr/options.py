@@ -159,7 +159,7 @@ class ParakeetOptions:
     model: str = param("", "a .nemo file or a model name NeMo can load; empty: PARAKEET_MODEL, else nvidia/parakeet-tdt-0.6b-v2")
     precision: str = param("bf16", "bf16 (autocast on a GPU) or fp32")
     warmup_seconds: float = param(30.0, "seconds of audio each warm-up batch holds, at every row bucket, before the partition is ready")
-    word_confidence: str = param("off", "off, max_prob or entropy: each word's confidence (0-1), its least sure token's by NeMo's measure, in the word's confidence field")
+    word_confidence: str = param("off", "off, max_prob or entropy: each word's confidence (0-1, its least sure token's by NeMo's measure)")
     phrase_boosting: bool = param(False, "on: a request's vocabulary boosts its phrases in the TDT decoder (NeMo's per-stream boosting tree)")
 
     def check(self) -> None:
