@@ -15,10 +15,15 @@ const (
 
 	// Inputs: the chunk's audio (AudioInput, FP32 [n], 16 kHz mono; left
 	// out of a finish request), the state (BYTES [1]; absent or empty at the first
-	// chunk), finish (BOOL [1]) and the job's speaker hints (INT32 [2]:
-	// min, max; 0 none).
+	// chunk), finish (BOOL [1]), last (BOOL [1]: the audio is the
+	// recording's last chunk, heard and then finished as with finish, so
+	// the labels come with its turns: one request fewer a recording) and
+	// the job's speaker hints (INT32 [2]: min, max; 0 none). A client
+	// sends last only to a model whose metadata lists it (one of an
+	// earlier release would refuse it).
 	StateInput    = "state"
 	FinishInput   = "finish"
+	LastInput     = "last"
 	SpeakersInput = "speakers"
 	// Outputs: the chunk's turns (BYTES [turns], one JSON object a turn:
 	// start and end in seconds into the chunk, speaker a provisional
@@ -45,7 +50,8 @@ func DiarizeInputs() []Tensor {
 		{Name: AudioInput, DataType: configpb.DataType_TYPE_FP32, Dims: []int{-1}, Ragged: true, Optional: true, Comment: "Left out of a finish request."},
 		{Name: StateInput, DataType: configpb.DataType_TYPE_STRING, Dims: []int{1}, Optional: true},
 		{Name: FinishInput, DataType: configpb.DataType_TYPE_BOOL, Dims: []int{1}, Optional: true},
-		{Name: SpeakersInput, DataType: configpb.DataType_TYPE_INT32, Dims: []int{2}, Optional: true, Comment: "The job's speaker hints (min, max; 0: none), read with finish."},
+		{Name: LastInput, DataType: configpb.DataType_TYPE_BOOL, Dims: []int{1}, Optional: true, Comment: "The audio is the recording's last chunk: heard, then finished."},
+		{Name: SpeakersInput, DataType: configpb.DataType_TYPE_INT32, Dims: []int{2}, Optional: true, Comment: "The job's speaker hints (min, max; 0: none), read with finish or last."},
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -200,6 +201,9 @@ type Client struct {
 	conn *grpc.ClientConn
 	rpc  pb.GRPCInferenceServiceClient
 	shm  *sharedMemory // nil: audio goes in the request
+	// hearsLast is whether the server's diarization model lists the
+	// input last (diarizeLast*), learnt from its metadata at first need.
+	hearsLast atomic.Int32
 }
 
 // Dial connects to a Triton server at addr ("host:port"). The connection is

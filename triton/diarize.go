@@ -24,7 +24,11 @@ type DiarizeRequest struct {
 	Samples []float32 // 16 kHz mono; empty only with Finish
 	State   []byte    // the previous response's State; nil at the first chunk
 	// Finish asks for the final label of every provisional speaker, within
-	// the hints (0: none).
+	// the hints (0: none). With Samples, they are the recording's last
+	// chunk: heard, then finished, the labels with its turns. That is one
+	// request to a model whose metadata lists the input last
+	// (modelspec.LastInput), and the chunk then a finish request to one
+	// of an earlier release.
 	Finish                   bool
 	MinSpeakers, MaxSpeakers int
 	Priority                 uint64        // Triton request priority (0: the pool's)
@@ -49,6 +53,58 @@ type DiarizeResult struct {
 
 // Diarize sends r to the diarization model (ModelIO.DiarizeModel).
 func (c *Client) Diarize(ctx context.Context, r DiarizeRequest) (DiarizeResult, error) {
+	if r.Finish && len(r.Samples) > 0 && !c.diarizeHearsLast(ctx) {
+		chunk := r
+		chunk.Finish = false
+		res, err := c.diarize(ctx, chunk)
+		if err != nil {
+			return DiarizeResult{}, err
+		}
+		fin := r
+		fin.Samples, fin.State = nil, res.State
+		end, err := c.diarize(ctx, fin)
+		if err != nil {
+			return DiarizeResult{}, err
+		}
+		res.State, res.Labels = end.State, end.Labels
+		return res, nil
+	}
+	return c.diarize(ctx, r)
+}
+
+// The states of Client.hearsLast.
+const (
+	diarizeLastUnknown = iota
+	diarizeLastListed
+	diarizeLastAbsent
+)
+
+// diarizeHearsLast reports whether the server's diarization model lists
+// the input last, asking its metadata once; a failed call answers no (a
+// last chunk then goes as two requests, which every release serves) and
+// is asked again next time.
+func (c *Client) diarizeHearsLast(ctx context.Context) bool {
+	switch c.hearsLast.Load() {
+	case diarizeLastListed:
+		return true
+	case diarizeLastAbsent:
+		return false
+	}
+	md, err := c.rpc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: c.io.DiarizeModel})
+	if err != nil {
+		return false
+	}
+	for _, in := range md.GetInputs() {
+		if in.GetName() == modelspec.LastInput {
+			c.hearsLast.Store(diarizeLastListed)
+			return true
+		}
+	}
+	c.hearsLast.Store(diarizeLastAbsent)
+	return false
+}
+
+func (c *Client) diarize(ctx context.Context, r DiarizeRequest) (DiarizeResult, error) {
 	req := c.io.newDiarizeRequest(r)
 	var p peer.Peer
 	resp, err := c.rpc.ModelInfer(ctx, req, grpc.Peer(&p))
@@ -66,10 +122,16 @@ func (m ModelIO) newDiarizeRequest(r DiarizeRequest) *pb.ModelInferRequest {
 			{Name: modelspec.FinishInput, Datatype: TypeBool, Shape: m.shape(1)},
 			{Name: modelspec.SpeakersInput, Datatype: TypeInt32, Shape: m.shape(2)},
 		},
-		RawInputContents: [][]byte{EncodeBytes(r.State), EncodeBool(r.Finish), EncodeInt32(int32(r.MinSpeakers), int32(r.MaxSpeakers))},
+		RawInputContents: [][]byte{EncodeBytes(r.State), EncodeBool(r.Finish && len(r.Samples) == 0), EncodeInt32(int32(r.MinSpeakers), int32(r.MaxSpeakers))},
 		Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{
 			{Name: modelspec.TurnsOutput}, {Name: modelspec.StateOutput}, {Name: modelspec.LabelsOutput},
 		},
+	}
+	if r.Finish && len(r.Samples) > 0 {
+		// The recording's last chunk (sent so only where the model lists
+		// the input: Client.Diarize).
+		req.Inputs = append(req.Inputs, &pb.ModelInferRequest_InferInputTensor{Name: modelspec.LastInput, Datatype: TypeBool, Shape: m.shape(1)})
+		req.RawInputContents = append(req.RawInputContents, EncodeBool(true))
 	}
 	if n := len(r.Samples); n > 0 {
 		// (A finish request has no audio: the input is left out.)

@@ -57,14 +57,21 @@ type diarization struct {
 	state  []byte
 	turns  []triton.DiarizeTurn // in recording time, provisional speakers
 	chunks int
+	// labels are the final labels, when the last chunk brought them
+	// (finished): finish then asks for none.
+	labels   []int
+	finished bool
 }
 
 // diarizeChunk is a chunk's samples at offset (samples at modelRate) in
 // the recording; release, if any, gives its buffer back once it is sent.
+// The last chunk of a recording is sent with the job's hints, and its
+// response carries the final labels.
 type diarizeChunk struct {
 	offset  int
 	samples []float32
 	release func()
+	last    bool
 }
 
 // startDiarization starts the diarization of one recording within ctx,
@@ -92,9 +99,14 @@ func (d *diarization) run() {
 	}
 }
 
-// step sends one chunk with the state so far.
+// step sends one chunk with the state so far (the last with the job's
+// hints, for the final labels).
 func (d *diarization) step(c diarizeChunk) error {
-	res, err := d.w.dz.Diarize(d.ctx, triton.DiarizeRequest{Samples: c.samples, State: d.state, Priority: d.infer.priority})
+	req := triton.DiarizeRequest{Samples: c.samples, State: d.state, Priority: d.infer.priority}
+	if c.last {
+		req.Finish, req.MinSpeakers, req.MaxSpeakers = true, d.infer.speakers.Min, d.infer.speakers.Max
+	}
+	res, err := d.w.dz.Diarize(d.ctx, req)
 	if err != nil {
 		return diarizeError(fmt.Errorf("diarize chunk %d (%.2f s of audio at %.2f s): %w", d.chunks, float64(len(c.samples))/modelRate, float64(c.offset)/modelRate, err))
 	}
@@ -104,6 +116,9 @@ func (d *diarization) step(c diarizeChunk) error {
 	}
 	d.state = res.State
 	d.chunks++
+	if c.last {
+		d.labels, d.finished = res.Labels, true
+	}
 	return nil
 }
 
@@ -122,9 +137,9 @@ func (d *diarization) push(c diarizeChunk) error {
 }
 
 // pushCopy queues a pooled copy of samples at offset.
-func (d *diarization) pushCopy(offset int, samples []float32) error {
+func (d *diarization) pushCopy(offset int, samples []float32, place chunkPlace) error {
 	buf := append(getFloats(len(samples)), samples...)
-	return d.push(diarizeChunk{offset: offset, samples: buf, release: func() { putFloats(buf) }})
+	return d.push(diarizeChunk{offset: offset, samples: buf, release: func() { putFloats(buf) }, last: place == lastChunk})
 }
 
 // abort stops the diarization after a failed transcription, once the
@@ -134,8 +149,10 @@ func (d *diarization) abort() {
 	<-d.done
 }
 
-// finish waits for every chunk, asks for the final labels within the
-// job's hints, and returns the turns in recording time with their labels.
+// finish waits for every chunk and returns the turns in recording time
+// with their final labels: those the last chunk brought, or, where no
+// chunk was known as the last, those of a finish request within the job's
+// hints.
 func (d *diarization) finish() ([]contract.SpeakerTurn, error) {
 	close(d.queue)
 	<-d.done
@@ -146,17 +163,21 @@ func (d *diarization) finish() ([]contract.SpeakerTurn, error) {
 	if d.chunks == 0 {
 		return nil, nil // no samples: nobody spoke
 	}
-	hints := d.infer.speakers
-	res, err := d.w.dz.Diarize(d.ctx, triton.DiarizeRequest{State: d.state, Finish: true, MinSpeakers: hints.Min, MaxSpeakers: hints.Max, Priority: d.infer.priority})
-	if err != nil {
-		return nil, diarizeError(fmt.Errorf("diarize: final labels: %w", err))
+	labels := d.labels
+	if !d.finished {
+		hints := d.infer.speakers
+		res, err := d.w.dz.Diarize(d.ctx, triton.DiarizeRequest{State: d.state, Finish: true, MinSpeakers: hints.Min, MaxSpeakers: hints.Max, Priority: d.infer.priority})
+		if err != nil {
+			return nil, diarizeError(fmt.Errorf("diarize: final labels: %w", err))
+		}
+		labels = res.Labels
 	}
 	turns := make([]contract.SpeakerTurn, 0, len(d.turns))
 	for _, t := range d.turns {
-		if t.Speaker >= len(res.Labels) || res.Labels[t.Speaker] < 0 {
-			return nil, fmt.Errorf("diarize: %w: turn of provisional speaker %d, which the final labels (%d) do not name", triton.ErrBadResponse, t.Speaker, len(res.Labels))
+		if t.Speaker >= len(labels) || labels[t.Speaker] < 0 {
+			return nil, fmt.Errorf("diarize: %w: turn of provisional speaker %d, which the final labels (%d) do not name", triton.ErrBadResponse, t.Speaker, len(labels))
 		}
-		turns = append(turns, contract.SpeakerTurn{Speaker: contract.SpeakerLabel(res.Labels[t.Speaker]), Start: round3(t.Start), End: round3(t.End)})
+		turns = append(turns, contract.SpeakerTurn{Speaker: contract.SpeakerLabel(labels[t.Speaker]), Start: round3(t.Start), End: round3(t.End)})
 	}
 	return speakers.Join(turns, diarizeGap), nil
 }

@@ -53,11 +53,20 @@ const (
 	fromRecording samplesFrom = false
 )
 
+// chunkPlace says whether a chunk is the recording's last: diarization
+// then asks for the final labels with it (one request fewer).
+type chunkPlace bool
+
+const (
+	lastChunk  chunkPlace = true
+	moreChunks chunkPlace = false
+)
+
 // send transcribes chunk c in its own goroutine. Samples from the pool are
 // levelled in place and go back to the pool after the request; a slice of
 // the recording is levelled in place unless shared (another chunk overlaps
-// it), then on a copy.
-func (f *fanout) send(c audio.Chunk, from samplesFrom, shared bool) error {
+// it), then on a copy. place says whether c is the recording's last.
+func (f *fanout) send(c audio.Chunk, from samplesFrom, shared bool, place chunkPlace) error {
 	pooled := from == fromPool
 	i := len(f.spans)
 	f.spans = append(f.spans, chunkSpan{offset: c.Offset, length: len(c.Samples), overlap: c.Overlap})
@@ -85,9 +94,9 @@ func (f *fanout) send(c audio.Chunk, from samplesFrom, shared bool) error {
 		// by its request: diarization gets a copy.
 		var err error
 		if rest := c.Samples[c.Overlap:]; pooled {
-			err = f.diar.pushCopy(c.Offset+c.Overlap, rest)
+			err = f.diar.pushCopy(c.Offset+c.Overlap, rest, place)
 		} else {
-			err = f.diar.push(diarizeChunk{offset: c.Offset + c.Overlap, samples: rest})
+			err = f.diar.push(diarizeChunk{offset: c.Offset + c.Overlap, samples: rest, last: place == lastChunk})
 		}
 		if err != nil {
 			if pooled {
@@ -183,7 +192,7 @@ func (w *Worker) inferChunks(ctx context.Context, samples []float32, chunks []au
 		var r triton.Result
 		if len(samples) > 0 {
 			if d != nil {
-				if err := d.push(diarizeChunk{samples: samples}); err != nil {
+				if err := d.push(diarizeChunk{samples: samples, last: true}); err != nil {
 					return contract.Transcript{}, err
 				}
 			}
@@ -199,7 +208,11 @@ func (w *Worker) inferChunks(ctx context.Context, samples []float32, chunks []au
 		// Overlapping chunks share samples and are sent at once: each
 		// levels its own copy.
 		shared := c.Overlap > 0 || i+1 < len(chunks) && chunks[i+1].Overlap > 0
-		if err := f.send(c, fromRecording, shared); err != nil {
+		place := moreChunks
+		if i == len(chunks)-1 {
+			place = lastChunk
+		}
+		if err := f.send(c, fromRecording, shared, place); err != nil {
 			return contract.Transcript{}, f.abort(err)
 		}
 	}

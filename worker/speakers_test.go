@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/contract"
 	"github.com/fleetscribe/fleetscribe/lab/kit/conversation"
 	"github.com/fleetscribe/fleetscribe/lab/kit/synth"
@@ -23,7 +24,9 @@ import (
 // halves is a diarizer that hears speaker 0 in the first half of every
 // chunk and speaker 1 in the second (so with the fake recogniser's two
 // words a chunk, "samples" is spk_0's and the count spk_1's), keeps the
-// chunks it has heard in its state, and fails as fail says.
+// chunks it has heard in its state, and fails as fail says. As the
+// contract says, a finish with audio (the recording's last chunk) is
+// heard, then finished.
 type halves struct {
 	mu       sync.Mutex
 	requests int
@@ -47,16 +50,21 @@ func (h *halves) Diarize(_ context.Context, r triton.DiarizeRequest) (triton.Dia
 			return triton.DiarizeResult{}, err
 		}
 	}
+	var res triton.DiarizeResult
+	if len(r.Samples) > 0 {
+		h.chunks = append(h.chunks, len(r.Samples))
+		d := float64(len(r.Samples)) / 16000
+		res.Turns = []triton.DiarizeTurn{{Start: 0, End: d / 2, Speaker: 0}, {Start: d / 2, End: d, Speaker: 1}}
+		n++
+	}
+	res.State, _ = json.Marshal(n)
 	if r.Finish {
 		h.finishes++
 		// Provisional speakers 0 and 1 are final labels 1 and 0: the
 		// worker must apply the labels, not the provisional indices.
-		return triton.DiarizeResult{State: r.State, Labels: []int{1, 0}}, nil
+		res.Labels = []int{1, 0}
 	}
-	h.chunks = append(h.chunks, len(r.Samples))
-	d := float64(len(r.Samples)) / 16000
-	state, _ := json.Marshal(n + 1)
-	return triton.DiarizeResult{Turns: []triton.DiarizeTurn{{Start: 0, End: d / 2, Speaker: 0}, {Start: d / 2, End: d, Speaker: 1}}, State: state}, nil
+	return res, nil
 }
 
 // runWith runs the worker with d as its diarizer (nil: none) until idle.
@@ -95,8 +103,9 @@ func TestSpeakersOnEveryWord(t *testing.T) {
 	if tr.Schema != contract.TranscriptSchemaSpeakers || tr.SpeakerError != nil {
 		t.Fatalf("schema %q, speaker error %+v", tr.Schema, tr.SpeakerError)
 	}
-	if len(h.chunks) != tr.Chunks || h.finishes != 1 {
-		t.Errorf("diarizer heard %d chunks and %d finishes; the transcript has %d chunks", len(h.chunks), h.finishes, tr.Chunks)
+	if len(h.chunks) != tr.Chunks || h.finishes != 1 || h.requests != tr.Chunks {
+		t.Errorf("diarizer heard %d chunks in %d requests, %d finishes; the transcript has %d chunks (want a request a chunk, the last finishing)",
+			len(h.chunks), h.requests, h.finishes, tr.Chunks)
 	}
 	for _, w := range tr.Words {
 		want := "spk_1" // "samples", provisional 0, final label 1
@@ -124,6 +133,41 @@ func TestSpeakersOnEveryWord(t *testing.T) {
 	}
 	if !strings.Contains(string(out["vtt"]), "<v spk_1>samples") || !strings.Contains(string(out["srt"]), "spk_0: ") {
 		t.Errorf("vtt or srt without speakers:\n%s\n%s", out["vtt"], out["srt"])
+	}
+}
+
+// Each chunk is one diarization request, the last bringing the final
+// labels, whether the recording is streamed or decoded whole, in one chunk
+// or several.
+func TestOneDiarizationRequestAChunk(t *testing.T) {
+	for name, tc := range map[string]struct {
+		wav    []byte
+		chunks float64 // -chunk-seconds
+	}{
+		"streamed, two chunks":    {speechWAV(42, 1), 30},
+		"whole, three chunks":     {audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: noise(20*16000, 3)}), 8},
+		"whole, one chunk":        {audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: noise(5*16000, 4)}), 30},
+		"streamed mp3, one chunk": {toMP3(t, audio.EncodeWAV(audio.Clip{Rate: 16000, Samples: noise(6*16000, 5)})), 30},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, 1, 3)
+			e.put("r.wav", tc.wav)
+			e.sendSpeakersJob("r.wav", &contract.SpeakerHints{Max: 2}, "")
+			h := &halves{}
+			cfg := e.config()
+			cfg.Audio.ChunkSeconds = tc.chunks
+			e.runWith(cfg, h)
+			tr, ok := e.transcript("r.wav")
+			if !ok || tr.SpeakerError != nil {
+				t.Fatalf("transcript %v, speaker error %+v", ok, tr.SpeakerError)
+			}
+			if tr.Chunks < 1 || h.requests != tr.Chunks || len(h.chunks) != tr.Chunks || h.finishes != 1 {
+				t.Errorf("%d chunks: %d requests, %d heard, %d finishing; want one request a chunk, the last finishing", tr.Chunks, h.requests, len(h.chunks), h.finishes)
+			}
+			if len(tr.Speakers) == 0 || tr.Speakers[0].Label != "spk_1" {
+				t.Errorf("speakers %+v: the last chunk's labels not applied", tr.Speakers)
+			}
+		})
 	}
 }
 

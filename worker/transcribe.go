@@ -112,20 +112,25 @@ func (w *Worker) streamChunks(ctx context.Context, s *streamed, infer inference,
 			return contract.Transcript{}, f.abort(Permanentf(contract.ClassTooLarge, "recording is longer than the limit of %.0f s", w.cfg.Inputs.MaxAudioSeconds))
 		}
 		sp.Write(out)
-		for {
-			c, ok := sp.Next(eof)
-			if !ok {
-				break
-			}
+		// Each chunk is sent once the next is cut (or the recording has
+		// ended), so the last is known as the last.
+		c, ok := sp.Next(eof)
+		for ok {
 			if inferring.IsZero() {
 				inferring = time.Now()
 			}
 			// The splitter's samples are its own until its next Write.
 			c.Samples = append(getFloats(len(c.Samples)), c.Samples...)
-			if err := f.send(c, fromPool, false); err != nil {
+			next, more := sp.Next(eof)
+			place := moreChunks
+			if eof && !more {
+				place = lastChunk
+			}
+			if err := f.send(c, fromPool, false, place); err != nil {
 				return contract.Transcript{}, f.abort(err)
 			}
 			prog.total.Store(max(estimate, int64(len(f.spans))))
+			c, ok = next, more
 		}
 	}
 	if err := f.wait(); err != nil {

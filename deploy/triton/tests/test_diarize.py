@@ -51,8 +51,10 @@ def config(**params):
     return {"model_config": json.dumps({"max_batch_size": 8, "parameters": {k: {"string_value": v} for k, v in params.items()}})}
 
 
-def request(audio=None, state=b"", finish=False, speakers=(0, 0)):
+def request(audio=None, state=b"", finish=False, speakers=(0, 0), last=None):
     inputs = {"state": np.array([[state]], dtype=np.object_), "finish": np.array([[finish]]), "speakers": np.array([speakers], dtype=np.int32)}
+    if last is not None:
+        inputs["last"] = np.array([[last]])
     if audio is not None:
         inputs["audio"] = audio.reshape(1, -1)
     return pb.Request(**inputs)
@@ -66,19 +68,36 @@ class DiarizeModelTest(unittest.TestCase):
         cls.model.initialize(config(engine="pyannote_campp", max_speakers="20"))
         cls.samples, cls.ref = dialogue()
 
-    def run_recording(self, samples, chunk_seconds, speakers=(0, 0)):
+    def run_recording(self, samples, chunk_seconds, speakers=(0, 0), fold=False):
+        """Turns with their final labels, and the last state: the chunks in
+        order, then a finish request, or (fold) the last chunk sent with
+        last, its response carrying the labels."""
         state, turns = b"", []
         step = int(chunk_seconds * 16000)
-        for off in range(0, len(samples), step):
-            r = self.model.execute([request(samples[off:off + step], state)])[0]
+        offsets = list(range(0, len(samples), step))
+        for off in offsets:
+            last = fold and off == offsets[-1]
+            r = self.model.execute([request(samples[off:off + step], state, speakers=speakers, last=True if last else None)])[0]
             self.assertIsNone(r.err, r.err and r.err.message())
             turns += [(json.loads(t)["start"] + off / 16000, json.loads(t)["end"] + off / 16000, json.loads(t)["speaker"])
                       for t in r.outputs["turns"].reshape(-1)]
             state = bytes(r.outputs["state_out"].reshape(-1)[0])
-        r = self.model.execute([request(None, state, finish=True, speakers=speakers)])[0]
-        self.assertIsNone(r.err, r.err and r.err.message())
+            self.assertEqual(r.outputs["labels"].size > 0, last, "labels come with the last chunk, and only with it")
+        if not fold:
+            r = self.model.execute([request(None, state, finish=True, speakers=speakers)])[0]
+            self.assertIsNone(r.err, r.err and r.err.message())
         labels = list(r.outputs["labels"].reshape(-1))
         return [(s, e, labels[k]) for s, e, k in turns], state
+
+    def test_last_chunk_is_heard_then_finished(self):
+        """A recording whose last chunk carries last gets what chunks and a
+        finish request give: the same turns, labels and state."""
+        for speakers in [(0, 0), (0, 1)]:
+            self.assertEqual(self.run_recording(self.samples, 8, speakers, fold=True), self.run_recording(self.samples, 8, speakers), speakers)
+        r = self.model.execute([request(None, b"", last=True)])[0]
+        self.assertEqual(r.err.code(), pb.TritonError.INVALID_ARG, "a last request without audio")
+        r = self.model.execute([request(self.samples[:16000], b"", finish=True, last=True)])[0]
+        self.assertEqual(r.err.code(), pb.TritonError.INVALID_ARG, "finish and last at once")
 
     def test_two_voices_two_speakers_across_chunks(self):
         turns, state = self.run_recording(self.samples, 8)

@@ -3,6 +3,7 @@ package tritonproc_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -20,8 +21,9 @@ import (
 
 // diarizeAll sends a recording's chunks in order, the state of each
 // response with the next request, each to the pool's next partition in
-// turn, then the finish, and returns its turns with their final labels.
-func diarizeAll(t *testing.T, pools []*triton.Pool, samples []float32, maxSpeakers int) []diarscore.Turn {
+// turn, then the finish (or, with place lastChunk, the last chunk
+// finishing), and returns its turns with their final labels.
+func diarizeAll(t *testing.T, pools []*triton.Pool, samples []float32, maxSpeakers int, place ...bool) []diarscore.Turn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -32,9 +34,15 @@ func diarizeAll(t *testing.T, pools []*triton.Pool, samples []float32, maxSpeake
 	}
 	var turns []raw
 	chunks := audio.Split(samples, audio.SplitConfig{Max: 30 * 16000, Frame: 480})
+	fold := len(place) > 0 && place[0] == lastChunk
+	var r triton.DiarizeResult
 	for i, c := range chunks {
-		r, err := pools[i%len(pools)].Diarize(ctx, triton.DiarizeRequest{Samples: c.Samples, State: state})
-		if err != nil {
+		req := triton.DiarizeRequest{Samples: c.Samples, State: state}
+		if fold && i == len(chunks)-1 {
+			req.Finish, req.MaxSpeakers = true, maxSpeakers
+		}
+		var err error
+		if r, err = pools[i%len(pools)].Diarize(ctx, req); err != nil {
 			t.Fatalf("chunk %d: %v", i, err)
 		}
 		for _, x := range r.Turns {
@@ -42,16 +50,24 @@ func diarizeAll(t *testing.T, pools []*triton.Pool, samples []float32, maxSpeake
 		}
 		state = r.State
 	}
-	r, err := pools[len(chunks)%len(pools)].Diarize(ctx, triton.DiarizeRequest{State: state, Finish: true, MaxSpeakers: maxSpeakers})
-	if err != nil {
-		t.Fatalf("finish: %v", err)
+	if !fold {
+		var err error
+		if r, err = pools[len(chunks)%len(pools)].Diarize(ctx, triton.DiarizeRequest{State: state, Finish: true, MaxSpeakers: maxSpeakers}); err != nil {
+			t.Fatalf("finish: %v", err)
+		}
 	}
 	var out []diarscore.Turn
 	for _, x := range turns {
+		if x.t.Speaker >= len(r.Labels) {
+			t.Fatalf("a turn of provisional speaker %d, final labels %v", x.t.Speaker, r.Labels)
+		}
 		out = append(out, diarscore.Turn{Speaker: string(rune('A' + r.Labels[x.t.Speaker])), Start: x.t.Start + x.off, End: x.t.End + x.off})
 	}
 	return out
 }
+
+// lastChunk asks diarizeAll to send the last chunk finishing.
+const lastChunk = true
 
 func diarizePool(t *testing.T, addr string) *triton.Pool {
 	t.Helper()
@@ -116,6 +132,78 @@ func TestDiarizeRepositoryOnRealTriton(t *testing.T) {
 	} {
 		if _, err := a.Diarize(ctx, req); !errors.Is(err, triton.ErrRejected) {
 			t.Errorf("%s: %v, want ErrRejected", name, err)
+		}
+	}
+}
+
+// A recording's last chunk sent finishing is one request, not two, and
+// gives what the chunk and then a finish give: on the shipped model, which
+// lists the input last, and on one of an earlier release, which does not
+// (its configuration without last): there the client sends the chunk and
+// then the finish, as before, since such a model would not hear a last
+// chunk's audio.
+func TestDiarizeLastChunkOnRealTriton(t *testing.T) {
+	root := requireSpeech(t)
+	shipped := filepath.Join(root, "deploy", "triton", "cpu")
+	older := t.TempDir()
+	cfg := modelspec.Diarize(false)
+	cfg.InputTensors = slices.DeleteFunc(slices.Clone(cfg.InputTensors), func(x modelspec.Tensor) bool { return x.Name == modelspec.LastInput })
+	text := cfg.Render()
+	if err := os.MkdirAll(filepath.Join(older, modelspec.DiarizeName), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(older, modelspec.DiarizeName, "config.pbtxt"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(shipped, modelspec.DiarizeName, "1"), filepath.Join(older, modelspec.DiarizeName, "1")); err != nil {
+		t.Fatal(err)
+	}
+	conv, err := conversation.Make(context.Background(), conversation.Spec{Seed: 5, Speakers: 2, Seconds: 50}, conversation.Flite(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []diarscore.Turn
+	for _, repo := range []string{shipped, older} {
+		s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: repo, Models: []string{modelspec.DiarizeName}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Kill()
+		p := diarizePool(t, s.Addr)
+		io := triton.DefaultModelIO()
+		io.Model = modelspec.DiarizeName
+		stats, err := triton.Dial(s.Addr, io)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stats.Close()
+		requests := func() uint64 {
+			st, err := stats.Statistics(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st.Requests
+		}
+		if want == nil {
+			want = diarizeAll(t, []*triton.Pool{p}, conv.Samples, 2)
+		}
+		before := requests()
+		got := diarizeAll(t, []*triton.Pool{p}, conv.Samples, 2, lastChunk)
+		chunks := uint64(len(audio.Split(conv.Samples, audio.SplitConfig{Max: 30 * 16000, Frame: 480})))
+		wantSent := map[string]uint64{shipped: chunks, older: chunks + 1}[repo]
+		// Triton counts a request once its response has gone: wait for
+		// the count to reach what is wanted, then a little more for any
+		// request beyond it.
+		sent := requests() - before
+		for deadline := time.Now().Add(5 * time.Second); sent < wantSent && time.Now().Before(deadline); sent = requests() - before {
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if sent = requests() - before; sent != wantSent {
+			t.Errorf("%s: %d requests for %d chunks, want %d", filepath.Base(repo), sent, chunks, wantSent)
+		}
+		if len(got) == 0 || !slices.Equal(got, want) {
+			t.Errorf("%s: the last chunk finishing diarized differently:\n%v\n%v", filepath.Base(repo), got, want)
 		}
 	}
 }

@@ -174,14 +174,14 @@ func measurePoint(ctx context.Context, lc loadConfig, pool *triton.Pool, reg *pr
 }
 
 // diarizeRecording sends a recording's chunks to the diarize model one
-// after another, each with the state the last returned, then its finish,
-// as the worker does; each chunk's latency is recorded (its audio with
-// audio, else latency only).
+// after another, each with the state the last returned, the last
+// finishing, as the worker does; each chunk's latency is recorded (its
+// audio with audio, else latency only).
 func diarizeRecording(ctx context.Context, pool *triton.Pool, chunks [][]float32, phase *atomic.Pointer[point], mu *sync.Mutex, audio bool) error {
 	var state []byte
-	for _, c := range chunks {
+	for i, c := range chunks {
 		t0 := time.Now()
-		res, err := pool.Diarize(ctx, triton.DiarizeRequest{Samples: c, State: state})
+		res, err := pool.Diarize(ctx, triton.DiarizeRequest{Samples: c, State: state, Finish: i == len(chunks)-1})
 		sec := 0.0
 		if audio {
 			sec = float64(len(c)) / rate
@@ -192,8 +192,7 @@ func diarizeRecording(ctx context.Context, pool *triton.Pool, chunks [][]float32
 		}
 		state = res.State
 	}
-	_, err := pool.Diarize(ctx, triton.DiarizeRequest{State: state, Finish: true})
-	return err
+	return nil
 }
 
 // clipRequest sends the same clip as one request (mode off), with its

@@ -6,13 +6,15 @@
            and not heard there),
            optional state BYTES [1, 1] (what the previous chunk's response
            returned; absent or empty at a recording's first chunk),
-           optional finish BOOL [1, 1], optional speakers INT32 [1, 2]
-           (the job's min and max speakers, 0: none; read with finish)
+           optional finish BOOL [1, 1], optional last BOOL [1, 1] (the
+           audio is the recording's last chunk: heard, then finished as
+           with finish), optional speakers INT32 [1, 2] (the job's min and
+           max speakers, 0: none; read with finish or last)
   outputs  turns BYTES [1, turns] (one JSON object a turn: start and end in
            seconds into the chunk, speaker a provisional index),
            state_out BYTES [1, 1], labels INT32 [1, provisional] (with
-           finish: each provisional speaker's final label, -1 for one never
-           heard; otherwise empty)
+           finish or last: each provisional speaker's final label, -1 for
+           one never heard; otherwise empty)
 
 The partitions keep nothing between requests: the state travels with the
 request and comes back with the response, so any partition serves any
@@ -75,8 +77,9 @@ def read_request(request: Any) -> Ask:
     if st is not None:
         elems = st.as_numpy().reshape(-1)
         raw = bytes(elems[0]) if elems.size else b""
-    fin = pb_utils.get_input_tensor_by_name(request, "finish")
-    finish = fin is not None and bool(fin.as_numpy().reshape(-1)[0])
+    finish, last = flag(request, "finish"), flag(request, "last")
+    if finish and last:
+        raise StateError("finish and last both set: finish is a request without audio, last one with its recording's last chunk")
     lo = hi = 0
     hints = pb_utils.get_input_tensor_by_name(request, "speakers")
     if hints is not None:
@@ -88,7 +91,15 @@ def read_request(request: Any) -> Ask:
         samples = np.zeros(0, np.float32)  # a finish request's audio is not heard
     elif samples.size == 0:
         raise StateError("audio is empty (only a finish request's may be)")
-    return Ask(samples, raw, finish, lo, hi)
+    # A last chunk is heard, then finished: the engines hear a request's
+    # audio before they label its speakers.
+    return Ask(samples, raw, finish or last, lo, hi)
+
+
+def flag(request: Any, name: str) -> bool:
+    """The optional BOOL input name (absent: False)."""
+    t = pb_utils.get_input_tensor_by_name(request, name)
+    return t is not None and bool(t.as_numpy().reshape(-1)[0])
 
 
 def load_engine(params: dict[str, str], device: str) -> Any:
