@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 import unittest
 
 import numpy as np
@@ -204,6 +205,33 @@ class SortformerContractTest(unittest.TestCase):
                 sortformer.SortformerOptions.from_params({"engine": "sortformer", **params})
         opts = sortformer.SortformerOptions.from_params({"engine": "sortformer", "chunk_seconds": "45", "batch_buckets": "16,4,8"})
         self.assertEqual((opts.chunk_frames, opts.buckets()), (563, [4, 8, 16]))
+
+    def test_host_options_are_the_speech_models_and_set_before_the_model_loads(self):
+        from unittest import mock
+
+        from fleetscribe_asr.options import HostOptions
+
+        opts = sortformer.SortformerOptions.from_params({"engine": "sortformer"})
+        self.assertEqual(opts.host(), HostOptions(), "blocking, 2 CPU threads on a GPU: as the speech model's partitions")
+        with self.assertRaisesRegex(ValueError, "cuda_sync"):
+            sortformer.SortformerOptions.from_params({"engine": "sortformer", "cuda_sync": "sleepy"})
+        # The CUDA context's flags hold only if set before anything creates
+        # it: configure runs before the model loads.
+        calls = []
+
+        class Loaded(Exception):
+            pass
+
+        def load(source, device):
+            calls.append(("load", device))
+            raise Loaded
+
+        spin = sortformer.SortformerOptions.from_params({"engine": "sortformer", "cuda_sync": "spin", "cpu_threads": "3"})
+        with mock.patch.dict(sys.modules, {"torch": types.ModuleType("torch")}), \
+                mock.patch.object(sortformer.host, "configure", lambda o, kind, ordinal: calls.append((o.cuda_sync, o.cpu_threads, kind, ordinal))), \
+                mock.patch.object(sortformer, "load_model", load), self.assertRaises(Loaded):
+            sortformer.SortformerDiarizer(spin, "cuda:3")
+        self.assertEqual(calls, [("spin", 3, "GPU", 3), ("load", "cuda:3")])
 
     def test_state_round_trip_and_refusals(self):
         g = np.random.default_rng(1)

@@ -467,6 +467,35 @@ class StaticShapesTest(unittest.TestCase):
         self.assertEqual(compiled.rows_by_length([s30], [4, 8], lambda n: 2), {s30: [2]}, "at least the limit itself")
         self.assertEqual(compiled.rows_by_length([s30], [4, 8], None), {s30: [4, 8]})
 
+    def test_row_parts_fit_pads_fewer_rows(self):
+        buckets = [1, 2, 4, 8, 16]
+        # (rows: parts) where two shapes pad fewer rows than one; one shape
+        # where they would pad as many (13: 16 pads 3, 8 and 8 pad 3) or
+        # the rows fill a bucket.
+        want = {1: [(1, 1)], 3: [(2, 2), (1, 1)], 5: [(4, 4), (1, 1)], 6: [(4, 4), (2, 2)], 7: [(7, 8)], 8: [(8, 8)],
+                9: [(8, 8), (1, 1)], 11: [(8, 8), (3, 4)], 12: [(8, 8), (4, 4)], 13: [(13, 16)], 14: [(14, 16)], 16: [(16, 16)]}
+        for rows, parts in want.items():
+            self.assertEqual(compiled.fit_rows(buckets, rows), parts, "%d rows" % rows)
+        for rows in range(1, 17):
+            parts = compiled.fit_rows(buckets, rows)
+            self.assertEqual(sum(r for r, _ in parts), rows, "%d rows: every row runs once" % rows)
+            self.assertLessEqual(sum(s for _, s in parts), next(b for b in buckets if b >= rows), "%d rows: no more padding" % rows)
+        self.assertEqual(compiled.fit_rows([4, 8], 3), [(3, 4)], "below the smallest bucket: padded")
+        s45 = 45 * 16000
+        by_length = {s45: buckets}
+        self.assertEqual(compiled.plan(by_length, 12, s45, 16), [(12, 16, s45)], "one shape unless asked")
+        self.assertEqual(compiled.plan(by_length, 12, s45, 16, fit=True), [(8, 8, s45), (4, 4, s45)])
+        limited = {s45: [1, 2, 4, 8]}
+        self.assertEqual(compiled.plan(limited, 13, s45, 16, fit=True), [(8, 8, s45), (4, 4, s45), (1, 1, s45)],
+                         "a length's row limit first, then each part fitted")
+
+    def test_row_parts_is_a_checked_model_parameter(self):
+        opts = compiled.EncoderOptions.from_params({"row_parts": "one"}, 16)
+        self.assertEqual(opts.row_parts, "one")
+        self.assertEqual(compiled.EncoderOptions.from_params({}, 16).row_parts, "fit", "the default since it was measured")
+        with self.assertRaisesRegex(ValueError, "row_parts"):
+            compiled.EncoderOptions.from_params({"row_parts": "split"}, 16)
+
     def test_nemo_subsampling_limits_the_rows_of_long_shapes(self):
         # Parakeet's subsampling: 256 channels, stride 2, 128 features, a
         # 10-ms hop: NeMo splits a batch over 2**31 / 256 * 4 elements.

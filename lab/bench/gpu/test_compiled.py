@@ -119,6 +119,26 @@ class CompiledEncoderTest(unittest.TestCase):
             err = (got[i, :n] - want[i, :n]).abs().max().item()
             self.assertLess(err, 1e-3 * max(1.0, want[i, :n].abs().max().item()), "row %d" % i)
 
+    def test_row_parts_fit_runs_two_shapes_and_matches_eager(self):
+        # row_parts=fit: three rows run as two and one (no row of zeros),
+        # not in the 4-row shape, and match the batch run eagerly whole.
+        enc = self.model.encoder
+        fit = self.mod.EncoderOptions(mode="compiled", lengths=[16000], rows=[1, 2, 4], graphs=True, cache_dir=self.cache,
+                                      row_parts="fit").encoder(enc.forward, self.device, "test", self.regions)
+        shapes = []
+        run_shape = fit.run_shape
+        fit.run_shape = lambda audio, shape, at=0: shapes.append(shape) or run_shape(audio, shape, at)
+        with torch.no_grad():
+            fit.warm(lambda n, rows: fit([np.zeros(n, dtype=np.float32)] * rows))
+            shapes.clear()
+            got, frames = fit(self.audio)
+        self.assertEqual(shapes, [(2, 16000), (1, 16000)])
+        want, want_frames = self.eager(self.audio)
+        self.assertEqual(frames.tolist(), want_frames.tolist())
+        for i, n in enumerate(want_frames.tolist()):
+            err = (got[i, :n] - want[i, :n]).abs().max().item()
+            self.assertLess(err, 1e-3 * max(1.0, want[i, :n].abs().max().item()), "row %d" % i)
+
     def test_a_restart_loads_the_cache(self):
         enc = self.model.encoder
         again = self.mod.EncoderOptions(mode="compiled", lengths=[16000], rows=[2, 4], graphs=True, cache_dir=self.cache).encoder(

@@ -136,9 +136,57 @@ func compiledReport(args []string) error {
 			}
 		}
 	}
-	fmt.Printf("RESULT server=triton model=nemo encoder=%s best_mode=%s served_audio_s_per_s=%.0f mix_audio_s_per_s=%s p99_ms=%.0f vs_eager=%s vs_best_published=%.2f warm_start_s=%.0f cold_start_s=%s\n",
-		*encoder, orDash(top.arrangement), top.audioPerS, coldOrDash(mix.audioPerS), top.p99, ratioOrDash(top.audioPerS, eager.audioPerS), top.audioPerS/bestPublished, warm, coldOrDash(cold))
+	h := holdOf(rs, top)
+	if h.runs > 0 {
+		fmt.Printf("%s, 45-s clips at %d in flight: %d runs of %.0f-s windows or longer, %.0f-%.0f audio-s/s (mean %.0f); at 128 in flight against 64 (means): %s\n",
+			top.arrangement, top.conc, h.runs, h.window, h.low, h.high, h.mean, h.c128VsC64)
+	}
+	fmt.Printf("RESULT server=triton model=nemo encoder=%s best_mode=%s served_audio_s_per_s=%.0f mix_audio_s_per_s=%s p99_ms=%.0f vs_eager=%s vs_best_published=%.2f warm_start_s=%.0f cold_start_s=%s c128_vs_c64=%s window_s=%.0f runs=%d\n",
+		*encoder, orDash(top.arrangement), top.audioPerS, coldOrDash(mix.audioPerS), top.p99, ratioOrDash(top.audioPerS, eager.audioPerS), top.audioPerS/bestPublished, warm, coldOrDash(cold),
+		h.c128VsC64, h.window, h.runs)
 	return nil
+}
+
+// hold is how well the headline point holds: its runs (rows of the same
+// arrangement, encoder and workload at the same concurrency, each a run),
+// their shortest window and spread, and the arrangement's mean at 128 in
+// flight against its mean at 64 ("-" where either is missing).
+type hold struct {
+	runs                    int
+	window, low, high, mean float64
+	c128VsC64               string
+}
+
+func holdOf(rs []result, top result) hold {
+	same := func(conc int) []result {
+		var out []result
+		for _, r := range rs {
+			if r.arrangement == top.arrangement && r.decoder == top.decoder && r.encoder == top.encoder && r.workload == top.workload && r.conc == conc && r.errors == 0 {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	mean := func(xs []result) float64 {
+		var sum float64
+		for _, r := range xs {
+			sum += r.audioPerS
+		}
+		return sum / float64(max(1, len(xs)))
+	}
+	h := hold{c128VsC64: "-"}
+	runs := same(top.conc)
+	if top.arrangement == "" || len(runs) == 0 {
+		return h
+	}
+	h.runs, h.mean, h.low, h.high, h.window = len(runs), mean(runs), runs[0].audioPerS, runs[0].audioPerS, runs[0].seconds
+	for _, r := range runs {
+		h.low, h.high, h.window = min(h.low, r.audioPerS), max(h.high, r.audioPerS), min(h.window, r.seconds)
+	}
+	if at64, at128 := same(64), same(128); len(at64) > 0 && len(at128) > 0 {
+		h.c128VsC64 = fmt.Sprintf("%.2f", mean(at128)/mean(at64))
+	}
+	return h
 }
 
 // ratioOrDash is a/b, or "-" where either was not measured.

@@ -228,6 +228,8 @@ func TestCompiledReportResultLine(t *testing.T) {
 		row("mps50-8", "compiled", "clip45", "64", "7500", "480", "300", "cold"),
 		row("mps50-8", "compiled", "clip45", "128", "9000", "1100", "90", "warm"), // over 1 s
 		row("mps50-8", "compiled", "clip45", "96", "8000", "900", "90", "warm"),
+		row("mps50-8", "compiled", "clip45", "96", "7600", "880", "90", "warm"),  // a second run of the headline point
+		row("mps50-8", "compiled", "clip45", "128", "7900", "980", "90", "warm"), // a second run at 128: mean 8,450 against 7,500 at 64
 		row("mps50-8", "compiled", "mix", "32", "6000", "1400", "90", "warm"),
 		row("mps50-8", "compiled", "mix", "64", "7000", "1600", "90", "warm"), // over 1.5 s
 		row("mps25-8/eagerenc", "eager", "clip45", "64", "5000", "500", "45", "none"),
@@ -248,7 +250,7 @@ func TestCompiledReportResultLine(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	want := "RESULT server=triton model=nemo encoder=inductor_regional_cudagraphs best_mode=mps50-8 served_audio_s_per_s=8000 mix_audio_s_per_s=6000 p99_ms=900 vs_eager=1.60 vs_best_published=0.65 warm_start_s=50 cold_start_s=300"
+	want := "RESULT server=triton model=nemo encoder=inductor_regional_cudagraphs best_mode=mps50-8 served_audio_s_per_s=8000 mix_audio_s_per_s=6000 p99_ms=900 vs_eager=1.60 vs_best_published=0.65 warm_start_s=50 cold_start_s=300 c128_vs_c64=1.13 window_s=3 runs=2"
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
@@ -423,5 +425,29 @@ func TestDiarizeReportResultLine(t *testing.T) {
 	want = "RESULT model=sortformer asr_only_audio_s_per_s=11000 asr_diar_audio_s_per_s=8000 ratio=0.73 diar_only_audio_s_per_s=26000 p99_ms=900 mix_ratio=0.00 within_p99_limit=false asr_encoder=compiled"
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+// A second start of an arrangement logs beside the first start's log,
+// which says why that start failed, instead of over it.
+func TestNewLogKeepsAnEarlierStartsLog(t *testing.T) {
+	dir := t.TempDir()
+	var names []string
+	for i := 0; i < 3; i++ {
+		f, err := newLog(dir, "mps50-8_maxbatch16")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(f, "start %d\n", i+1)
+		names = append(names, filepath.Base(f.Name()))
+		f.Close()
+	}
+	want := []string{"mps50-8_maxbatch16.log", "mps50-8_maxbatch16-2.log", "mps50-8_maxbatch16-3.log"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("logs %v, want %v", names, want)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, want[0]))
+	if err != nil || string(b) != "start 1\n" {
+		t.Fatalf("the first start's log is %q (%v), want it kept", b, err)
 	}
 }

@@ -34,6 +34,7 @@ type result struct {
 	encoder, cache                       string  // compiled or eager; the compile cache at start (cold, warm, none)
 	ready                                float64 // seconds the partitions took to be ready
 	conc, completed                      int
+	seconds                              float64 // the measurement window
 	reqPerS, audioPerS                   float64
 	p50, p95, p99                        float64
 	meanBatch, util                      float64
@@ -65,7 +66,7 @@ func readResults(path string) ([]result, error) {
 		out = append(out, result{
 			encoder: res.encoder, ready: res.ready, cache: res.cache,
 			arrangement: r[0], kind: r[1], decoder: r[2], workload: r[3], conc: int(num(4)), completed: int(num(5)),
-			reqPerS: num(7), audioPerS: num(8), p50: num(9), p95: num(10), p99: num(11),
+			seconds: num(6), reqPerS: num(7), audioPerS: num(8), p50: num(9), p95: num(10), p99: num(11),
 			meanBatch: num(12), util: num(13), errors: int(num(14)), overloaded: int(num(15)), queueMs: num(16), inputMs: num(17),
 			inferMs: num(18), outputMs: num(19),
 		})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"os/signal"
@@ -161,7 +162,7 @@ func runArrangement(ctx context.Context, hc hostConfig, l loadFlags, a arrangeme
 		if err := os.MkdirAll(logDir, 0o755); err != nil {
 			return err
 		}
-		f, err := os.Create(filepath.Join(logDir, strings.ReplaceAll(a.name, "/", "_")+".log"))
+		f, err := newLog(logDir, strings.ReplaceAll(a.name, "/", "_"))
 		if err != nil {
 			return err
 		}
@@ -376,4 +377,21 @@ func repoCmd(args []string) error {
 		return err
 	}
 	return m.write(*dir, a, base)
+}
+
+// newLog creates dir/name.log, or where an earlier start of the same
+// arrangement left one (a run that names it twice, or a second call of
+// run.sh into the same folder), name-2.log, name-3.log, ...: a failed
+// start's log is what says why, and the next start must not overwrite it.
+func newLog(dir, name string) (*os.File, error) {
+	for i := 1; ; i++ {
+		p := filepath.Join(dir, name+".log")
+		if i > 1 {
+			p = filepath.Join(dir, fmt.Sprintf("%s-%d.log", name, i))
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
 }

@@ -68,17 +68,21 @@ def parse_rows(value: str | None, max_batch: int) -> list[int]:
 class EncoderOptions:
     """How an engine runs its encoder: the model parameters of
     options.EncoderParams (encoder, length_buckets, batch_buckets,
-    encoder_attention, compile_cache) and the lab's study knobs of
+    encoder_attention, compile_cache, row_parts) and the lab's study knobs of
     options.EncoderStudy (graphs: CUDA graphs over each shape, experimental,
     see CompiledEncoder; casts; tuning), in the units the encoder uses
     (samples, rows)."""
 
     TUNINGS: ClassVar[dict[str, dict[str, bool]]] = {"default": {}, "autotune": {"max_autotune": True, "coordinate_descent_tuning": True}}
     ATTENTIONS = ("sdpa", "model")
+    ROW_PARTS = ("one", "fit")
 
     def __init__(self, mode: str = "eager", lengths: Sequence[int] = (), rows: Sequence[int] = (), graphs: bool = False,
                  casts: str = "fused", cache_dir: str = DEFAULT_COMPILE_CACHE, tuning: str = "default", attention: str = "sdpa",
-                 cudnn_attention: bool = False) -> None:
+                 cudnn_attention: bool = False, row_parts: str = "fit") -> None:
+        if row_parts not in self.ROW_PARTS:
+            raise ValueError(f"model parameter row_parts={row_parts!r}: want {' or '.join(self.ROW_PARTS)}")
+        self.row_parts = row_parts
         self.mode, self.lengths, self.rows, self.graphs, self.casts, self.cache_dir = mode, list(lengths), list(rows), graphs, casts, cache_dir
         self.cudnn_attention = cudnn_attention
         if tuning not in self.TUNINGS:
@@ -95,7 +99,8 @@ class EncoderOptions:
         params.check()
         return cls(mode=params.encoder, lengths=parse_buckets(params.length_buckets), rows=parse_rows(params.batch_buckets, max_batch),
                    graphs=study.graphs, casts=study.casts, cache_dir=compile_cache_dir(params.compile_cache),
-                   tuning=study.tuning, attention=params.encoder_attention, cudnn_attention=params.cudnn_attention)
+                   tuning=study.tuning, attention=params.encoder_attention, cudnn_attention=params.cudnn_attention,
+                   row_parts=params.row_parts)
 
     @classmethod
     def from_params(cls, params: Mapping[str, str], max_batch: int) -> EncoderOptions:
@@ -123,7 +128,7 @@ class EncoderOptions:
         by_length = rows_by_length(self.lengths, self.rows, row_limit)
         return CompiledEncoder(fn, device, self.lengths, self.rows, self.cache_dir, self.cache_key(key, by_length), regions, self.graphs,
                                inductor={"emulate_precision_casts": self.casts == "eager", **self.TUNINGS[self.tuning]},
-                               by_length=by_length)
+                               by_length=by_length, fit=self.row_parts == "fit")
 
 
 def set_cudnn_attention(on: bool, device: str) -> None:
@@ -231,7 +236,7 @@ class CompiledEncoder:
 
     def __init__(self, fn: EncoderFn, device: str, lengths: Sequence[int], rows: Sequence[int], cache_dir: str, key: str,
                  regions: Sequence[Any] = (), graphs: bool = False, inductor: dict[str, bool] | None = None,
-                 by_length: dict[int, list[int]] | None = None) -> None:
+                 by_length: dict[int, list[int]] | None = None, fit: bool = False) -> None:
         import torch
 
         self.torch = torch
@@ -239,6 +244,7 @@ class CompiledEncoder:
         self.lengths = sorted(lengths)
         self.rows = sorted(rows)
         self.by_length = by_length or rows_by_length(self.lengths, self.rows, None)
+        self.fit = fit  # row_parts=fit: a batch in two shapes where they pad fewer rows than one
         self.cache = CompileCache(cache_dir, key)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache_dir, "triton"))
@@ -277,9 +283,10 @@ class CompiledEncoder:
     def summary(self) -> str:
         """The shapes and how warm() got them, for a log line (numbers only)."""
         fewer = ["%g s at most %d" % (n / SAMPLE_RATE, r[-1]) for n, r in sorted(self.by_length.items()) if r != self.rows]
-        return "lengths %s s, rows %s%s: %d compiled graphs %s in %.0f s, CUDA graphs %s" % (
+        return "lengths %s s, rows %s%s%s: %d compiled graphs %s in %.0f s, CUDA graphs %s" % (
             ",".join("%g" % (b / SAMPLE_RATE) for b in self.lengths), ",".join(map(str, self.rows)),
-            " (%s a shape, larger batches in parts)" % ", ".join(fewer) if fewer else "", self.graphs,
+            " (%s a shape, larger batches in parts)" % ", ".join(fewer) if fewer else "",
+            " (row parts fit: a batch in two shapes where they pad fewer rows)" if self.fit else "", self.graphs,
             "compiled" if self.cold else "loaded from the cache", self.warm_seconds, "on" if self.graphs_on else "off")
 
     def encode(self, audio: list[Audio], eager: Callable[[list[Audio]], Encoded]) -> Encoded:
@@ -318,7 +325,7 @@ class CompiledEncoder:
         """(frames, frame lengths) of the rows of audio (1-D float32 arrays),
         or None where no shape holds them; in parts where the length holds
         fewer rows a shape (plan), joined along the rows."""
-        parts = plan(self.by_length, len(audio), max(a.size for a in audio), self.rows[-1])
+        parts = plan(self.by_length, len(audio), max(a.size for a in audio), self.rows[-1], self.fit)
         if parts is None:
             return None
         if len(parts) == 1:
@@ -444,25 +451,47 @@ def rows_by_length(lengths: Sequence[int], rows: Sequence[int], limit: Callable[
     return out
 
 
-def plan(by_length: dict[int, list[int]], rows: int, n: int, most: int) -> list[tuple[int, int, int]] | None:
+def plan(by_length: dict[int, list[int]], rows: int, n: int, most: int, fit: bool = False) -> list[tuple[int, int, int]] | None:
     """How a batch of rows rows of at most n samples runs: parts of (real
     rows, the shape's rows, the shape's samples), in order; one part where
     a shape holds the whole batch, several where its length holds fewer
     rows (each as large as the length allows, the last the smallest shape
     that holds what is left); None where no length holds n samples or the
-    batch has more than most rows (the row buckets' largest)."""
+    batch has more than most rows (the row buckets' largest). With fit
+    (model parameter row_parts=fit), a part that one shape would pad runs
+    as two where they pad fewer rows (fit_rows)."""
     length = next((b for b in sorted(by_length) if n <= b), None)
     if length is None or rows > most:
         return None
     buckets = by_length[length]
-    parts = []
+    parts: list[tuple[int, int, int]] = []
     while rows > 0:
         take = min(rows, buckets[-1])
         shape = pick_shape(buckets, [length], take, n)
         assert shape is not None
-        parts.append((take, shape[0], length))
+        if fit:
+            parts.extend((real, shape_rows, length) for real, shape_rows in fit_rows(buckets, take))
+        else:
+            parts.append((take, shape[0], length))
         rows -= take
     return parts
+
+
+def fit_rows(buckets: Sequence[int], rows: int) -> list[tuple[int, int]]:
+    """rows rows (at most the largest bucket) as (real rows, shape rows)
+    parts: the smallest bucket that holds them, or the largest bucket below
+    them and the smallest that holds the rest where those two pad fewer
+    rows (12 of buckets 1,2,4,8,16: 8 and 4, not 16 with 4 rows of zeros;
+    13: 16, as 8 and 8 pad as many)."""
+    one = next(b for b in buckets if b >= rows)
+    below = max((b for b in buckets if b < rows), default=0)
+    if one == rows or below == 0:
+        return [(rows, one)]
+    rest = rows - below
+    rest_shape = next(b for b in buckets if b >= rest)
+    if rest_shape - rest < one - rows:
+        return [(below, below), (rest, rest_shape)]
+    return [(rows, one)]
 
 
 def pick_shape(rows_buckets: Sequence[int], length_buckets: Sequence[int], rows: int, n: int) -> tuple[int, int] | None:

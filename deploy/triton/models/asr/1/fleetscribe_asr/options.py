@@ -91,12 +91,18 @@ class ModelOptions:
     log_timings: int = param(0, "every this many batches, one log line of the mean read, model and respond times per batch (0: never)")
 
 
+# The host parameters of every torch engine (parakeet, module, the diarize
+# model's sortformer): HostOptions, and the same keys of SortformerOptions.
+CUDA_SYNC_HELP = "how the host waits for the GPU: blocking (sleeps on the driver), spin, yield or auto (CUDA's choice)"
+CPU_THREADS_HELP = "torch's intra-op CPU threads (0: torch's own count; -1: 2 on a GPU instance, torch's own on a CPU one)"
+
+
 @dataclass(frozen=True)
 class HostOptions:
     """How a torch engine's process uses its GPU and CPU (parakeet, module)."""
 
-    cuda_sync: str = param("blocking", "how the host waits for the GPU: blocking (sleeps on the driver), spin, yield or auto (CUDA's choice)")
-    cpu_threads: int = param(-1, "torch's intra-op CPU threads (0: torch's own count; -1: 2 on a GPU instance, torch's own on a CPU one)")
+    cuda_sync: str = param("blocking", CUDA_SYNC_HELP)
+    cpu_threads: int = param(-1, CPU_THREADS_HELP)
 
     def check(self) -> None:
         _one_of("cuda_sync", self.cuda_sync, ("blocking", "spin", "yield", "auto"))
@@ -124,10 +130,13 @@ class EncoderParams:
     encoder_attention: str = param("sdpa", "sdpa (PyTorch's fused scaled_dot_product_attention) or model (as the model's configuration says)")
     cudnn_attention: bool = param(False, CUDNN_ATTENTION_HELP)
     compile_cache: str = param("", "the compile cache folder, shared by a host's partitions; empty: FLEETSCRIBE_COMPILE_CACHE, else /tmp")
+    row_parts: str = param("fit", "fit (a batch runs in two row buckets where they pad fewer rows than one: 12 rows as 8 and 4, "
+                                  "not 16 with 4 of zeros) or one (always the smallest bucket that holds it, as before)")
 
     def check(self) -> None:
         _one_of("encoder", self.encoder, ("compiled", "eager"))
         _one_of("encoder_attention", self.encoder_attention, ("sdpa", "model"))
+        _one_of("row_parts", self.row_parts, ("one", "fit"))
 
 
 @dataclass(frozen=True)

@@ -46,10 +46,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from . import host
 from .common import SAMPLE_RATE, log_info
 from .compiled import CompileCache, compile_cache_dir, cudnn_key, device_name, set_cudnn_attention, source_identity
 from .diarize import Reply, State, StateError, Turn, _close_gaps, failed, final_labels
-from .options import CUDNN_ATTENTION_HELP, options_reference, typed_options
+from .options import CPU_THREADS_HELP, CUDA_SYNC_HELP, CUDNN_ATTENTION_HELP, HostOptions, options_reference, typed_options
 from .options import param as _param
 
 F32 = npt.NDArray[np.float32]
@@ -78,6 +79,8 @@ class SortformerOptions:
     batch_buckets: str = _param("4,8,16,32", "the compiled encoder's row buckets; larger batches run in parts")
     compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
     cudnn_attention: bool = _param(False, CUDNN_ATTENTION_HELP)
+    cuda_sync: str = _param("blocking", CUDA_SYNC_HELP)
+    cpu_threads: int = _param(-1, CPU_THREADS_HELP)
     threshold: float = _param(0.5, "a speaker talks in a frame where its probability is at least this")
     min_gap: float = _param(0.3, "one speaker's pauses shorter than this (s) are closed within a chunk")
     min_turn: float = _param(0.16, "turns shorter than this (s) are dropped")
@@ -102,6 +105,11 @@ class SortformerOptions:
         if not 1 <= self.max_speakers <= SPEAKERS:
             raise ValueError(f"diarize model parameter max_speakers: 1 to {SPEAKERS} (the model's speakers)")
         self.buckets()
+        self.host().check()
+
+    def host(self) -> HostOptions:
+        """The partition's host options (as the speech model's)."""
+        return HostOptions(cuda_sync=self.cuda_sync, cpu_threads=self.cpu_threads)
 
     def buckets(self) -> list[int]:
         try:
@@ -315,6 +323,12 @@ class SortformerDiarizer:
         import torch
 
         self.torch, self.opts, self.device = torch, opts, device
+        self.cuda = str(device).startswith("cuda")
+        # How the process waits for the GPU and its CPU threads, set before
+        # anything creates the CUDA context (the speech model's partitions
+        # do the same): CUDA's own choice spun a CPU per waiting process.
+        ordinal = int(str(device).partition(":")[2] or 0) if self.cuda else 0
+        self.host_note = host.configure(opts.host(), "GPU" if self.cuda else "CPU", ordinal)
         self.model = model if model is not None else load_model(opts.model, device)
         self.model = self.model.to(device).eval()
         sm = self.model.sortformer_modules
@@ -329,7 +343,6 @@ class SortformerDiarizer:
         set_cudnn_attention(opts.cudnn_attention, device)
         self.sm, self.dim = sm, sm.fc_d_model
         self.total = sm.spkcache_len + sm.fifo_len + sm.chunk_left_context + sm.chunk_len + sm.chunk_right_context
-        self.cuda = str(device).startswith("cuda")
         self.rows = opts.buckets()
         self.compiled: Any = None
         self.pre_compiled: Any = None
@@ -342,8 +355,9 @@ class SortformerDiarizer:
         c = "compiled for rows %s at %d frames, %s in %.0f s" % (
             ",".join(map(str, self.rows)), self.total, "compiled" if self.cache and self.cache.cold else "loaded from the cache",
             self.cache.seconds if self.cache else 0) if self.compiled else "eager"
-        return "chunk %d frames (%.1f s), FIFO %d, speaker cache %d, update period %d; encoder %s" % (
-            self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len, self.sm.spkcache_update_period, c)
+        return "chunk %d frames (%.1f s), FIFO %d, speaker cache %d, update period %d; encoder %s; %s" % (
+            self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len, self.sm.spkcache_update_period, c,
+            self.host_note)
 
     def compile(self) -> None:
         """The layers compiled for every row bucket at the one sequence
