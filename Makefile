@@ -235,6 +235,13 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	@echo "# SDPA attention, the default plan on another machine (cold start), and the encoder offline at 64 rows of 30 s:"
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa -results docs/benchmarks/sdpa/served-call2.csv \
 	  -study docs/benchmarks/sdpa/encoder-nemo-30s-64.json | grep -v '^RESULT'
+	@echo "# Row parts: a batch in the row buckets that pad least (row_parts=fit, now the default) beside one padded bucket (the rows named mps50-4/maxbatch16 ran with row_parts=one, the default then), H100, 4 partitions, two calls on one machine:"
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa -default mps50-4 \
+	  -results docs/benchmarks/rowparts/served-h100-mps50-4-call1.csv -results docs/benchmarks/rowparts/served-h100-mps50-4-call2.csv | grep -v '^RESULT'
+	@echo "# Speech only on an H200, 8 partitions, 20-s windows: three runs at 64 in flight and one at 128, one machine (the speech rows of the Sortformer runs):"
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa -results docs/benchmarks/sortformer/served-h200-mps50-8-run1.csv \
+	  -results docs/benchmarks/sortformer/served-h200-mps50-8-run2.csv -results docs/benchmarks/sortformer/served-h200-mps50-8-run3.csv \
+	  -results docs/benchmarks/sortformer/served-h200-mps50-8-c128.csv | grep -v '^|'
 	@echo "# The shipped encoder (regional, static shapes, SDPA attention) beside NeMo's attention and eager, one machine:"
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa -results docs/benchmarks/sdpa/served.csv \
 	  -study docs/benchmarks/sdpa/encoder-nemo-45s.json
@@ -242,7 +249,12 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-eagerenc.csv | grep -v '^RESULT'
 	@echo "# Sortformer on the partitions, both encoders compiled (H100, 4 partitions), run 1 then run 2 (its RESULT line):"
 	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-mps50-4-run1.csv | grep -v '^RESULT'
-	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-mps50-4-run2.csv
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-mps50-4-run2.csv | grep -v '^RESULT'
+	@echo "# Sortformer on the partitions, one request a chunk (the last brings the labels), H200, 8 partitions: runs 1 and 2 at 64 in flight, 128 in flight (measured after run 3), then run 3 (its RESULT line):"
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-run1.csv | grep -v '^RESULT'
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-run2.csv | grep -v '^RESULT'
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-c128.csv | grep -v '^RESULT'
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-run3.csv
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (needs python3 with torch; on a GPU also CUDA-graph replay)
