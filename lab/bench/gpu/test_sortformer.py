@@ -46,7 +46,9 @@ def engine(**params):
     if MODEL is None:
         MODEL = tiny_model()
     opts = sortformer.SortformerOptions.from_params({"engine": "sortformer", "chunk_seconds": str(CHUNK_S), "fifo_frames": "20",
-                                                     "cache_frames": "40", "update_period": "60", "encoder": "eager", **params})
+                                                     "cache_frames": "40", "update_period": "60", "encoder": "eager",
+                                                     # this process's CUDA context is the tests', not a partition's: left as it is
+                                                     "cuda_sync": "auto", **params})
     return sortformer.SortformerDiarizer(opts, DEVICE, model=MODEL)
 
 
