@@ -206,6 +206,22 @@ class SortformerContractTest(unittest.TestCase):
         opts = sortformer.SortformerOptions.from_params({"engine": "sortformer", "chunk_seconds": "45", "batch_buckets": "16,4,8"})
         self.assertEqual((opts.chunk_frames, opts.buckets()), (563, [4, 8, 16]))
 
+    def test_row_parts_of_the_compiled_encoder(self):
+        parts = sortformer.bucket_parts
+        self.assertEqual(parts([4, 8, 16], 5, False), [(0, 5, 8)])
+        self.assertEqual(parts([4, 8, 16], 20, False), [(0, 16, 16), (16, 4, 4)])
+        self.assertEqual(parts([1, 2, 4, 8, 16], 5, True), [(0, 4, 4), (4, 1, 1)])
+        self.assertEqual(parts([1, 2, 4, 8, 16], 28, True), [(0, 16, 16), (16, 8, 8), (24, 4, 4)])
+        self.assertEqual(parts([4, 8, 16], 5, True), [(0, 5, 8)], "4 and 4 pad as many as 8")
+        for rows in range(1, 40):
+            got = parts([1, 2, 4, 8, 16], rows, True)
+            self.assertEqual([(at, n) for at, n, _ in got], [(sum(n for _, n, _ in got[:i]), n) for i, (_, n, _) in enumerate(got)],
+                             "%d rows: parts follow each other" % rows)
+            self.assertEqual(sum(n for _, n, _ in got), rows)
+        self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer"}).row_parts, "one", "not measured on a GPU yet")
+        with self.assertRaisesRegex(ValueError, "row_parts"):
+            sortformer.SortformerOptions.from_params({"engine": "sortformer", "row_parts": "all"})
+
     def test_host_options_are_the_speech_models_and_set_before_the_model_loads(self):
         from unittest import mock
 

@@ -139,6 +139,35 @@ class CompiledEncoderTest(unittest.TestCase):
             err = (got[i, :n] - want[i, :n]).abs().max().item()
             self.assertLess(err, 1e-3 * max(1.0, want[i, :n].abs().max().item()), "row %d" % i)
 
+    def test_sortformer_row_parts_fit_matches_one_bucket(self):
+        # The diarizer's in_buckets with row_parts=fit: 6 rows of buckets
+        # 1, 2, 4, 8 run as 4 and 2, equal to the rows run in the one 8-row
+        # bucket with its padding cut.
+        import types
+
+        sys.path.insert(0, os.path.dirname(MODEL_PY))
+        from fleetscribe_asr import sortformer
+
+        weight = torch.randn(6, 6, device=self.device)
+        shapes = []
+
+        def fn(x, n):
+            shapes.append(x.shape[0])
+            return torch.tanh(x @ weight) * (n.view(-1, 1, 1) > 0), n
+
+        x = torch.randn(6, 5, 6, device=self.device)
+        n = torch.arange(1, 7, device=self.device)
+        got = {}
+        for mode in ("one", "fit"):
+            shapes.clear()
+            engine = types.SimpleNamespace(torch=torch, rows=[1, 2, 4, 8], opts=types.SimpleNamespace(row_parts=mode))
+            out, out_n = sortformer.SortformerDiarizer.in_buckets(engine, x, n, fn)
+            got[mode] = (list(shapes), out, out_n)
+        self.assertEqual(got["one"][0], [8])
+        self.assertEqual(got["fit"][0], [4, 2])
+        self.assertEqual(got["fit"][2].tolist(), n.tolist())
+        self.assertLess((got["fit"][1] - got["one"][1]).abs().max().item(), 1e-5)
+
     def test_a_restart_loads_the_cache(self):
         enc = self.model.encoder
         again = self.mod.EncoderOptions(mode="compiled", lengths=[16000], rows=[2, 4], graphs=True, cache_dir=self.cache).encoder(

@@ -48,7 +48,7 @@ import numpy.typing as npt
 
 from . import host
 from .common import SAMPLE_RATE, log_info
-from .compiled import CompileCache, compile_cache_dir, cudnn_key, device_name, set_cudnn_attention, source_identity
+from .compiled import CompileCache, compile_cache_dir, cudnn_key, device_name, fit_rows, set_cudnn_attention, source_identity
 from .diarize import Reply, State, StateError, Turn, _close_gaps, failed, final_labels
 from .options import CPU_THREADS_HELP, CUDA_SYNC_HELP, CUDNN_ATTENTION_HELP, HostOptions, options_reference, typed_options
 from .options import param as _param
@@ -77,6 +77,8 @@ class SortformerOptions:
     update_period: int = _param(300, "frames moved from the FIFO to the speaker cache at once (at least one chunk's)")
     encoder: str = _param("compiled", "compiled (torch.compile, static row buckets, one length) or eager")
     batch_buckets: str = _param("4,8,16,32", "the compiled encoder's row buckets; larger batches run in parts")
+    row_parts: str = _param("one", "one (a batch runs in the smallest row bucket that holds it) or fit (in two buckets where they pad "
+                                   "fewer rows, as the speech encoder's row_parts; pays with small buckets: batch_buckets=1,2,4,8,16)")
     compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
     cudnn_attention: bool = _param(False, CUDNN_ATTENTION_HELP)
     cuda_sync: str = _param("blocking", CUDA_SYNC_HELP)
@@ -100,6 +102,8 @@ class SortformerOptions:
             raise ValueError("diarize model parameters: 1 <= chunk_seconds <= 600, fifo_frames >= 0, cache_frames >= 16, update_period >= 1")
         if self.encoder not in ("compiled", "eager"):
             raise ValueError(f"diarize model parameter encoder={self.encoder!r}: want compiled or eager")
+        if self.row_parts not in ("one", "fit"):
+            raise ValueError(f"diarize model parameter row_parts={self.row_parts!r}: want one or fit")
         if not 0 < self.threshold < 1 or self.min_gap < 0 or self.min_turn < 0 or self.min_talk < 0:
             raise ValueError("diarize model parameters: 0 < threshold < 1; min_gap, min_turn and min_talk >= 0")
         if not 1 <= self.max_speakers <= SPEAKERS:
@@ -305,6 +309,22 @@ def fast_update(sm: Any, streaming_state: Any, chunk: Tensor, chunk_lengths: Ten
     return out, chunk_preds
 
 
+def bucket_parts(buckets: list[int], rows: int, fit: bool) -> list[tuple[int, int, int]]:
+    """How rows rows run in compiled row buckets (ascending): parts of
+    (first row, rows, bucket), in order; parts of the largest bucket, the
+    last padded to the smallest that holds it, or with fit split in two
+    where that pads fewer rows (compiled.fit_rows)."""
+    out: list[tuple[int, int, int]] = []
+    for start in range(0, rows, buckets[-1]):
+        take = min(buckets[-1], rows - start)
+        parts = fit_rows(buckets, take) if fit else [(take, next(b for b in buckets if b >= take))]
+        at = start
+        for real, shape in parts:
+            out.append((at, real, shape))
+            at += real
+    return out
+
+
 def encode(model: Any, seq: Tensor, seq_len: Tensor) -> Tensor:
     """The Fast Conformer (past its pre-encode) and the Transformer over the
     concatenated sequence: speaker probabilities per frame."""
@@ -398,14 +418,14 @@ class SortformerDiarizer:
         return self.torch.autocast(device_type="cuda" if self.cuda else "cpu", dtype=self.torch.bfloat16)
 
     def in_buckets(self, x: Tensor, n: Tensor, fn: Any) -> tuple[Tensor, Tensor]:
-        """fn(x, n) over the rows in parts of the largest row bucket, each
-        padded to the smallest bucket that holds it (rows of zeros, length
-        0), the padding cut from both outputs."""
+        """fn(x, n) over the rows in parts (bucket_parts), each padded to
+        its bucket (rows of zeros, length 0), the padding cut from both
+        outputs."""
         torch = self.torch
         outs, lens = [], []
-        for at in range(0, x.shape[0], self.rows[-1]):
-            part, pn = x[at:at + self.rows[-1]], n[at:at + self.rows[-1]]
-            pad = next(b for b in self.rows if b >= part.shape[0]) - part.shape[0]
+        for at, rows, shape in bucket_parts(self.rows, x.shape[0], self.opts.row_parts == "fit"):
+            part, pn = x[at:at + rows], n[at:at + rows]
+            pad = shape - rows
             if pad:
                 part = torch.nn.functional.pad(part, (0, 0, 0, 0, 0, pad))
                 pn = torch.nn.functional.pad(pn, (0, pad))
