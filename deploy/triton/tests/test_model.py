@@ -446,12 +446,13 @@ class StaticShapesTest(unittest.TestCase):
                 compiled.parse_rows(bad, 32)
 
     def test_smallest_shape_that_holds_the_batch(self):
-        rows, lengths = [1, 2, 4, 8], [30 * 16000, 45 * 16000]
-        self.assertEqual(compiled.pick_shape(rows, lengths, 3, 100), (4, 30 * 16000))
-        self.assertEqual(compiled.pick_shape(rows, lengths, 4, 30 * 16000), (4, 30 * 16000))
-        self.assertEqual(compiled.pick_shape(rows, lengths, 5, 30 * 16000 + 1), (8, 45 * 16000))
-        self.assertIsNone(compiled.pick_shape(rows, lengths, 9, 100), "more rows than any shape")
-        self.assertIsNone(compiled.pick_shape(rows, lengths, 1, 45 * 16000 + 1), "longer than any shape")
+        rows, s30, s45 = [1, 2, 4, 8], 30 * 16000, 45 * 16000
+        by_length = {s30: rows, s45: rows}
+        self.assertEqual(compiled.plan(by_length, 3, 100, 8), [(3, 4, s30)])
+        self.assertEqual(compiled.plan(by_length, 4, s30, 8), [(4, 4, s30)])
+        self.assertEqual(compiled.plan(by_length, 5, s30 + 1, 8), [(5, 8, s45)])
+        self.assertIsNone(compiled.plan(by_length, 9, 100, 8), "more rows than any shape")
+        self.assertIsNone(compiled.plan(by_length, 1, s45 + 1, 8), "longer than any shape")
 
     def test_a_length_that_holds_fewer_rows_runs_in_parts(self):
         s30, s45 = 30 * 16000, 45 * 16000

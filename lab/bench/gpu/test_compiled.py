@@ -63,6 +63,16 @@ class CompiledEncoderTest(unittest.TestCase):
         with torch.no_grad():
             return self.model.encoder(x, torch.tensor([a.size for a in audio], device=self.device))
 
+    def assert_matches_eager(self, got, frames):
+        """got and frames are self.audio's rows as the encoder run eagerly
+        on the whole batch gives them (frames equal, each row's valid frames
+        within 1e-3 of its scale)."""
+        want, want_frames = self.eager(self.audio)
+        self.assertEqual(frames.tolist(), want_frames.tolist())
+        for i, n in enumerate(want_frames.tolist()):
+            err = (got[i, :n] - want[i, :n]).abs().max().item()
+            self.assertLess(err, 1e-3 * max(1.0, want[i, :n].abs().max().item()), "row %d" % i)
+
     def test_every_shape_compiled_once(self):
         self.assertEqual(sorted(self.compiled.shapes), [(2, 16000), (4, 16000)])
         # The two layers share one graph a shape, the subsampling has its
@@ -73,12 +83,8 @@ class CompiledEncoderTest(unittest.TestCase):
         with torch.no_grad():
             got, frames = self.compiled(self.audio)  # three rows in the 4-row shape
             got, frames = got.clone(), frames.clone()
-        want, want_frames = self.eager(self.audio)
         self.assertEqual(got.shape[0], 3)
-        self.assertEqual(frames.tolist(), want_frames.tolist())
-        for i, n in enumerate(want_frames.tolist()):
-            err = (got[i, :n] - want[i, :n]).abs().max().item()
-            self.assertLess(err, 1e-3 * max(1.0, want[i, :n].abs().max().item()), "row %d" % i)
+        self.assert_matches_eager(got, frames)
 
     def test_graphs_replay_the_compiled_kernels(self):
         with torch.no_grad():
@@ -113,11 +119,7 @@ class CompiledEncoderTest(unittest.TestCase):
             limited.warm(lambda n, rows: limited([np.zeros(n, dtype=np.float32)] * rows))
             got, frames = limited(self.audio)  # three rows: two, then one in the 2-row shape
         self.assertEqual(sorted(limited.shapes), [(2, 16000)])
-        want, want_frames = self.eager(self.audio)
-        self.assertEqual(frames.tolist(), want_frames.tolist())
-        for i, n in enumerate(want_frames.tolist()):
-            err = (got[i, :n] - want[i, :n]).abs().max().item()
-            self.assertLess(err, 1e-3 * max(1.0, want[i, :n].abs().max().item()), "row %d" % i)
+        self.assert_matches_eager(got, frames)
 
     def test_row_parts_fit_runs_two_shapes_and_matches_eager(self):
         # row_parts=fit: three rows run as two and one (no row of zeros),
@@ -133,11 +135,7 @@ class CompiledEncoderTest(unittest.TestCase):
             shapes.clear()
             got, frames = fit(self.audio)
         self.assertEqual(shapes, [(2, 16000), (1, 16000)])
-        want, want_frames = self.eager(self.audio)
-        self.assertEqual(frames.tolist(), want_frames.tolist())
-        for i, n in enumerate(want_frames.tolist()):
-            err = (got[i, :n] - want[i, :n]).abs().max().item()
-            self.assertLess(err, 1e-3 * max(1.0, want[i, :n].abs().max().item()), "row %d" % i)
+        self.assert_matches_eager(got, frames)
 
     def test_sortformer_row_parts_fit_matches_one_bucket(self):
         # The diarizer's in_buckets with row_parts=fit: 6 rows of buckets

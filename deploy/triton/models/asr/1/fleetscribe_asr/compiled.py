@@ -203,7 +203,9 @@ class CompiledEncoder:
     frame lengths), compiled by torch.compile (inductor) for a finite set of
     static shapes: every length bucket (samples) times every row bucket.
     A batch is padded to the smallest shape that holds it (rows of zeros,
-    zeros past each row's length, which the encoder masks). Where the
+    zeros past each row's length, which the encoder masks), or with fit
+    (row_parts=fit, the default) runs in two shapes where they pad fewer
+    rows. Where the
     engine limits the rows of a length (by_length: NeMo's subsampling), a
     batch of more rows runs as parts, each in a shape of that length.
 
@@ -463,16 +465,18 @@ def plan(by_length: dict[int, list[int]], rows: int, n: int, most: int, fit: boo
     length = next((b for b in sorted(by_length) if n <= b), None)
     if length is None or rows > most:
         return None
-    buckets = by_length[length]
-    parts: list[tuple[int, int, int]] = []
+    return [(real, shape_rows, length) for real, shape_rows in row_parts(by_length[length], rows, fit)]
+
+
+def row_parts(buckets: Sequence[int], rows: int, fit: bool) -> list[tuple[int, int]]:
+    """rows rows in row buckets (ascending) as (real rows, shape rows)
+    parts, in order: parts of the largest bucket, each in the smallest
+    bucket that holds it, or with fit as fit_rows splits it. The speech
+    encoder's plan and the diarizer's in_buckets both run batches so."""
+    parts: list[tuple[int, int]] = []
     while rows > 0:
         take = min(rows, buckets[-1])
-        shape = pick_shape(buckets, [length], take, n)
-        assert shape is not None
-        if fit:
-            parts.extend((real, shape_rows, length) for real, shape_rows in fit_rows(buckets, take))
-        else:
-            parts.append((take, shape[0], length))
+        parts.extend(fit_rows(buckets, take) if fit else [(take, next(b for b in buckets if b >= take))])
         rows -= take
     return parts
 
@@ -492,14 +496,6 @@ def fit_rows(buckets: Sequence[int], rows: int) -> list[tuple[int, int]]:
     if rest_shape - rest < one - rows:
         return [(below, below), (rest, rest_shape)]
     return [(rows, one)]
-
-
-def pick_shape(rows_buckets: Sequence[int], length_buckets: Sequence[int], rows: int, n: int) -> tuple[int, int] | None:
-    """The smallest (rows bucket, length bucket) that holds rows rows of at
-    most n samples, or None."""
-    r = next((b for b in rows_buckets if rows <= b), None)
-    length = next((b for b in length_buckets if n <= b), None)
-    return None if r is None or length is None else (r, length)
 
 
 @contextlib.contextmanager

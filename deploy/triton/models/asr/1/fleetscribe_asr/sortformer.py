@@ -48,7 +48,7 @@ import numpy.typing as npt
 
 from . import host
 from .common import SAMPLE_RATE, log_info
-from .compiled import CompileCache, compile_cache_dir, cudnn_key, device_name, fit_rows, set_cudnn_attention, source_identity
+from .compiled import CompileCache, compile_cache_dir, cudnn_key, device_name, row_parts, set_cudnn_attention, source_identity
 from .diarize import Reply, State, StateError, Turn, _close_gaps, failed, final_labels
 from .options import CPU_THREADS_HELP, CUDA_SYNC_HELP, CUDNN_ATTENTION_HELP, HostOptions, options_reference, typed_options
 from .options import param as _param
@@ -310,18 +310,13 @@ def fast_update(sm: Any, streaming_state: Any, chunk: Tensor, chunk_lengths: Ten
 
 
 def bucket_parts(buckets: list[int], rows: int, fit: bool) -> list[tuple[int, int, int]]:
-    """How rows rows run in compiled row buckets (ascending): parts of
-    (first row, rows, bucket), in order; parts of the largest bucket, the
-    last padded to the smallest that holds it, or with fit split in two
-    where that pads fewer rows (compiled.fit_rows)."""
+    """How rows rows run in compiled row buckets (ascending): compiled.row_parts
+    as (first row, rows, bucket), in order."""
     out: list[tuple[int, int, int]] = []
-    for start in range(0, rows, buckets[-1]):
-        take = min(buckets[-1], rows - start)
-        parts = fit_rows(buckets, take) if fit else [(take, next(b for b in buckets if b >= take))]
-        at = start
-        for real, shape in parts:
-            out.append((at, real, shape))
-            at += real
+    at = 0
+    for real, shape in row_parts(buckets, rows, fit):
+        out.append((at, real, shape))
+        at += real
     return out
 
 
