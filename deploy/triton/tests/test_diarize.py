@@ -221,6 +221,9 @@ class SortformerContractTest(unittest.TestCase):
         self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer"}).row_parts, "one", "not measured on a GPU yet")
         with self.assertRaisesRegex(ValueError, "row_parts"):
             sortformer.SortformerOptions.from_params({"engine": "sortformer", "row_parts": "all"})
+        self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer"}).pointwise_convs, "model")
+        with self.assertRaisesRegex(ValueError, "pointwise_convs"):
+            sortformer.SortformerOptions.from_params({"engine": "sortformer", "pointwise_convs": "linear"})
 
     def test_host_options_are_the_speech_models_and_set_before_the_model_loads(self):
         from unittest import mock

@@ -497,6 +497,22 @@ class StaticShapesTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "row_parts"):
             compiled.EncoderOptions.from_params({"row_parts": "split"}, 16)
 
+    def test_pointwise_convs_is_a_checked_model_parameter_in_the_cache_key(self):
+        self.assertEqual(compiled.EncoderOptions.from_params({}, 16).pointwise_convs, "model", "not the default until measured")
+        mm = compiled.EncoderOptions.from_params({"pointwise_convs": "matmul"}, 16)
+        self.assertEqual(mm.pointwise_convs, "matmul")
+        with self.assertRaisesRegex(ValueError, "pointwise_convs"):
+            compiled.EncoderOptions.from_params({"pointwise_convs": "linear"}, 16)
+        with self.assertRaisesRegex(ValueError, "pointwise_convs"):
+            compiled.EncoderOptions(pointwise_convs="linear")
+        # Graphs traced through matrix multiplies are not the convolutions'.
+        by_length = {45 * 16000: [8, 16]}
+        conv = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16]).cache_key("nemo", by_length)
+        matmul = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16],
+                                         pointwise_convs="matmul").cache_key("nemo", by_length)
+        self.assertEqual(matmul, conv.replace("|cudnn", "|pointwise matmul|cudnn"))
+        self.assertIn("|cudnn", conv)
+
     def test_nemo_subsampling_limits_the_rows_of_long_shapes(self):
         # Parakeet's subsampling: 256 channels, stride 2, 128 features, a
         # 10-ms hop: NeMo splits a batch over 2**31 / 256 * 4 elements.

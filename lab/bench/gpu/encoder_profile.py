@@ -16,6 +16,10 @@ speech-like audio). For each variant:
                   attention (encoder_attention=sdpa, as shipped now), and
                   eager_sdpa its eager time
   whole           the whole encoder function compiled as one graph
+  pointwise       regional_sdpa with the conformer's kernel-1 convolutions
+                  as matrix multiplies (pointwise_convs=matmul), and
+                  eager_sdpa_mm its eager time; it changes the model, so
+                  it runs after the variants above
   bf16w           the encoder's weights held in bf16 (no cast of every
                   weight at every call), eagerly (eager_bf16w) and regional
 
@@ -145,7 +149,7 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=8)
     ap.add_argument("--odd", type=int, default=5)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--variants", default="eager,regional,regional_dyn,regional_pre,regional_sdpa,whole,bf16w")
+    ap.add_argument("--variants", default="eager,regional,regional_dyn,regional_pre,regional_sdpa,whole,pointwise,bf16w")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     device = "cuda"
@@ -252,6 +256,9 @@ def main() -> None:
         measure("regional_sdpa", engine_with("regional_sdpa", shipped_regions, attention="sdpa"))
     if "whole" in want:
         measure("whole", engine_with("whole", whole=True))
+    if "pointwise" in want:  # after every variant of the convolutions: it changes the model's modules
+        measure("eager_sdpa_mm", mod.NemoEngine(model, device, "bf16", mod.EncoderOptions(attention="sdpa", pointwise_convs="matmul")))
+        measure("regional_sdpa_mm", engine_with("regional_sdpa_mm", shipped_regions, attention="sdpa"))
     if "bf16w" in want:  # last: it changes the model's weights
         model.encoder.to(torch.bfloat16)
         measure("eager_bf16w", eager)

@@ -180,6 +180,85 @@ if __name__ == "__main__":
 
 
 @unittest.skipUnless(torch.cuda.is_available(), "a GPU")
+class ConformerConvolution(torch.nn.Module):
+    """NeMo's ConformerConvolution as it runs (conformer_modules.py): the
+    layer's (B, T, C) transposed to convolve, a kernel-1 Conv1d, GLU,
+    the padding zeroed, a depthwise convolution (a Conv1d subclass, as
+    NeMo's CausalConv1D), batch norm, SiLU, a kernel-1 Conv1d, back."""
+
+    class Depthwise(torch.nn.Conv1d):
+        pass
+
+    def __init__(self, d, k=9):
+        super().__init__()
+        self.pointwise_conv1 = torch.nn.Conv1d(d, 2 * d, 1)
+        self.depthwise_conv = self.Depthwise(d, d, k, padding=k // 2, groups=d)
+        self.batch_norm = torch.nn.BatchNorm1d(d)
+        self.pointwise_conv2 = torch.nn.Conv1d(d, d, 1)
+
+    def forward(self, x, pad_mask):
+        x = torch.nn.functional.glu(self.pointwise_conv1(x.transpose(1, 2)), dim=1)
+        x = self.depthwise_conv(x.masked_fill(pad_mask.unsqueeze(1), 0.0))
+        return self.pointwise_conv2(torch.nn.functional.silu(self.batch_norm(x))).transpose(1, 2)
+
+
+class PointwiseTest(unittest.TestCase):
+    """pointwise_convs=matmul (fleetscribe_asr/pointwise.py) on a module of
+    NeMo's shape, eagerly (the compiled and NeMo cases run where NeMo is:
+    test_parakeet_options, test_sortformer)."""
+
+    def test_the_same_numbers_and_parameters(self):
+        sys.path.insert(0, os.path.dirname(MODEL_PY))
+        from fleetscribe_asr import pointwise
+
+        torch.manual_seed(1)
+        layers = [ConformerConvolution(16).eval() for _ in range(3)]
+        with torch.no_grad():
+            for m in layers:  # batch norm statistics of its own, as a trained model's
+                m.batch_norm.running_mean.uniform_(-1, 1)
+                m.batch_norm.running_var.uniform_(0.5, 2)
+        x = torch.randn(2, 37, 16)
+        pad = torch.arange(37).unsqueeze(0) >= torch.tensor([[37], [20]])
+
+        def run():
+            y = x
+            for m in layers:
+                y = y + m(y, pad)
+            return y
+
+        with torch.no_grad():
+            ref = run()
+            shapes = [{k: v.shape for k, v in m.state_dict().items()} for m in layers]
+            saved = [{k: v.clone() for k, v in m.state_dict().items()} for m in layers]
+            self.assertEqual(pointwise.as_matmul(layers), 6)
+            self.assertEqual(pointwise.as_matmul(layers), 0, "twice changes nothing")
+            for m in layers:
+                self.assertIsInstance(m.pointwise_conv1, pointwise.PointwiseMatmul)
+                self.assertIsInstance(m.depthwise_conv, ConformerConvolution.Depthwise, "the depthwise convolution stays")
+            got = run()
+            self.assertEqual([{k: v.shape for k, v in m.state_dict().items()} for m in layers], shapes)
+            for m, sd in zip(layers, saved, strict=True):
+                m.load_state_dict(sd)  # a checkpoint of the model as it was loads
+            self.assertLess((got - ref).abs().max().item(), 1e-5)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                low = run()
+            self.assertLess(((low.float() - ref).abs().mean() / ref.abs().mean()).item(), 0.01, "bf16 within 1% of fp32")
+
+    def test_only_plain_kernel_1_convolutions(self):
+        sys.path.insert(0, os.path.dirname(MODEL_PY))
+        from fleetscribe_asr import pointwise
+
+        for conv, want in [(torch.nn.Conv1d(4, 4, 1), True), (torch.nn.Conv1d(4, 4, 3), False),
+                           (torch.nn.Conv1d(4, 4, 1, stride=2), False), (torch.nn.Conv1d(4, 4, 1, groups=4), False),
+                           (torch.nn.Conv1d(4, 4, 1, padding=1), False), (ConformerConvolution.Depthwise(4, 4, 1), False),
+                           (torch.nn.Conv2d(4, 4, 1), False), (torch.nn.Conv1d(4, 4, 1, bias=False), True)]:
+            self.assertEqual(pointwise.is_pointwise(conv), want, conv)
+        m = torch.nn.Conv1d(4, 6, 1, bias=False)
+        x = torch.randn(3, 4, 5)
+        with torch.no_grad():
+            self.assertLess((pointwise.PointwiseMatmul(m)(x) - m(x)).abs().max().item(), 1e-6)
+
+
 class CudaSyncTest(unittest.TestCase):
     """model.py's cuda_sync: the flag set before torch starts CUDA is the
     flag of the context torch then runs in (a fresh process each)."""

@@ -169,5 +169,26 @@ class BatchedConfidenceTest(unittest.TestCase):
             np.testing.assert_allclose(got, want, atol=1e-7, err_msg=f"trial {trial}: {[pieces[i] for i in ids]}")
 
 
+class PointwiseConvsTest(unittest.TestCase):
+    def test_matrix_multiplies_encode_as_the_convolutions(self):
+        # pointwise_convs=matmul on NeMo's own conformer (a model of the
+        # same weights: the change is the model's): two a layer replaced,
+        # the parameters' names and shapes kept (a checkpoint loads either
+        # way), the encoder's output the same to fp32's precision.
+        conv, mm = nemo_anchor.build(DEVICE, size="tiny"), nemo_anchor.build(DEVICE, size="tiny")
+        mm.load_state_dict(conv.state_dict())
+        keys = {k: v.shape for k, v in conv.state_dict().items()}
+        audio = [np.random.default_rng(5).standard_normal(n).astype(np.float32) * 0.3 for n in (48000, 32000)]
+        ref, ref_n = NemoEngine(conv, DEVICE, "fp32", EncoderOptions()).encode(audio)
+        eng = NemoEngine(mm, DEVICE, "fp32", EncoderOptions(pointwise_convs="matmul"))
+        self.assertEqual(eng.pointwise, 2 * len(mm.encoder.layers))
+        self.assertEqual({k: v.shape for k, v in mm.state_dict().items()}, keys)
+        got, got_n = eng.encode(audio)
+        self.assertEqual(got_n.tolist(), ref_n.tolist())
+        # (cuDNN's convolutions take TF32 on a GPU by default, the matrix multiplies full fp32)
+        tol = 1e-2 if DEVICE == "cuda" else 1e-4
+        self.assertLess(float((got - ref).abs().max()), tol * max(1.0, float(ref.abs().max())))
+
+
 if __name__ == "__main__":
     unittest.main()

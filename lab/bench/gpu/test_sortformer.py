@@ -41,7 +41,8 @@ def tiny_model():
 MODEL = None
 
 
-def engine(**params):
+def engine(model=None, **params):
+    """An eager engine of the tiny model (one built once and shared, or model)."""
     global MODEL
     if MODEL is None:
         MODEL = tiny_model()
@@ -49,7 +50,7 @@ def engine(**params):
                                                      "cache_frames": "40", "update_period": "60", "encoder": "eager",
                                                      # this process's CUDA context is the tests', not a partition's: left as it is
                                                      "cuda_sync": "auto", **params})
-    return sortformer.SortformerDiarizer(opts, DEVICE, model=MODEL)
+    return sortformer.SortformerDiarizer(opts, DEVICE, model=model if model is not None else MODEL)
 
 
 def speech(seconds, seed):
@@ -211,6 +212,19 @@ class SortformerTest(unittest.TestCase):
                 x, y = arrays(a[r][-1]), arrays(b[r][-1])
                 self.assertEqual(x[0].shape, y[0].shape)
                 self.assertLess(float(np.abs(x[1] - y[1]).max(initial=0)), 0.1)  # the cache's speaker probabilities
+
+    def test_pointwise_convs_as_matrix_multiplies_give_the_same_states(self):
+        # pointwise_convs=matmul on a model of the same weights (its own:
+        # the change is the model's): every kernel-1 convolution of the
+        # conformer layers replaced, the same states to bf16's precision.
+        mm = engine(model=tiny_model(), pointwise_convs="matmul")
+        self.assertEqual(mm.pointwise, 2 * len(mm.model.encoder.layers))
+        self.assertIn("%d pointwise convolutions as matrix multiplies" % mm.pointwise, mm.describe())
+        recs = [speech(17, 30 + r) for r in range(3)]
+        a, _ = walk(mm, recs)
+        b, _ = walk(engine(), recs)
+        for r in range(len(recs)):
+            self.assertLess(largest_difference(a[r][-1], b[r][-1]), 0.05)
 
     def test_through_model_py(self):
         # The diarize model's execute() with engine sortformer, a .nemo

@@ -117,6 +117,9 @@ class HostOptions:
 # diarize model's sortformer).
 CUDNN_ATTENTION_HELP = ("cuDNN's fused attention inside SDPA: off (PyTorch uses its memory-efficient kernel) since it failed intermittently "
                         "under MPS (mha_graph.execute, then an illegal memory access that ends every client of the GPU); on: as measured before")
+POINTWISE_CONVS = ("model", "matmul")
+POINTWISE_CONVS_HELP = ("the conformer layers' kernel-1 convolutions: model (as the model has them, cuDNN convolutions) or matmul "
+                        "(the same weights run as matrix multiplies on the layer's channels-last view)")
 
 
 @dataclass(frozen=True)
@@ -132,11 +135,13 @@ class EncoderParams:
     compile_cache: str = param("", "the compile cache folder, shared by a host's partitions; empty: FLEETSCRIBE_COMPILE_CACHE, else /tmp")
     row_parts: str = param("fit", "fit (a batch runs in two row buckets where they pad fewer rows than one: 12 rows as 8 and 4, "
                                   "not 16 with 4 of zeros) or one (always the smallest bucket that holds it, as before)")
+    pointwise_convs: str = param("model", POINTWISE_CONVS_HELP)
 
     def check(self) -> None:
         _one_of("encoder", self.encoder, ("compiled", "eager"))
         _one_of("encoder_attention", self.encoder_attention, ("sdpa", "model"))
         _one_of("row_parts", self.row_parts, ("one", "fit"))
+        _one_of("pointwise_convs", self.pointwise_convs, POINTWISE_CONVS)
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,14 @@ class NemoEngine:
         self.attention, self.cudnn_attention = options.attention, options.cudnn_attention
         self.attention_modules = attention_modules(model)
         self.apply_attention()
+        # pointwise_convs=matmul: the conformer layers' kernel-1
+        # convolutions as matrix multiplies (pointwise.py), before anything
+        # compiles; engines that share the model share the change.
+        self.pointwise = 0
+        if options.pointwise_convs == "matmul":
+            from . import pointwise
+
+            self.pointwise = pointwise.as_matmul(getattr(getattr(model, "encoder", None), "layers", None) or [])
         self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
         if self.direct:
             import torch
@@ -144,9 +152,10 @@ class NemoEngine:
             if confidence != "off":
                 self.word_confidence = WordConfidence(model, confidence)
             g = cfg.get("greedy", {})
-            self.config = "strategy %s, loop_labels %s, use_cuda_graph_decoder %s, %s; attention %s; word confidence %s" % (
+            self.config = ("strategy %s, loop_labels %s, use_cuda_graph_decoder %s, %s; attention %s; %d pointwise convolutions as matrix "
+                           "multiplies; word confidence %s") % (
                 cfg.get("strategy"), g.get("loop_labels"), g.get("use_cuda_graph_decoder"),
-                type(getattr(model.decoding, "decoding", None)).__name__, self.attention_name(), confidence)
+                type(getattr(model.decoding, "decoding", None)).__name__, self.attention_name(), self.pointwise, confidence)
             self.staging = torch.empty(0)
             self.encoder_path = "eager"
             if options.mode == "compiled" and compiles_on(device) and hasattr(model.encoder, "forward_internal"):

@@ -50,7 +50,16 @@ from . import host
 from .common import SAMPLE_RATE, log_info
 from .compiled import CompileCache, compile_cache_dir, cudnn_key, device_name, row_parts, set_cudnn_attention, source_identity
 from .diarize import Reply, State, StateError, Turn, _close_gaps, failed, final_labels
-from .options import CPU_THREADS_HELP, CUDA_SYNC_HELP, CUDNN_ATTENTION_HELP, HostOptions, options_reference, typed_options
+from .options import (
+    CPU_THREADS_HELP,
+    CUDA_SYNC_HELP,
+    CUDNN_ATTENTION_HELP,
+    POINTWISE_CONVS,
+    POINTWISE_CONVS_HELP,
+    HostOptions,
+    options_reference,
+    typed_options,
+)
 from .options import param as _param
 
 F32 = npt.NDArray[np.float32]
@@ -79,6 +88,7 @@ class SortformerOptions:
     batch_buckets: str = _param("4,8,16,32", "the compiled encoder's row buckets; larger batches run in parts")
     row_parts: str = _param("one", "one (a batch runs in the smallest row bucket that holds it) or fit (in two buckets where they pad "
                                    "fewer rows, as the speech encoder's row_parts; pays with small buckets: batch_buckets=1,2,4,8,16)")
+    pointwise_convs: str = _param("model", POINTWISE_CONVS_HELP)
     compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
     cudnn_attention: bool = _param(False, CUDNN_ATTENTION_HELP)
     cuda_sync: str = _param("blocking", CUDA_SYNC_HELP)
@@ -104,6 +114,8 @@ class SortformerOptions:
             raise ValueError(f"diarize model parameter encoder={self.encoder!r}: want compiled or eager")
         if self.row_parts not in ("one", "fit"):
             raise ValueError(f"diarize model parameter row_parts={self.row_parts!r}: want one or fit")
+        if self.pointwise_convs not in POINTWISE_CONVS:
+            raise ValueError(f"diarize model parameter pointwise_convs={self.pointwise_convs!r}: want {' or '.join(POINTWISE_CONVS)}")
         if not 0 < self.threshold < 1 or self.min_gap < 0 or self.min_turn < 0 or self.min_talk < 0:
             raise ValueError("diarize model parameters: 0 < threshold < 1; min_gap, min_turn and min_talk >= 0")
         if not 1 <= self.max_speakers <= SPEAKERS:
@@ -356,6 +368,11 @@ class SortformerDiarizer:
             if hasattr(m, "use_pytorch_sdpa"):
                 m.use_pytorch_sdpa = True  # PyTorch's fused attention (NeMo's default: matrix multiplies)
         set_cudnn_attention(opts.cudnn_attention, device)
+        self.pointwise = 0  # the encoder's kernel-1 convolutions as matrix multiplies (pointwise_convs=matmul)
+        if opts.pointwise_convs == "matmul":
+            from . import pointwise
+
+            self.pointwise = pointwise.as_matmul(self.model.encoder.layers)
         self.sm, self.dim = sm, sm.fc_d_model
         self.total = sm.spkcache_len + sm.fifo_len + sm.chunk_left_context + sm.chunk_len + sm.chunk_right_context
         self.rows = opts.buckets()
@@ -370,9 +387,9 @@ class SortformerDiarizer:
         c = "compiled for rows %s at %d frames, %s in %.0f s" % (
             ",".join(map(str, self.rows)), self.total, "compiled" if self.cache and self.cache.cold else "loaded from the cache",
             self.cache.seconds if self.cache else 0) if self.compiled else "eager"
-        return "chunk %d frames (%.1f s), FIFO %d, speaker cache %d, update period %d; encoder %s; %s" % (
-            self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len, self.sm.spkcache_update_period, c,
-            self.host_note)
+        return "chunk %d frames (%.1f s), FIFO %d, speaker cache %d, update period %d; encoder %s, %d pointwise convolutions as matrix " \
+            "multiplies; %s" % (self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len,
+                                self.sm.spkcache_update_period, c, self.pointwise, self.host_note)
 
     def compile(self) -> None:
         """The layers compiled for every row bucket at the one sequence
@@ -393,6 +410,8 @@ class SortformerDiarizer:
         self.pre_compiled = torch.compile(self.model.encoder.pre_encode.forward, dynamic=False)
         key = "sortformer|%s|%s|%s|%d|%s" % (source_identity(self.opts.model), torch.__version__, device_name(self.device), self.total,
                                               ",".join(map(str, self.rows))) + cudnn_key(self.opts.cudnn_attention)
+        if self.pointwise:
+            key += "|pointwise matmul"
         self.cache = CompileCache(cache_dir, key)
 
         def every_shape() -> None:
