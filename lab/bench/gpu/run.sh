@@ -34,7 +34,10 @@
 #   sortformer:A,..  with the shipped engine serving $NEMO_MODEL and the diarize
 #                    model serving $SORTFORMER_MODEL (NeMo's Sortformer-shaped,
 #                    random weights, built if missing): 45-s clips, each point
-#                    with diarization off, on (every clip) and alone, side by side
+#                    with diarization off, on (every clip) and alone, side by side;
+#                    an arrangement's /diar.KEY=VALUE suffixes are the diarize
+#                    model's parameters over DIAR_PARAMS ("+" for a comma:
+#                    mps50-8/maxbatch16/diar.batch_buckets=1+2+4+8+16)
 #   sortformermix:A  the same on the length mix (chunks of 30 s)
 #   vocabcost:A      what word confidence and phrase boosting cost: 45-s clips
 #                    with the shipped engine, arrangement A as shipped, with

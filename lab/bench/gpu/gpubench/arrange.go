@@ -39,7 +39,9 @@ import (
 // (max_batch_size N instead of the shipped one, preferred sizes cut to it),
 // "/vocabulary" (every transcription request carries -vocabulary's phrases)
 // and "/KEY=VALUE" (a model parameter over the run's own, such as
-// /cuda_sync=blocking or /cpu_threads=2).
+// /cuda_sync=blocking or /cpu_threads=2; "/diar.KEY=VALUE" the diarize
+// model's, over -diarize-param; a "+" in VALUE is a comma, since commas
+// part the arrangements: /diar.batch_buckets=1+2+4+8+16).
 type arrangement struct {
 	name       string
 	processes  int // Triton processes per GPU (plan partitions)
@@ -50,13 +52,13 @@ type arrangement struct {
 	unbatched  bool
 	maxBatch   int    // 0: the shipped max_batch_size
 	vocabulary bool   // requests carry -vocabulary's phrases
-	params     string // model parameters of the name, KEY=VALUE/...
+	params     string // model parameters of the name, KEY=VALUE/... (diar.KEY: the diarize model's)
 }
 
 var (
-	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|vocabulary|maxbatch\d+|[a-z_]+=[A-Za-z0-9._-]+))*)$`)
+	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|vocabulary|maxbatch\d+|(?:diar\.)?[a-z_]+=[A-Za-z0-9._+-]+))*)$`)
 	maxBatchRE    = regexp.MustCompile(`/maxbatch(\d+)`)
-	paramRE       = regexp.MustCompile(`/([a-z_]+=[A-Za-z0-9._-]+)`)
+	paramRE       = regexp.MustCompile(`/((?:diar\.)?[a-z_]+=[A-Za-z0-9._+-]+)`)
 )
 
 func parseArrangement(s string) (arrangement, error) {

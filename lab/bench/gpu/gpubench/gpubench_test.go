@@ -305,6 +305,47 @@ func TestArrangementParamsOverTheRuns(t *testing.T) {
 	}
 }
 
+// "/diar.KEY=VALUE" suffixes are the diarize model's parameters, a "+" a
+// comma; the speech model's stay its own, and without a diarize model they
+// are an error.
+func TestArrangementDiarizeParams(t *testing.T) {
+	modelDir, _ := filepath.Abs("../../../../deploy/triton/models/asr/1")
+	diarDir, _ := filepath.Abs("../../../../deploy/triton/models/diarize/1")
+	a, err := parseArrangement("mps50-8/maxbatch16/row_parts=one/diar.row_parts=fit/diar.batch_buckets=1+2+4+8+16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := modelFlags{modelDir: modelDir, kind: "KIND_GPU", diarizeDir: diarDir,
+		diarize: map[string]string{"engine": "sortformer", "row_parts": "one", "chunk_seconds": "45"}}
+	dir := t.TempDir()
+	if err := m.write(dir, a, map[string]string{"length_buckets": "45"}); err != nil {
+		t.Fatal(err)
+	}
+	asr := readConfig(t, filepath.Join(dir, "asr", "config.pbtxt")).GetParameters()
+	if got := asr["row_parts"].GetStringValue(); got != "one" {
+		t.Errorf("speech model's row_parts %q, want one", got)
+	}
+	if _, ok := asr["diar.row_parts"]; ok {
+		t.Errorf("a diarize parameter reached the speech model: %v", asr)
+	}
+	if _, ok := asr["batch_buckets"]; ok {
+		t.Errorf("a diarize parameter reached the speech model: %v", asr)
+	}
+	diar := readConfig(t, filepath.Join(dir, modelspec.DiarizeName, "config.pbtxt")).GetParameters()
+	for k, want := range map[string]string{"row_parts": "fit", "batch_buckets": "1,2,4,8,16", "chunk_seconds": "45"} {
+		if got := diar[k].GetStringValue(); got != want {
+			t.Errorf("diarize parameter %s is %q, want %q", k, got, want)
+		}
+	}
+	if m.diarize["row_parts"] != "one" {
+		t.Errorf("the run's diarize parameters changed: %v", m.diarize)
+	}
+	m.diarize = nil
+	if err := m.write(t.TempDir(), a, map[string]string{}); err == nil || !strings.Contains(err.Error(), "diar.row_parts") {
+		t.Errorf("diar. without a diarize model: %v", err)
+	}
+}
+
 // readConfig is the model configuration at path, read as Triton reads it.
 func readConfig(t *testing.T, path string) *configpb.ModelConfig {
 	t.Helper()

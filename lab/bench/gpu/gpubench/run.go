@@ -332,10 +332,21 @@ func (m *modelFlags) write(dir string, a arrangement, base map[string]string) er
 	case "", "parakeet":
 		params["encoder"] = a.encoder
 	}
+	diarize := maps.Clone(m.diarize)
 	for kv := range strings.SplitSeq(a.params, "/") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			params[k] = v
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
 		}
+		v = strings.ReplaceAll(v, "+", ",")
+		if dk, isDiar := strings.CutPrefix(k, "diar."); isDiar {
+			if diarize == nil {
+				return fmt.Errorf("arrangement %s: %s without a diarize model (-diarize-param)", a.name, k)
+			}
+			diarize[dk] = v
+			continue
+		}
+		params[k] = v
 	}
 	kind, err := modelspec.ParseKind(m.kind)
 	if err != nil {
@@ -344,10 +355,10 @@ func (m *modelFlags) write(dir string, a arrangement, base map[string]string) er
 	if err := writeRepo(dir, m.modelDir, kind, a, params); err != nil {
 		return err
 	}
-	if m.diarize == nil {
+	if diarize == nil {
 		return nil
 	}
-	return writeDiarize(dir, m.diarizeDir, kind, a, m.diarize)
+	return writeDiarize(dir, m.diarizeDir, kind, a, diarize)
 }
 
 // repoCmd is `gpubench repo -dir D [flags]`: the repository one partition
