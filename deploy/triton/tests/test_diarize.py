@@ -224,6 +224,9 @@ class SortformerContractTest(unittest.TestCase):
         self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer"}).pointwise_convs, "model")
         with self.assertRaisesRegex(ValueError, "pointwise_convs"):
             sortformer.SortformerOptions.from_params({"engine": "sortformer", "pointwise_convs": "linear"})
+        self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer"}).subsampling_convs, "model")
+        with self.assertRaisesRegex(ValueError, "subsampling_convs"):
+            sortformer.SortformerOptions.from_params({"engine": "sortformer", "subsampling_convs": "fused"})
 
     def test_host_options_are_the_speech_models_and_set_before_the_model_loads(self):
         from unittest import mock

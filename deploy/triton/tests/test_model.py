@@ -497,6 +497,19 @@ class StaticShapesTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "row_parts"):
             compiled.EncoderOptions.from_params({"row_parts": "split"}, 16)
 
+    def test_subsampling_convs_is_a_checked_model_parameter_in_the_cache_key(self):
+        self.assertEqual(compiled.EncoderOptions.from_params({}, 16).subsampling_convs, "model", "not the default until measured")
+        self.assertEqual(compiled.EncoderOptions.from_params({"subsampling_convs": "taps"}, 16).subsampling_convs, "taps")
+        with self.assertRaisesRegex(ValueError, "subsampling_convs"):
+            compiled.EncoderOptions.from_params({"subsampling_convs": "fused"}, 16)
+        with self.assertRaisesRegex(ValueError, "subsampling_convs"):
+            compiled.EncoderOptions(subsampling_convs="fused")
+        by_length = {45 * 16000: [8, 16]}
+        conv = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16]).cache_key("nemo", by_length)
+        taps = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16],
+                                       subsampling_convs="taps").cache_key("nemo", by_length)
+        self.assertEqual(taps, conv.replace("|cudnn", "|subsampling taps|cudnn"))
+
     def test_pointwise_convs_is_a_checked_model_parameter_in_the_cache_key(self):
         self.assertEqual(compiled.EncoderOptions.from_params({}, 16).pointwise_convs, "model", "not the default until measured")
         mm = compiled.EncoderOptions.from_params({"pointwise_convs": "matmul"}, 16)

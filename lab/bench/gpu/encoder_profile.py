@@ -20,6 +20,9 @@ speech-like audio). For each variant:
                   as matrix multiplies (pointwise_convs=matmul), and
                   eager_sdpa_mm its eager time; it changes the model, so
                   it runs after the variants above
+  taps            regional_sdpa (with pointwise's change where it ran) with
+                  the subsampling's convolutions by taps where compiled
+                  (subsampling_convs=taps), and the subsampling alone so
   bf16w           the encoder's weights held in bf16 (no cast of every
                   weight at every call), eagerly (eager_bf16w) and regional
 
@@ -149,7 +152,7 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=8)
     ap.add_argument("--odd", type=int, default=5)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--variants", default="eager,regional,regional_dyn,regional_pre,regional_sdpa,whole,pointwise,bf16w")
+    ap.add_argument("--variants", default="eager,regional,regional_dyn,regional_pre,regional_sdpa,whole,pointwise,taps,bf16w")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     device = "cuda"
@@ -247,10 +250,9 @@ def main() -> None:
     # its share of the encoder is the diarizer's front end too.
     feats, feat_n = features()
     pre = model.encoder.pre_encode
-    pre_compiled = torch.compile(pre.forward, dynamic=False)
-    for name, f in (("pre_encode_eager", pre), ("pre_encode_compiled", pre_compiled)):
 
-        def sub(f: Any = f) -> Any:
+    def subsampling(name: str, f: Callable[..., Any]) -> None:
+        def sub() -> Any:
             with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
                 return f(x=feats.transpose(1, 2), lengths=feat_n)
 
@@ -262,6 +264,9 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - recorded; the variants run
             out[name + "_error"] = "%s: %s" % (type(e).__name__, e)
             print("%s failed: %s" % (name, out[name + "_error"]), flush=True)
+
+    subsampling("pre_encode_eager", pre)
+    subsampling("pre_encode_compiled", torch.compile(pre.forward, dynamic=False))
 
     if "eager" in want:
         measure("eager", eager, more=sizes)
@@ -279,6 +284,14 @@ def main() -> None:
     if "pointwise" in want:  # after every variant of the convolutions: it changes the model's modules
         measure("eager_sdpa_mm", mod.NemoEngine(model, device, "bf16", mod.EncoderOptions(attention="sdpa", pointwise_convs="matmul")))
         measure("regional_sdpa_mm", engine_with("regional_sdpa_mm", shipped_regions, attention="sdpa"))
+    if "taps" in want:  # the same, the subsampling's convolutions by taps (subsampling_convs=taps)
+        from fleetscribe_asr import convs
+
+        convs.by_taps(pre)
+        torch._dynamo.reset()  # the subsampling compiled above traced the convolutions
+        subsampling("pre_encode_taps", torch.compile(pre.forward, dynamic=False))
+        name = "regional_sdpa_mm_taps" if "pointwise" in want else "regional_sdpa_taps"
+        measure(name, engine_with(name, shipped_regions, attention="sdpa"))
     if "bf16w" in want:  # last: it changes the model's weights
         model.encoder.to(torch.bfloat16)
         measure("eager_bf16w", eager)

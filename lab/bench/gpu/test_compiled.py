@@ -203,13 +203,13 @@ class ConformerConvolution(torch.nn.Module):
 
 
 class PointwiseTest(unittest.TestCase):
-    """pointwise_convs=matmul (fleetscribe_asr/pointwise.py) on a module of
+    """pointwise_convs=matmul (fleetscribe_asr/convs.py) on a module of
     NeMo's shape, eagerly (the compiled and NeMo cases run where NeMo is:
     test_parakeet_options, test_sortformer)."""
 
     def test_the_same_numbers_and_parameters(self):
         sys.path.insert(0, os.path.dirname(MODEL_PY))
-        from fleetscribe_asr import pointwise
+        from fleetscribe_asr import convs as pointwise
 
         torch.manual_seed(1)
         layers = [ConformerConvolution(16).eval() for _ in range(3)]
@@ -246,7 +246,7 @@ class PointwiseTest(unittest.TestCase):
 
     def test_only_plain_kernel_1_convolutions(self):
         sys.path.insert(0, os.path.dirname(MODEL_PY))
-        from fleetscribe_asr import pointwise
+        from fleetscribe_asr import convs as pointwise
 
         for conv, want in [(torch.nn.Conv1d(4, 4, 1), True), (torch.nn.Conv1d(4, 4, 3), False),
                            (torch.nn.Conv1d(4, 4, 1, stride=2), False), (torch.nn.Conv1d(4, 4, 1, groups=4), False),
@@ -257,6 +257,101 @@ class PointwiseTest(unittest.TestCase):
         x = torch.randn(3, 4, 5)
         with torch.no_grad():
             self.assertLess((pointwise.PointwiseMatmul(m)(x) - m(x)).abs().max().item(), 1e-6)
+
+
+class MaskedConvSequential(torch.nn.Sequential):
+    """NeMo's MaskedConvSequential (subsampling.py) as it runs: the padded
+    frames masked before every layer and at the end, the lengths carried
+    through each strided convolution."""
+
+    def forward(self, x, lengths):
+        x = x.unsqueeze(1)
+        current = lengths.clone().float()
+        mask = self.mask(x, current.long())
+        for layer in self:
+            x = x * mask.unsqueeze(1).expand(x.shape)
+            x = layer(x)
+            if hasattr(layer, "stride") and layer.stride != (1, 1):
+                current = (current + layer.padding[0] + layer.padding[1] - layer.kernel_size[0]) // layer.stride[0] + 1
+                mask = self.mask(x, current.long())
+        return x * mask.unsqueeze(1).expand(x.shape), current.long()
+
+    @staticmethod
+    def mask(x, lengths):
+        b, _, t, f = x.shape
+        return (torch.arange(t).expand(b, t) < lengths.unsqueeze(1)).unsqueeze(-1).expand(b, t, f).to(x.dtype)
+
+
+def dw_striding(channels=8, activation=None):
+    """NeMo's dw_striding layers (8x: a 3x3 convolution of the one input
+    channel, then twice a depthwise 3x3 and a 1x1, all strided by 2; one
+    activation module shared, as NeMo builds it)."""
+    act = activation or torch.nn.ReLU()
+    c = channels
+    return MaskedConvSequential(torch.nn.Conv2d(1, c, 3, 2, 1), act, torch.nn.Conv2d(c, c, 3, 2, 1, groups=c), torch.nn.Conv2d(c, c, 1),
+                                act, torch.nn.Conv2d(c, c, 3, 2, 1, groups=c), torch.nn.Conv2d(c, c, 1), act)
+
+
+class SubsamplingTapsTest(unittest.TestCase):
+    """subsampling_convs=taps (fleetscribe_asr/convs.py) on NeMo's
+    subsampling layers as a module of its shape (NeMo's own: on the GPU
+    machine, test_parakeet_options)."""
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.dirname(MODEL_PY))
+        from fleetscribe_asr import convs
+
+        cls.convs = convs
+        torch.manual_seed(2)
+        cls.x = torch.randn(3, 61, 16)  # features (B, T, F), T not a multiple of 8
+        cls.lengths = torch.tensor([61, 40, 9])
+
+    def pre(self):
+        import types
+
+        torch.manual_seed(4)
+        return types.SimpleNamespace(conv=dw_striding().eval())
+
+    def test_taps_are_the_convolutions(self):
+        pre = self.pre()
+        with torch.no_grad():
+            ref, ref_n = pre.conv(self.x, self.lengths)
+            got, got_n = self.convs.taps_forward(pre.conv, self.x, self.lengths)
+            self.assertEqual(got_n.tolist(), ref_n.tolist())
+            self.assertEqual(got.shape, ref.shape)
+            self.assertLess((got - ref).abs().max().item(), 1e-5)
+            self.assertEqual(float(got[2, :, ref_n[2]:].abs().max()), 0.0, "frames past a row's length are zero")
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                low, _ = self.convs.taps_forward(pre.conv, self.x, self.lengths)
+            self.assertEqual(low.dtype, torch.bfloat16, "as autocast's convolutions give")
+            self.assertLess(((low.float() - ref).abs().mean() / ref.abs().mean()).item(), 0.01)
+
+    def test_by_taps_only_when_compiled(self):
+        pre = self.pre()
+        with torch.no_grad():
+            ref, _ = pre.conv(self.x, self.lengths)
+            names = [k for k, _ in pre.conv.state_dict().items()]
+            self.assertEqual(self.convs.by_taps(pre), 5)
+            self.assertEqual(self.convs.by_taps(pre), 5, "twice is once")
+            self.assertEqual([k for k, _ in pre.conv.state_dict().items()], names)
+            self.assertIsInstance(pre.conv, MaskedConvSequential)
+            eager, _ = pre.conv(self.x, self.lengths)
+            self.assertTrue(torch.equal(eager, ref), "eagerly the module runs as it was written")
+            os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="compiled-test-"))
+            compiled, n = torch.compile(pre.conv.forward, dynamic=False)(self.x, self.lengths)
+            self.assertLess((compiled - ref).abs().max().item(), 1e-4)
+
+    def test_other_subsamplings_are_left_alone(self):
+        import types
+
+        c = 4
+        striding = MaskedConvSequential(torch.nn.Conv2d(1, c, 3, 2, 1), torch.nn.ReLU(), torch.nn.Conv2d(c, c, 3, 2, 1))  # not depthwise
+        for pre in (types.SimpleNamespace(conv=striding), types.SimpleNamespace(conv=torch.nn.Sequential(torch.nn.Conv2d(1, c, 3))),
+                    types.SimpleNamespace()):
+            before = type(getattr(pre, "conv", None))
+            self.assertEqual(self.convs.by_taps(pre), 0)
+            self.assertIs(type(getattr(pre, "conv", None)), before)
 
 
 class CudaSyncTest(unittest.TestCase):

@@ -189,6 +189,28 @@ class PointwiseConvsTest(unittest.TestCase):
         tol = 1e-2 if DEVICE == "cuda" else 1e-4
         self.assertLess(float((got - ref).abs().max()), tol * max(1.0, float(ref.abs().max())))
 
+    def test_subsampling_by_taps_compiled_as_the_convolutions(self):
+        # subsampling_convs=taps on NeMo's own subsampling: its five
+        # convolutions covered, eagerly the module as NeMo wrote it, and
+        # compiled (on a GPU; on a CPU with FLEETSCRIBE_COMPILE_CPU=1) the
+        # same output and lengths.
+        from fleetscribe_asr import convs
+
+        model = nemo_anchor.build(DEVICE, size="tiny")
+        pre = model.encoder.pre_encode
+        x = torch.randn(3, 700, model.cfg.preprocessor.features, device=DEVICE)
+        n = torch.tensor([700, 433, 90], device=DEVICE)
+        with torch.inference_mode():
+            ref, ref_n = pre(x=x, lengths=n)
+            self.assertEqual(convs.by_taps(pre), 5)
+            eager, _ = pre(x=x, lengths=n)
+            self.assertTrue(torch.equal(eager, ref))
+            if DEVICE == "cuda" or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1":
+                got, got_n = torch.compile(pre.forward, dynamic=False)(x=x, lengths=n)
+                self.assertEqual(got_n.tolist(), ref_n.tolist())
+                tol = 1e-2 if DEVICE == "cuda" else 1e-4  # cuDNN's convolutions in TF32 on a GPU
+                self.assertLess(float((got - ref).abs().max()), tol * max(1.0, float(ref.abs().max())))
+
 
 if __name__ == "__main__":
     unittest.main()

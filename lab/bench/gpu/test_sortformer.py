@@ -226,6 +226,22 @@ class SortformerTest(unittest.TestCase):
         for r in range(len(recs)):
             self.assertLess(largest_difference(a[r][-1], b[r][-1]), 0.05)
 
+    @unittest.skipUnless(DEVICE == "cuda" or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1", "compiles on a GPU (or FLEETSCRIBE_COMPILE_CPU=1)")
+    def test_compiled_with_both_conv_forms_agrees_with_eager(self):
+        # pointwise_convs=matmul and subsampling_convs=taps compiled (a
+        # model of the same weights: the changes are the model's) against
+        # the eager engine as the model ships, to bf16's precision.
+        with tempfile.TemporaryDirectory() as cache:
+            forms = engine(model=tiny_model(), encoder="compiled", batch_buckets="2,4", compile_cache=cache, pointwise_convs="matmul",
+                           subsampling_convs="taps")
+            self.assertEqual(forms.taps, 5)
+            recs = [speech(17, 40 + r) for r in range(3)]
+            a, _ = walk(forms, recs)
+            b, _ = walk(engine(), recs)
+            for r in range(len(recs)):
+                x, y = arrays(a[r][-1]), arrays(b[r][-1])
+                self.assertLess(float(np.abs(x[1] - y[1]).max(initial=0)), 0.1)  # the cache's speaker probabilities
+
     def test_through_model_py(self):
         # The diarize model's execute() with engine sortformer, a .nemo
         # saved from the tiny model: a recording's chunks and its finish.

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from .common import SAMPLE_RATE, Audio, log_info
-from .options import POINTWISE_CONVS, EncoderParams, EncoderStudy, typed_options
+from .options import POINTWISE_CONVS, SUBSAMPLING_CONVS, EncoderParams, EncoderStudy, typed_options
 
 # torch's types: torch is imported only where an encoder runs, and the type
 # check runs without it.
@@ -68,7 +68,8 @@ def parse_rows(value: str | None, max_batch: int) -> list[int]:
 class EncoderOptions:
     """How an engine runs its encoder: the model parameters of
     options.EncoderParams (encoder, length_buckets, batch_buckets,
-    encoder_attention, compile_cache, row_parts, pointwise_convs) and the lab's study knobs of
+    encoder_attention, compile_cache, row_parts, pointwise_convs,
+    subsampling_convs) and the lab's study knobs of
     options.EncoderStudy (graphs: CUDA graphs over each shape, experimental,
     see CompiledEncoder; casts; tuning), in the units the encoder uses
     (samples, rows)."""
@@ -79,12 +80,15 @@ class EncoderOptions:
 
     def __init__(self, mode: str = "eager", lengths: Sequence[int] = (), rows: Sequence[int] = (), graphs: bool = False,
                  casts: str = "fused", cache_dir: str = DEFAULT_COMPILE_CACHE, tuning: str = "default", attention: str = "sdpa",
-                 cudnn_attention: bool = False, row_parts: str = "fit", pointwise_convs: str = "model") -> None:
+                 cudnn_attention: bool = False, row_parts: str = "fit", pointwise_convs: str = "model",
+                 subsampling_convs: str = "model") -> None:
         if row_parts not in self.ROW_PARTS:
             raise ValueError(f"model parameter row_parts={row_parts!r}: want {' or '.join(self.ROW_PARTS)}")
         if pointwise_convs not in POINTWISE_CONVS:
             raise ValueError(f"model parameter pointwise_convs={pointwise_convs!r}: want {' or '.join(POINTWISE_CONVS)}")
-        self.row_parts, self.pointwise_convs = row_parts, pointwise_convs
+        if subsampling_convs not in SUBSAMPLING_CONVS:
+            raise ValueError(f"model parameter subsampling_convs={subsampling_convs!r}: want {' or '.join(SUBSAMPLING_CONVS)}")
+        self.row_parts, self.pointwise_convs, self.subsampling_convs = row_parts, pointwise_convs, subsampling_convs
         self.mode, self.lengths, self.rows, self.graphs, self.casts, self.cache_dir = mode, list(lengths), list(rows), graphs, casts, cache_dir
         self.cudnn_attention = cudnn_attention
         if tuning not in self.TUNINGS:
@@ -102,7 +106,8 @@ class EncoderOptions:
         return cls(mode=params.encoder, lengths=parse_buckets(params.length_buckets), rows=parse_rows(params.batch_buckets, max_batch),
                    graphs=study.graphs, casts=study.casts, cache_dir=compile_cache_dir(params.compile_cache),
                    tuning=study.tuning, attention=params.encoder_attention, cudnn_attention=params.cudnn_attention,
-                   row_parts=params.row_parts, pointwise_convs=params.pointwise_convs)
+                   row_parts=params.row_parts, pointwise_convs=params.pointwise_convs,
+                   subsampling_convs=params.subsampling_convs)
 
     @classmethod
     def from_params(cls, params: Mapping[str, str], max_batch: int) -> EncoderOptions:
@@ -121,6 +126,8 @@ class EncoderOptions:
             key += "|attention %s" % self.attention
         if self.pointwise_convs != "model":
             key += "|pointwise %s" % self.pointwise_convs
+        if self.subsampling_convs != "model":
+            key += "|subsampling %s" % self.subsampling_convs
         return key + cudnn_key(self.cudnn_attention)
 
     def encoder(self, fn: EncoderFn, device: str, key: str, regions: Sequence[Any] = (),

@@ -120,6 +120,9 @@ CUDNN_ATTENTION_HELP = ("cuDNN's fused attention inside SDPA: off (PyTorch uses 
 POINTWISE_CONVS = ("model", "matmul")
 POINTWISE_CONVS_HELP = ("the conformer layers' kernel-1 convolutions: model (as the model has them, cuDNN convolutions) or matmul "
                         "(the same weights run as matrix multiplies on the layer's channels-last view)")
+SUBSAMPLING_CONVS = ("model", "taps")
+SUBSAMPLING_CONVS_HELP = ("the subsampling's convolutions where compiled: model (cuDNN's) or taps (each 3x3 one a sum of nine "
+                          "strided slices that the compiler fuses with the masks and activations, each 1x1 one a matrix multiply)")
 
 
 @dataclass(frozen=True)
@@ -136,12 +139,14 @@ class EncoderParams:
     row_parts: str = param("fit", "fit (a batch runs in two row buckets where they pad fewer rows than one: 12 rows as 8 and 4, "
                                   "not 16 with 4 of zeros) or one (always the smallest bucket that holds it, as before)")
     pointwise_convs: str = param("model", POINTWISE_CONVS_HELP)
+    subsampling_convs: str = param("model", SUBSAMPLING_CONVS_HELP)
 
     def check(self) -> None:
         _one_of("encoder", self.encoder, ("compiled", "eager"))
         _one_of("encoder_attention", self.encoder_attention, ("sdpa", "model"))
         _one_of("row_parts", self.row_parts, ("one", "fit"))
         _one_of("pointwise_convs", self.pointwise_convs, POINTWISE_CONVS)
+        _one_of("subsampling_convs", self.subsampling_convs, SUBSAMPLING_CONVS)
 
 
 @dataclass(frozen=True)

@@ -116,14 +116,19 @@ class NemoEngine:
         self.attention, self.cudnn_attention = options.attention, options.cudnn_attention
         self.attention_modules = attention_modules(model)
         self.apply_attention()
-        # pointwise_convs=matmul: the conformer layers' kernel-1
-        # convolutions as matrix multiplies (pointwise.py), before anything
-        # compiles; engines that share the model share the change.
-        self.pointwise = 0
-        if options.pointwise_convs == "matmul":
-            from . import pointwise
+        # pointwise_convs=matmul, subsampling_convs=taps: the conformer's
+        # convolutions in forms the compiler runs faster (convs.py), set
+        # before anything compiles; engines that share the model share them.
+        self.pointwise = self.taps = 0
+        encoder = getattr(model, "encoder", None)
+        if options.pointwise_convs == "matmul" or options.subsampling_convs == "taps":
+            from . import convs
 
-            self.pointwise = pointwise.as_matmul(getattr(getattr(model, "encoder", None), "layers", None) or [])
+            if options.pointwise_convs == "matmul":
+                self.pointwise = convs.as_matmul(getattr(encoder, "layers", None) or [])
+            pre = getattr(encoder, "pre_encode", None)
+            if options.subsampling_convs == "taps" and pre is not None:
+                self.taps = convs.by_taps(pre)
         self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
         if self.direct:
             import torch
@@ -153,9 +158,9 @@ class NemoEngine:
                 self.word_confidence = WordConfidence(model, confidence)
             g = cfg.get("greedy", {})
             self.config = ("strategy %s, loop_labels %s, use_cuda_graph_decoder %s, %s; attention %s; %d pointwise convolutions as matrix "
-                           "multiplies; word confidence %s") % (
+                           "multiplies, %d of the subsampling by taps; word confidence %s") % (
                 cfg.get("strategy"), g.get("loop_labels"), g.get("use_cuda_graph_decoder"),
-                type(getattr(model.decoding, "decoding", None)).__name__, self.attention_name(), self.pointwise, confidence)
+                type(getattr(model.decoding, "decoding", None)).__name__, self.attention_name(), self.pointwise, self.taps, confidence)
             self.staging = torch.empty(0)
             self.encoder_path = "eager"
             if options.mode == "compiled" and compiles_on(device) and hasattr(model.encoder, "forward_internal"):

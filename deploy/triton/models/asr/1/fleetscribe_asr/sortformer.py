@@ -56,6 +56,8 @@ from .options import (
     CUDNN_ATTENTION_HELP,
     POINTWISE_CONVS,
     POINTWISE_CONVS_HELP,
+    SUBSAMPLING_CONVS,
+    SUBSAMPLING_CONVS_HELP,
     HostOptions,
     options_reference,
     typed_options,
@@ -89,6 +91,7 @@ class SortformerOptions:
     row_parts: str = _param("one", "one (a batch runs in the smallest row bucket that holds it) or fit (in two buckets where they pad "
                                    "fewer rows, as the speech encoder's row_parts; pays with small buckets: batch_buckets=1,2,4,8,16)")
     pointwise_convs: str = _param("model", POINTWISE_CONVS_HELP)
+    subsampling_convs: str = _param("model", SUBSAMPLING_CONVS_HELP)
     compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
     cudnn_attention: bool = _param(False, CUDNN_ATTENTION_HELP)
     cuda_sync: str = _param("blocking", CUDA_SYNC_HELP)
@@ -116,6 +119,9 @@ class SortformerOptions:
             raise ValueError(f"diarize model parameter row_parts={self.row_parts!r}: want one or fit")
         if self.pointwise_convs not in POINTWISE_CONVS:
             raise ValueError(f"diarize model parameter pointwise_convs={self.pointwise_convs!r}: want {' or '.join(POINTWISE_CONVS)}")
+        if self.subsampling_convs not in SUBSAMPLING_CONVS:
+            raise ValueError(f"diarize model parameter subsampling_convs={self.subsampling_convs!r}: want "
+                             f"{' or '.join(SUBSAMPLING_CONVS)}")
         if not 0 < self.threshold < 1 or self.min_gap < 0 or self.min_turn < 0 or self.min_talk < 0:
             raise ValueError("diarize model parameters: 0 < threshold < 1; min_gap, min_turn and min_talk >= 0")
         if not 1 <= self.max_speakers <= SPEAKERS:
@@ -368,11 +374,16 @@ class SortformerDiarizer:
             if hasattr(m, "use_pytorch_sdpa"):
                 m.use_pytorch_sdpa = True  # PyTorch's fused attention (NeMo's default: matrix multiplies)
         set_cudnn_attention(opts.cudnn_attention, device)
-        self.pointwise = 0  # the encoder's kernel-1 convolutions as matrix multiplies (pointwise_convs=matmul)
-        if opts.pointwise_convs == "matmul":
-            from . import pointwise
+        # The encoder's convolutions in forms the compiler runs faster
+        # (convs.py: pointwise_convs=matmul, subsampling_convs=taps).
+        self.pointwise = self.taps = 0
+        if opts.pointwise_convs == "matmul" or opts.subsampling_convs == "taps":
+            from . import convs
 
-            self.pointwise = pointwise.as_matmul(self.model.encoder.layers)
+            if opts.pointwise_convs == "matmul":
+                self.pointwise = convs.as_matmul(self.model.encoder.layers)
+            if opts.subsampling_convs == "taps":
+                self.taps = convs.by_taps(self.model.encoder.pre_encode)
         self.sm, self.dim = sm, sm.fc_d_model
         self.total = sm.spkcache_len + sm.fifo_len + sm.chunk_left_context + sm.chunk_len + sm.chunk_right_context
         self.rows = opts.buckets()
@@ -388,8 +399,8 @@ class SortformerDiarizer:
             ",".join(map(str, self.rows)), self.total, "compiled" if self.cache and self.cache.cold else "loaded from the cache",
             self.cache.seconds if self.cache else 0) if self.compiled else "eager"
         return "chunk %d frames (%.1f s), FIFO %d, speaker cache %d, update period %d; encoder %s, %d pointwise convolutions as matrix " \
-            "multiplies; %s" % (self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len,
-                                self.sm.spkcache_update_period, c, self.pointwise, self.host_note)
+            "multiplies, %d of the subsampling by taps; %s" % (self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len,
+                                self.sm.spkcache_update_period, c, self.pointwise, self.taps, self.host_note)
 
     def compile(self) -> None:
         """The layers compiled for every row bucket at the one sequence
@@ -412,6 +423,8 @@ class SortformerDiarizer:
                                               ",".join(map(str, self.rows))) + cudnn_key(self.opts.cudnn_attention)
         if self.pointwise:
             key += "|pointwise matmul"
+        if self.taps:
+            key += "|subsampling taps"
         self.cache = CompileCache(cache_dir, key)
 
         def every_shape() -> None:
