@@ -354,6 +354,7 @@ class SubsamplingTapsTest(unittest.TestCase):
             self.assertIs(type(getattr(pre, "conv", None)), before)
 
 
+@unittest.skipUnless(torch.cuda.is_available(), "needs a GPU's driver (the CUDA context's flags)")
 class CudaSyncTest(unittest.TestCase):
     """model.py's cuda_sync: the flag set before torch starts CUDA is the
     flag of the context torch then runs in (a fresh process each)."""
