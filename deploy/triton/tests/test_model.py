@@ -497,34 +497,22 @@ class StaticShapesTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "row_parts"):
             compiled.EncoderOptions.from_params({"row_parts": "split"}, 16)
 
-    def test_subsampling_convs_is_a_checked_model_parameter_in_the_cache_key(self):
-        self.assertEqual(compiled.EncoderOptions.from_params({}, 16).subsampling_convs, "model", "not the default until measured")
-        self.assertEqual(compiled.EncoderOptions.from_params({"subsampling_convs": "taps"}, 16).subsampling_convs, "taps")
-        with self.assertRaisesRegex(ValueError, "subsampling_convs"):
-            compiled.EncoderOptions.from_params({"subsampling_convs": "fused"}, 16)
-        with self.assertRaisesRegex(ValueError, "subsampling_convs"):
-            compiled.EncoderOptions(subsampling_convs="fused")
+    def test_conv_forms_are_checked_model_parameters_in_the_cache_key(self):
+        # Graphs traced through another form of the convolutions are not
+        # the model's: each form has its own cache key.
         by_length = {45 * 16000: [8, 16]}
         conv = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16]).cache_key("nemo", by_length)
-        taps = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16],
-                                       subsampling_convs="taps").cache_key("nemo", by_length)
-        self.assertEqual(taps, conv.replace("|cudnn", "|subsampling taps|cudnn"))
-
-    def test_pointwise_convs_is_a_checked_model_parameter_in_the_cache_key(self):
-        self.assertEqual(compiled.EncoderOptions.from_params({}, 16).pointwise_convs, "model", "not the default until measured")
-        mm = compiled.EncoderOptions.from_params({"pointwise_convs": "matmul"}, 16)
-        self.assertEqual(mm.pointwise_convs, "matmul")
-        with self.assertRaisesRegex(ValueError, "pointwise_convs"):
-            compiled.EncoderOptions.from_params({"pointwise_convs": "linear"}, 16)
-        with self.assertRaisesRegex(ValueError, "pointwise_convs"):
-            compiled.EncoderOptions(pointwise_convs="linear")
-        # Graphs traced through matrix multiplies are not the convolutions'.
-        by_length = {45 * 16000: [8, 16]}
-        conv = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16]).cache_key("nemo", by_length)
-        matmul = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16],
-                                         pointwise_convs="matmul").cache_key("nemo", by_length)
-        self.assertEqual(matmul, conv.replace("|cudnn", "|pointwise matmul|cudnn"))
         self.assertIn("|cudnn", conv)
+        for key, value, bad in [("pointwise_convs", "matmul", "linear"), ("subsampling_convs", "taps", "fused")]:
+            with self.subTest(key):
+                self.assertEqual(getattr(compiled.EncoderOptions.from_params({}, 16), key), "model", "not the default until measured")
+                self.assertEqual(getattr(compiled.EncoderOptions.from_params({key: value}, 16), key), value)
+                with self.assertRaisesRegex(ValueError, key):
+                    compiled.EncoderOptions.from_params({key: bad}, 16)
+                with self.assertRaisesRegex(ValueError, key):
+                    compiled.EncoderOptions(**{key: bad})
+                got = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16], **{key: value}).cache_key("nemo", by_length)
+                self.assertEqual(got, conv.replace("|cudnn", "|%s %s|cudnn" % (key.split("_")[0], value)))
 
     def test_nemo_subsampling_limits_the_rows_of_long_shapes(self):
         # Parakeet's subsampling: 256 channels, stride 2, 128 features, a

@@ -22,7 +22,8 @@ speech-like audio). For each variant:
                   it runs after the variants above
   taps            regional_sdpa (with pointwise's change where it ran) with
                   the subsampling's convolutions by taps where compiled
-                  (subsampling_convs=taps), and the subsampling alone so
+                  (subsampling_convs=taps), and the subsampling alone
+                  that way (pre_encode_taps)
   bf16w           the encoder's weights held in bf16 (no cast of every
                   weight at every call), eagerly (eager_bf16w) and regional
 

@@ -342,6 +342,24 @@ class SubsamplingTapsTest(unittest.TestCase):
             compiled, n = torch.compile(pre.conv.forward, dynamic=False)(self.x, self.lengths)
             self.assertLess((compiled - ref).abs().max().item(), 1e-4)
 
+    def test_conv_forms_set_on_an_encoder(self):
+        # compiled.conv_forms, what both engines call: each form where asked
+        # for, counted; neither where the model's own forms are.
+        import types
+
+        from fleetscribe_asr import compiled
+
+        def encoder():
+            return types.SimpleNamespace(layers=[ConformerConvolution(4)], pre_encode=types.SimpleNamespace(conv=dw_striding(4)))
+
+        self.assertEqual(compiled.conv_forms(encoder(), "model", "model"), (0, 0))
+        self.assertEqual(compiled.conv_forms(encoder(), "matmul", "model"), (2, 0))
+        self.assertEqual(compiled.conv_forms(encoder(), "model", "taps"), (0, 5))
+        both = encoder()
+        self.assertEqual(compiled.conv_forms(both, "matmul", "taps"), (2, 5))
+        self.assertIsInstance(both.layers[0].pointwise_conv2, self.convs.PointwiseMatmul)
+        self.assertEqual(compiled.conv_forms(types.SimpleNamespace(), "matmul", "taps"), (0, 0), "no conformer: nothing to change")
+
     def test_other_subsamplings_are_left_alone(self):
         import types
 

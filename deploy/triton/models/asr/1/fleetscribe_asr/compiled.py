@@ -124,11 +124,7 @@ class EncoderOptions:
             key += "|rows by length %s" % sorted(by_length.items())
         if self.attention != "model":  # nor those made before the attention was chosen
             key += "|attention %s" % self.attention
-        if self.pointwise_convs != "model":
-            key += "|pointwise %s" % self.pointwise_convs
-        if self.subsampling_convs != "model":
-            key += "|subsampling %s" % self.subsampling_convs
-        return key + cudnn_key(self.cudnn_attention)
+        return key + conv_forms_key(self.pointwise_convs, self.subsampling_convs) + cudnn_key(self.cudnn_attention)
 
     def encoder(self, fn: EncoderFn, device: str, key: str, regions: Sequence[Any] = (),
                 row_limit: Callable[[int], int] | None = None) -> CompiledEncoder:
@@ -140,6 +136,30 @@ class EncoderOptions:
         return CompiledEncoder(fn, device, self.lengths, self.rows, self.cache_dir, self.cache_key(key, by_length), regions, self.graphs,
                                inductor={"emulate_precision_casts": self.casts == "eager", **self.TUNINGS[self.tuning]},
                                by_length=by_length, fit=self.row_parts == "fit")
+
+
+def conv_forms(encoder: Any, pointwise_convs: str, subsampling_convs: str) -> tuple[int, int]:
+    """The convolution forms of convs.py set on a NeMo conformer encoder
+    (pointwise_convs=matmul: its layers' kernel-1 convolutions;
+    subsampling_convs=taps: its pre_encode), before anything compiles:
+    (pointwise convolutions replaced, subsampling convolutions by taps).
+    Imports torch only where a form is asked for."""
+    if pointwise_convs == "model" and subsampling_convs == "model":
+        return 0, 0
+    from . import convs
+
+    pointwise = convs.as_matmul(getattr(encoder, "layers", None) or []) if pointwise_convs == "matmul" else 0
+    pre = getattr(encoder, "pre_encode", None)
+    taps = convs.by_taps(pre) if subsampling_convs == "taps" and pre is not None else 0
+    return pointwise, taps
+
+
+def conv_forms_key(pointwise_convs: str, subsampling_convs: str) -> str:
+    """The compile cache key's part for the convolution forms: graphs traced
+    through them are not the model's (empty for the model's own, so the
+    keys of caches made before stay as they were)."""
+    return ("|pointwise %s" % pointwise_convs if pointwise_convs != "model" else "") + (
+        "|subsampling %s" % subsampling_convs if subsampling_convs != "model" else "")
 
 
 def set_cudnn_attention(on: bool, device: str) -> None:

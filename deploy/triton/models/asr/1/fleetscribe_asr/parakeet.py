@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .common import SAMPLE_RATE, Audio, Hypothesis, from_nemo, log_info
-from .compiled import CompiledEncoder, Encoded, EncoderOptions, Tensor, compiles_on, device_name, set_cudnn_attention, source_identity
+from .compiled import CompiledEncoder, Encoded, EncoderOptions, Tensor, compiles_on, conv_forms, device_name, set_cudnn_attention, source_identity
 from .confidence import METHODS, WordConfidence
 from .options import ParakeetOptions
 
@@ -119,16 +119,7 @@ class NemoEngine:
         # pointwise_convs=matmul, subsampling_convs=taps: the conformer's
         # convolutions in forms the compiler runs faster (convs.py), set
         # before anything compiles; engines that share the model share them.
-        self.pointwise = self.taps = 0
-        encoder = getattr(model, "encoder", None)
-        if options.pointwise_convs == "matmul" or options.subsampling_convs == "taps":
-            from . import convs
-
-            if options.pointwise_convs == "matmul":
-                self.pointwise = convs.as_matmul(getattr(encoder, "layers", None) or [])
-            pre = getattr(encoder, "pre_encode", None)
-            if options.subsampling_convs == "taps" and pre is not None:
-                self.taps = convs.by_taps(pre)
+        self.pointwise, self.taps = conv_forms(getattr(model, "encoder", None), options.pointwise_convs, options.subsampling_convs)
         self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
         if self.direct:
             import torch

@@ -48,7 +48,7 @@ import numpy.typing as npt
 
 from . import host
 from .common import SAMPLE_RATE, log_info
-from .compiled import CompileCache, compile_cache_dir, cudnn_key, device_name, row_parts, set_cudnn_attention, source_identity
+from .compiled import CompileCache, compile_cache_dir, conv_forms, conv_forms_key, cudnn_key, device_name, row_parts, set_cudnn_attention, source_identity
 from .diarize import Reply, State, StateError, Turn, _close_gaps, failed, final_labels
 from .options import (
     CPU_THREADS_HELP,
@@ -376,14 +376,7 @@ class SortformerDiarizer:
         set_cudnn_attention(opts.cudnn_attention, device)
         # The encoder's convolutions in forms the compiler runs faster
         # (convs.py: pointwise_convs=matmul, subsampling_convs=taps).
-        self.pointwise = self.taps = 0
-        if opts.pointwise_convs == "matmul" or opts.subsampling_convs == "taps":
-            from . import convs
-
-            if opts.pointwise_convs == "matmul":
-                self.pointwise = convs.as_matmul(self.model.encoder.layers)
-            if opts.subsampling_convs == "taps":
-                self.taps = convs.by_taps(self.model.encoder.pre_encode)
+        self.pointwise, self.taps = conv_forms(self.model.encoder, opts.pointwise_convs, opts.subsampling_convs)
         self.sm, self.dim = sm, sm.fc_d_model
         self.total = sm.spkcache_len + sm.fifo_len + sm.chunk_left_context + sm.chunk_len + sm.chunk_right_context
         self.rows = opts.buckets()
@@ -421,10 +414,7 @@ class SortformerDiarizer:
         self.pre_compiled = torch.compile(self.model.encoder.pre_encode.forward, dynamic=False)
         key = "sortformer|%s|%s|%s|%d|%s" % (source_identity(self.opts.model), torch.__version__, device_name(self.device), self.total,
                                               ",".join(map(str, self.rows))) + cudnn_key(self.opts.cudnn_attention)
-        if self.pointwise:
-            key += "|pointwise matmul"
-        if self.taps:
-            key += "|subsampling taps"
+        key += conv_forms_key(self.opts.pointwise_convs, self.opts.subsampling_convs)
         self.cache = CompileCache(cache_dir, key)
 
         def every_shape() -> None:
