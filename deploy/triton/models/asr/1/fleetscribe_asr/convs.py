@@ -17,7 +17,7 @@ an H200 a generic cuDNN kernel, 1.6 ms for 16 rows of 45 s), then
 depthwise and 1x1 convolutions, masking the padded frames before every
 layer. Compiled, by_taps writes each convolution as what it is: a 3x3
 kernel of one channel (or one a channel) is nine strided slices times a
-weight each, which inductor fuses with the masks and activations around
+weight each, which inductor can fuse with the masks and activations around
 it; a 1x1 convolution is a matrix multiply. Eagerly (a batch no compiled
 shape holds, encoder=eager) the module runs as NeMo wrote it.
 

@@ -122,7 +122,7 @@ POINTWISE_CONVS_HELP = ("the conformer layers' kernel-1 convolutions: model (as 
                         "(the same weights run as matrix multiplies on the layer's channels-last view)")
 SUBSAMPLING_CONVS = ("model", "taps")
 SUBSAMPLING_CONVS_HELP = ("the subsampling's convolutions where compiled: model (cuDNN's) or taps (each 3x3 one a sum of nine "
-                          "strided slices that the compiler fuses with the masks and activations, each 1x1 one a matrix multiply)")
+                          "strided slices that the compiler can fuse with the masks and activations, each 1x1 one a matrix multiply)")
 
 
 @dataclass(frozen=True)
