@@ -17,7 +17,10 @@
 #                    at batch 1-128 with and without CUDA graphs -> OUTDIR/nemo.json,
 #                    and the model as $NEMO_MODEL for the nemo step
 #   clips:A,B,...    45-s clips over arrangements (single, instances-N,
-#                    timesliced-N, mpsP-N; /eager) -> OUTDIR/results.csv
+#                    timesliced-N, mpsP-N; /eager; /KEY=VALUE a model
+#                    parameter; /study.KEY=VALUE a study knob of the
+#                    encoder, FLEETSCRIBE_ENCODER_STUDY: /study.graphs=on)
+#                    -> OUTDIR/results.csv
 #   mix:A,B,...      the realistic length mix, chunked as the worker does
 #   nemo:A,B,...     like clips, with the shipped engine (NeMo) serving $NEMO_MODEL
 #   nemomix:A,B,...  the length mix with the shipped engine serving $NEMO_MODEL

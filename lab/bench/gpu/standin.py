@@ -697,7 +697,11 @@ def load(params: dict[str, str], device: str, compiler: Callable[..., Any] | Non
     if compiled is not None:
         def run(n: int, rows: int) -> None:
             engine.transcribe([np.zeros(n, dtype=np.float32)] * rows, rows, True, False)
+
+        def encode(n: int, rows: int) -> None:
+            with torch.no_grad():
+                engine.encode([np.zeros(n, dtype=np.float32)] * rows)
         t0 = time.perf_counter()
-        compiled.warm(run)
+        compiled.warm(run, encode)
         print("stand-in encoder ready in %.0f s: %s" % (time.perf_counter() - t0, compiled.summary()), flush=True)
     return engine

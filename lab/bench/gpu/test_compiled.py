@@ -12,6 +12,7 @@ anything).
 import os
 import sys
 import tempfile
+import types
 import unittest
 
 import numpy as np
@@ -25,7 +26,6 @@ MODEL_PY = os.path.join(HERE, "..", "..", "..", "deploy", "triton", "models", "a
 def shipped():
     """The shipped engines' code (model.py's package fleetscribe_asr): the
     compiled encoder and the Parakeet engine, as one namespace."""
-    import types
 
     sys.path.insert(0, os.path.dirname(MODEL_PY))
     from fleetscribe_asr import compiled, parakeet
@@ -141,7 +141,6 @@ class CompiledEncoderTest(unittest.TestCase):
         # The diarizer's in_buckets with row_parts=fit: 6 rows of buckets
         # 1, 2, 4, 8 run as 4 and 2, equal to the rows run in the one 8-row
         # bucket with its padding cut.
-        import types
 
         sys.path.insert(0, os.path.dirname(MODEL_PY))
         from fleetscribe_asr import sortformer
@@ -174,12 +173,44 @@ class CompiledEncoderTest(unittest.TestCase):
             again.warm(lambda n, rows: again([np.zeros(n, dtype=np.float32)] * rows))
         self.assertFalse(again.cold)
 
+    def test_graphs_load_every_shape_then_capture_then_decode(self):
+        # With CUDA graphs, warm() loads (or compiles) every shape, then
+        # captures every shape, and only then puts batches through the
+        # whole model (whose decoder captures its own graphs in the first):
+        # loading or capturing after NeMo's decoder capture is what crashed.
+        # On a CPU the capture is recorded, not made.
+        enc = self.model.encoder
+        c = self.mod.EncoderOptions(mode="compiled", lengths=[16000], rows=[2, 4], graphs=True, cache_dir=self.cache).encoder(
+            enc.forward, self.device, "test", self.regions)
+        c.graphs_on = True
+        events = []
+        call = c.compiled_call
 
-if __name__ == "__main__":
-    unittest.main()
+        def compiled_call(x, lengths):
+            events.append(("load", x.shape[0]))
+            return call(x, lengths)
+
+        def capture(s):
+            events.append(("capture", s.x.shape[0]))
+            out = call(s.x, s.lengths)
+            s.graph, s.out = types.SimpleNamespace(replay=lambda: None), out
+
+        c.compiled_call, c._capture = compiled_call, capture
+        with torch.no_grad():
+            c.warm(lambda n, rows: events.append(("decode", rows)) or c([np.zeros(n, dtype=np.float32)] * rows),
+                   lambda n, rows: c([np.zeros(n, dtype=np.float32)] * rows))
+        self.assertEqual(events, [("load", 4), ("load", 2), ("capture", 4), ("capture", 2), ("decode", 4), ("decode", 2)])
+
+        # Without graphs the encoder-only passes are skipped.
+        plain = self.mod.EncoderOptions(mode="compiled", lengths=[16000], rows=[2, 4], cache_dir=self.cache).encoder(
+            enc.forward, self.device, "test", self.regions)
+        passes = []
+        with torch.no_grad():
+            plain.warm(lambda n, rows: passes.append("run") or plain([np.zeros(n, dtype=np.float32)] * rows),
+                       lambda n, rows: passes.append("encode"))
+        self.assertEqual(passes, ["run", "run"])
 
 
-@unittest.skipUnless(torch.cuda.is_available(), "a GPU")
 class ConformerConvolution(torch.nn.Module):
     """NeMo's ConformerConvolution as it runs (conformer_modules.py): the
     layer's (B, T, C) transposed to convolve, a kernel-1 Conv1d, GLU,
@@ -308,7 +339,6 @@ class SubsamplingTapsTest(unittest.TestCase):
         cls.lengths = torch.tensor([61, 40, 9])
 
     def pre(self):
-        import types
 
         torch.manual_seed(4)
         return types.SimpleNamespace(conv=dw_striding().eval())
@@ -345,7 +375,6 @@ class SubsamplingTapsTest(unittest.TestCase):
     def test_conv_forms_set_on_an_encoder(self):
         # compiled.conv_forms, what both engines call: each form where asked
         # for, counted; neither where the model's own forms are.
-        import types
 
         from fleetscribe_asr import compiled
 
@@ -361,7 +390,6 @@ class SubsamplingTapsTest(unittest.TestCase):
         self.assertEqual(compiled.conv_forms(types.SimpleNamespace(), "matmul", "taps"), (0, 0), "no conformer: nothing to change")
 
     def test_other_subsamplings_are_left_alone(self):
-        import types
 
         c = 4
         striding = MaskedConvSequential(torch.nn.Conv2d(1, c, 3, 2, 1), torch.nn.ReLU(), torch.nn.Conv2d(c, c, 3, 2, 1))  # not depthwise
@@ -403,3 +431,7 @@ class CudaSyncTest(unittest.TestCase):
     def test_auto_leaves_the_driver_alone(self):
         said, state = self.flags_after_torch("auto")[:2]
         self.assertEqual((said, state), ("auto", "0 1"))
+
+
+if __name__ == "__main__":
+    unittest.main()

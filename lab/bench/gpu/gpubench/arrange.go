@@ -41,7 +41,9 @@ import (
 // and "/KEY=VALUE" (a model parameter over the run's own, such as
 // /cuda_sync=blocking or /cpu_threads=2; "/diar.KEY=VALUE" the diarize
 // model's, over -diarize-param; a "+" in VALUE is a comma, since commas
-// part the arrangements: /diar.batch_buckets=1+2+4+8+16).
+// part the arrangements: /diar.batch_buckets=1+2+4+8+16; "/study.KEY=VALUE"
+// a lab study knob of the speech model's encoder, passed to the
+// partitions as FLEETSCRIBE_ENCODER_STUDY: /study.graphs=on).
 type arrangement struct {
 	name       string
 	processes  int // Triton processes per GPU (plan partitions)
@@ -52,13 +54,13 @@ type arrangement struct {
 	unbatched  bool
 	maxBatch   int    // 0: the shipped max_batch_size
 	vocabulary bool   // requests carry -vocabulary's phrases
-	params     string // model parameters of the name, KEY=VALUE/... (diar.KEY: the diarize model's)
+	params     string // model parameters of the name, KEY=VALUE/... (diar.KEY: the diarize model's; study.KEY: a study knob)
 }
 
 var (
-	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|vocabulary|maxbatch\d+|(?:diar\.)?[a-z_]+=[A-Za-z0-9._+-]+))*)$`)
+	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|vocabulary|maxbatch\d+|(?:diar\.|study\.)?[a-z_]+=[A-Za-z0-9._+-]+))*)$`)
 	maxBatchRE    = regexp.MustCompile(`/maxbatch(\d+)`)
-	paramRE       = regexp.MustCompile(`/((?:diar\.)?[a-z_]+=[A-Za-z0-9._+-]+)`)
+	paramRE       = regexp.MustCompile(`/((?:diar\.|study\.)?[a-z_]+=[A-Za-z0-9._+-]+)`)
 )
 
 func parseArrangement(s string) (arrangement, error) {
@@ -98,6 +100,27 @@ func parseArrangement(s string) (arrangement, error) {
 		}
 	}
 	return a, nil
+}
+
+// study is the arrangement's encoder study knobs as
+// FLEETSCRIBE_ENCODER_STUDY says them (KEY=VALUE,...), or "".
+func (a arrangement) study() string {
+	var knobs []string
+	for kv := range strings.SplitSeq(a.params, "/") {
+		if k, ok := strings.CutPrefix(kv, "study."); ok {
+			knobs = append(knobs, strings.ReplaceAll(k, "+", ","))
+		}
+	}
+	return strings.Join(knobs, ",")
+}
+
+// env is the environment of the arrangement's partitions: this
+// process's (nil), with its study knobs where it has any.
+func (a arrangement) env() []string {
+	if study := a.study(); study != "" {
+		return append(os.Environ(), "FLEETSCRIBE_ENCODER_STUDY="+study)
+	}
+	return nil
 }
 
 // kind is the arrangement's family, for the report: single, instances,
@@ -206,6 +229,7 @@ func startHost(ctx context.Context, hc hostConfig, a arrangement, repo string) (
 	args = append(args, "-mps-control", hc.mpsControl, "-pipe-dir", hc.pipeDir, "-log-dir", hc.logDir, "--", hc.tritonserver)
 	args = append(args, tritonproc.Args(repo, "{grpc_port}", "{http_port}", "{metrics_port}")...)
 	cmd := exec.Command(hc.worker, args...)
+	cmd.Env = a.env()
 	failed := &exitWatch{out: hc.log, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = failed, failed
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -346,6 +346,38 @@ func TestArrangementDiarizeParams(t *testing.T) {
 	}
 }
 
+func TestArrangementStudyKnobs(t *testing.T) {
+	modelDir, _ := filepath.Abs("../../../../deploy/triton/models/asr/1")
+	a, err := parseArrangement("mps50-8/maxbatch16/study.graphs=on/row_parts=fit/study.casts=eager")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.study(); got != "graphs=on,casts=eager" {
+		t.Errorf("study knobs %q, want graphs=on,casts=eager", got)
+	}
+	if env := a.env(); len(env) == 0 || env[len(env)-1] != "FLEETSCRIBE_ENCODER_STUDY=graphs=on,casts=eager" {
+		t.Errorf("the partitions' environment does not carry the knobs: %q", env[max(0, len(env)-1):])
+	}
+	m := modelFlags{modelDir: modelDir, kind: "KIND_GPU"}
+	dir := t.TempDir()
+	if err := m.write(dir, a, map[string]string{}); err != nil {
+		t.Fatal(err)
+	}
+	params := readConfig(t, filepath.Join(dir, "asr", "config.pbtxt")).GetParameters()
+	if params["row_parts"].GetStringValue() != "fit" {
+		t.Errorf("model parameter row_parts lost: %v", params)
+	}
+	for k := range params {
+		if strings.Contains(k, "graphs") || strings.Contains(k, "casts") {
+			t.Errorf("a study knob reached the model's parameters: %s", k)
+		}
+	}
+	plain, _ := parseArrangement("mps50-8/maxbatch16")
+	if plain.study() != "" || plain.env() != nil {
+		t.Errorf("an arrangement without knobs changes the environment: %q", plain.env())
+	}
+}
+
 // readConfig is the model configuration at path, read as Triton reads it.
 func readConfig(t *testing.T, path string) *configpb.ModelConfig {
 	t.Helper()

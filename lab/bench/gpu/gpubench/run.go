@@ -335,7 +335,7 @@ func (m *modelFlags) write(dir string, a arrangement, base map[string]string) er
 	diarize := maps.Clone(m.diarize)
 	for kv := range strings.SplitSeq(a.params, "/") {
 		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
+		if !ok || strings.HasPrefix(k, "study.") { // study knobs go to the partitions' environment (startHost)
 			continue
 		}
 		v = strings.ReplaceAll(v, "+", ",")

@@ -263,6 +263,10 @@ class CompiledEncoder:
     the compile cache and then captured them (at the second shape; the
     process that compiled them ran), and under MPS one client's fault ends
     every client of the GPU (docs/benchmarks.md, "Regional compilation").
+    Each shape had then been loaded and captured after NeMo's decoder had
+    captured its own graphs in the first shape's batch, the order NeMo's
+    issue 15423 says breaks later loads; warm() now loads every shape,
+    then captures every shape, and only then decodes (warm's encode).
 
     The artefacts go to a CompileCache in cache_dir: the first partition
     of a host compiles under a lock, the others load."""
@@ -297,6 +301,7 @@ class CompiledEncoder:
         self.staging: Tensor = None  # pinned host rows, the largest shape's size
         self.staging_lengths: Tensor = None
         self.graphs = 0  # compiled graphs made or loaded by warm()
+        self.defer_capture = False  # warm()'s first pass: shapes load, none is captured yet
 
     @property
     def cold(self) -> bool | None:
@@ -377,6 +382,8 @@ class CompiledEncoder:
         batch's parts each have their own rows there: a part's copy to the
         GPU may not have run when the next part is staged)."""
         s = self.shapes.get(shape) or self._make(*shape)
+        if self.graphs_on and s.graph is None and not self.defer_capture:
+            self._capture(s)
         rows, n = len(audio), shape[1]
         staged = self.staging[at * n:(at + rows) * n].view(rows, n)
         staged_lengths = self.staging_lengths[at:at + rows]
@@ -399,11 +406,8 @@ class CompiledEncoder:
         return enc[:rows], enc_len[:rows]
 
     def _make(self, rows: int, n: int) -> _Shape:
-        """The static input of a shape and, on a GPU, its CUDA graph: fn is
-        run (compiling or loading the shape's graphs) and warmed on a side
-        stream, then captured. Runs under the caller's autocast, with
-        autocast's weight cache off (a cached cast would live outside the
-        graph's memory)."""
+        """A shape's static input tensors (its graph, where asked for, is
+        captured by _capture)."""
         torch = self.torch
         if self.staging is None:
             most = max(self.rows) * max(self.lengths)
@@ -414,8 +418,15 @@ class CompiledEncoder:
         lengths = torch.full((rows,), n, dtype=torch.int64, device=self.device)
         s = _Shape(x, lengths)
         self.shapes[(rows, n)] = s
-        if not self.graphs_on:
-            return s
+        return s
+
+    def _capture(self, s: _Shape) -> None:
+        """The shape's CUDA graph: fn is run (compiling or loading the
+        shape's graphs, where warm() has not) and warmed on a side stream,
+        then captured. Runs under the caller's autocast, with autocast's
+        weight cache off (a cached cast would live outside the graph's
+        memory). Where capture fails, no shape keeps a graph."""
+        torch = self.torch
         kind = self.device.type
         on, dtype = torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind)
         try:
@@ -424,11 +435,11 @@ class CompiledEncoder:
                 side.wait_stream(torch.cuda.current_stream(self.device))
                 with torch.cuda.stream(side):
                     for _ in range(2):
-                        self.compiled_call(x, lengths)
+                        self.compiled_call(s.x, s.lengths)
                 torch.cuda.current_stream(self.device).wait_stream(side)
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
-                    out = self.compiled_call(x, lengths)
+                    out = self.compiled_call(s.x, s.lengths)
             s.graph, s.out = g, out
         except Exception as e:  # noqa: BLE001 - the compiled kernels still run, launched one by one
             self.graphs_on = False
@@ -437,22 +448,37 @@ class CompiledEncoder:
             log_info("encoder CUDA graph capture failed (%s: %s): the compiled encoder runs without graphs\n%s" % (
                 type(e).__name__, e, traceback.format_exc()))
         free, total = torch.cuda.mem_get_info(self.device)
+        rows, n = s.x.shape
         log_info("encoder shape %d x %.1f s captured: %.1f GiB reserved by this process, %.1f of %.1f GiB free on the GPU" % (
             rows, n / SAMPLE_RATE, torch.cuda.memory_reserved(self.device) / 2**30, free / 2**30, total / 2**30))
-        return s
 
-    def warm(self, run: Callable[[int, int], None]) -> None:
+    def warm(self, run: Callable[[int, int], None], encode: Callable[[int, int], None] | None = None) -> None:
         """Compiles (or loads), captures and warms every shape, largest
         first (the graphs' shared pool is sized by the first):
-        run(n, rows) puts one batch through the whole model."""
+        run(n, rows) puts one batch through the whole model. With CUDA
+        graphs, encode(n, rows) puts one through the encoder alone (this
+        object, under the engine's autocast), in three passes: every shape
+        loaded (or compiled), then every shape captured, then run, whose
+        first batch captures the decoder's graphs: nothing is loaded or
+        captured after the decoder's capture (without encode, each shape
+        is loaded, captured and decoded in turn)."""
         from torch._dynamo.utils import counters
 
         before = counters["stats"]["unique_graphs"]
+        shapes = [(n, rows) for n in reversed(self.lengths) for rows in reversed(self.by_length[n])]
 
         def every_shape() -> None:
-            for n in reversed(self.lengths):
-                for rows in reversed(self.by_length[n]):
-                    run(n, rows)
+            if self.graphs_on and encode is not None:
+                self.defer_capture = True
+                try:
+                    for n, rows in shapes:
+                        encode(n, rows)
+                finally:
+                    self.defer_capture = False
+                for n, rows in shapes:
+                    encode(n, rows)
+            for n, rows in shapes:
+                run(n, rows)
 
         self.cache.warm(every_shape)
         self.graphs = counters["stats"]["unique_graphs"] - before

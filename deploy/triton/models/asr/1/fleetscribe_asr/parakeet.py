@@ -4,10 +4,11 @@ compiled (compiled.py), its decoder NeMo's greedy_batch under CUDA graphs."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -217,6 +218,13 @@ class NemoEngine:
             host[i, a.size:] = 0
         return x.to(self.device, non_blocking=True) if cuda else x.clone()
 
+    @contextlib.contextmanager
+    def inference(self) -> Iterator[None]:
+        """Inference mode and the engine's autocast, as every batch runs."""
+        torch = self.torch
+        with torch.inference_mode(), torch.autocast("cuda", dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
+            yield
+
     def encode(self, audio: list[Audio]) -> Encoded:
         """The encoder's output for audio (only the real rows): compiled
         where a static shape holds the batch, else eagerly."""
@@ -238,9 +246,14 @@ class NemoEngine:
             quiet = rng.standard_normal(n).astype(np.float32) * 1e-3
             self.transcribe([quiet] * rows, rows, timestamps, False)
 
+        def encode(n: int, rows: int) -> None:
+            quiet = rng.standard_normal(n).astype(np.float32) * 1e-3
+            with self.inference():
+                self.encode([quiet] * rows)
+
         if self.compiled is not None:
             try:
-                self.compiled.warm(run)
+                self.compiled.warm(run, encode)
             except Exception as e:  # noqa: BLE001 - serve eagerly (the engine metric says so, and an alert fires) rather than never
                 log_info("compiling the encoder failed (%s: %s): it runs eagerly\n%s" % (type(e).__name__, e, traceback.format_exc()))
                 self.compiled = None
@@ -298,9 +311,8 @@ class NemoEngine:
             return [from_nemo(h) for h in self.model.transcribe(audio, batch_size=batch_size, timestamps=timestamps, verbose=verbose)]
         from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
 
-        torch = self.torch
         partial = self.biasing(vocabularies) if self.boosting else None
-        with torch.inference_mode(), torch.autocast("cuda", dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
+        with self.inference():
             enc, enc_len = self.encode(audio)
             hyps = self.model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True, partial_hypotheses=partial)
             confidences = self.word_confidence(enc, hyps) if timestamps and self.word_confidence is not None else None
