@@ -37,7 +37,10 @@ import (
 // "/eagerenc" (its encoder eagerly, not compiled), "/unbatched" (audio not
 // ragged: only identical lengths share a batch), "/maxbatchN"
 // (max_batch_size N instead of the shipped one, preferred sizes cut to it),
-// "/vocabulary" (every transcription request carries -vocabulary's phrases)
+// "/vocabulary" (every transcription request carries -vocabulary's phrases),
+// "/instN" (N model instances in each partition's Triton process, each
+// its own process and CUDA context under the partition's MPS share: one
+// batch's host work beside the other's GPU work)
 // and "/KEY=VALUE" (a model parameter over the run's own, such as
 // /cuda_sync=blocking or /cpu_threads=2; "/diar.KEY=VALUE" the diarize
 // model's, over -diarize-param; a "+" in VALUE is a comma, since commas
@@ -58,15 +61,16 @@ type arrangement struct {
 }
 
 var (
-	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|vocabulary|maxbatch\d+|(?:diar\.|study\.)?[a-z_]+=[A-Za-z0-9._+-]+))*)$`)
+	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|vocabulary|maxbatch\d+|inst\d+|(?:diar\.|study\.)?[a-z_]+=[A-Za-z0-9._+-]+))*)$`)
 	maxBatchRE    = regexp.MustCompile(`/maxbatch(\d+)`)
+	instRE        = regexp.MustCompile(`/inst(\d+)`)
 	paramRE       = regexp.MustCompile(`/((?:diar\.|study\.)?[a-z_]+=[A-Za-z0-9._+-]+)`)
 )
 
 func parseArrangement(s string) (arrangement, error) {
 	m := arrangementRE.FindStringSubmatch(s)
 	if m == nil {
-		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager, /eagerenc, /unbatched, /vocabulary, /maxbatchN or /KEY=VALUE", s)
+		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager, /eagerenc, /unbatched, /vocabulary, /maxbatchN, /instN or /KEY=VALUE", s)
 	}
 	a := arrangement{name: s, processes: 1, instances: 1, decoder: "cuda_graph"}
 	n := func(v string) int { k, _ := strconv.Atoi(v); return k }
@@ -80,6 +84,12 @@ func parseArrangement(s string) (arrangement, error) {
 		if a.percentage < 1 || a.percentage > 100 {
 			return arrangement{}, fmt.Errorf("arrangement %q: percentage outside 1..100", s)
 		}
+	}
+	if in := instRE.FindStringSubmatch(m[6]); in != nil {
+		if m[2] != "" {
+			return arrangement{}, fmt.Errorf("arrangement %q: instances-N already names the instances; /instN is for partitions", s)
+		}
+		a.instances = n(in[1])
 	}
 	if a.processes < 1 || a.instances < 1 {
 		return arrangement{}, fmt.Errorf("arrangement %q: counts must be at least 1", s)

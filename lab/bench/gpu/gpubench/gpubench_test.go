@@ -34,13 +34,15 @@ func TestParseArrangement(t *testing.T) {
 		"timesliced-4/maxbatch32": {name: "timesliced-4/maxbatch32", processes: 4, instances: 1, decoder: "cuda_graph", encoder: "compiled", maxBatch: 32},
 		"mps25-8/cuda_sync=blocking/cpu_threads=2": {name: "mps25-8/cuda_sync=blocking/cpu_threads=2", processes: 8, instances: 1, percentage: 25,
 			decoder: "cuda_graph", encoder: "compiled", params: "cuda_sync=blocking/cpu_threads=2"},
+		"mps50-4/maxbatch16/inst2": {name: "mps50-4/maxbatch16/inst2", processes: 4, instances: 2, percentage: 50, decoder: "cuda_graph",
+			encoder: "compiled", maxBatch: 16},
 	} {
 		got, err := parseArrangement(in)
 		if err != nil || got != want {
 			t.Errorf("%s: %+v %v, want %+v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "mps-4", "mps0-4", "mps101-2", "timesliced-0", "instances-0", "single/fast", "mps50-8/maxbatch0", "Single", "mps50-8/Cuda=x", "mps50-8/cuda_sync="} {
+	for _, bad := range []string{"", "mps-4", "mps0-4", "mps101-2", "timesliced-0", "instances-0", "single/fast", "mps50-8/maxbatch0", "Single", "mps50-8/Cuda=x", "mps50-8/cuda_sync=", "mps50-4/inst0", "instances-2/inst2"} {
 		if _, err := parseArrangement(bad); err == nil {
 			t.Errorf("%q: want an error", bad)
 		}
