@@ -497,13 +497,13 @@ class StaticShapesTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "row_parts"):
             compiled.EncoderOptions.from_params({"row_parts": "split"}, 16)
 
-    def test_conv_forms_are_checked_model_parameters_in_the_cache_key(self):
-        # Graphs traced through another form of the convolutions are not
-        # the model's: each form has its own cache key.
+    def test_encoder_forms_are_checked_model_parameters_in_the_cache_key(self):
+        # Graphs traced through another form of the convolutions or the
+        # linear layers are not the model's: each form has its own cache key.
         by_length = {45 * 16000: [8, 16]}
         conv = compiled.EncoderOptions(mode="compiled", lengths=[45 * 16000], rows=[8, 16]).cache_key("nemo", by_length)
         self.assertIn("|cudnn", conv)
-        for key, value, bad in [("pointwise_convs", "matmul", "linear"), ("subsampling_convs", "taps", "fused")]:
+        for key, value, bad in [("pointwise_convs", "matmul", "linear"), ("subsampling_convs", "taps", "fused"), ("linear_precision", "fp8", "int8")]:
             with self.subTest(key):
                 self.assertEqual(getattr(compiled.EncoderOptions.from_params({}, 16), key), "model", "not the default until measured")
                 self.assertEqual(getattr(compiled.EncoderOptions.from_params({key: value}, 16), key), value)

@@ -24,11 +24,17 @@ speech-like audio). For each variant:
                   the subsampling's convolutions by taps where compiled
                   (subsampling_convs=taps), and the subsampling alone
                   that way (pre_encode_taps)
+  fp8             regional_sdpa (with pointwise's and taps' changes where
+                  they ran) with the conformer layers' linear layers as FP8
+                  matrix multiplies where compiled (linear_precision=fp8)
   bf16w           the encoder's weights held in bf16 (no cast of every
                   weight at every call), eagerly (eager_bf16w) and regional
 
 the median time of --reps calls, the mean relative difference of its
-output from eager's over the valid frames, and a kernel profile: GPU time
+output from eager's over the valid frames, the agreement of the tokens
+NeMo's decoder reads from it with those it reads from eager's (1 - token
+edit distance / tokens; random weights: what a form changes, not
+accuracy), and a kernel profile: GPU time
 by kind of kernel (matrix multiplies, convolutions, inductor's fused
 kernels, elementwise, reductions, normalisation, softmax, FFT, copies) and
 the longest kernels. Also the feature extractor's time alone. JSON to
@@ -153,7 +159,7 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=8)
     ap.add_argument("--odd", type=int, default=5)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--variants", default="eager,regional,regional_dyn,regional_pre,regional_sdpa,whole,pointwise,taps,bf16w")
+    ap.add_argument("--variants", default="eager,regional,regional_dyn,regional_pre,regional_sdpa,whole,pointwise,taps,fp8,bf16w")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     device = "cuda"
@@ -177,6 +183,13 @@ def main() -> None:
 
     ref, ref_frames = encode(eager)
     ref = ref.clone()
+
+    def tokens(enc: Tensor, frames: Tensor) -> list[list[int]]:
+        with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
+            hyps = model.decoding.rnnt_decoder_predictions_tensor(enc, frames, return_hypotheses=True)
+        return [[int(t) for t in (h.y_sequence.tolist() if hasattr(h.y_sequence, "tolist") else h.y_sequence)] for h in hyps]
+
+    ref_tokens = tokens(ref, ref_frames)
 
     def engine_with(name: str, regions_of: Callable[[Any], list[Any]] | None = None, whole: bool = False,
                     rows: tuple[int, ...] = (args.rows,), attention: str = "model") -> Any:
@@ -216,15 +229,19 @@ def main() -> None:
             if c is not None:
                 c.warm(lambda n_, rows: engine.transcribe([np.zeros(n_, dtype=np.float32)] * rows, rows, False, False))
             warm_s = time.perf_counter() - t0
-            enc, _ = encode(engine)
-            diff = encoder_study.rel_diff(ref, enc.clone(), ref_frames, 2)
+            enc, frames = encode(engine)
+            enc, frames = enc.clone(), frames.clone()
+            diff = encoder_study.rel_diff(ref, enc, ref_frames, 2)
+            agree, rows_differing = encoder_study.agreement(ref_tokens, tokens(enc, frames))
             ms = 1000 * median_time(lambda: encode(engine), args.reps)
             prof = kernel_profile(lambda: encode(engine))
-            v = {"ms": ms, "warm_s": warm_s, "mean_rel_diff": diff, "path": engine.describe()[0], **prof}
+            v = {"ms": ms, "warm_s": warm_s, "mean_rel_diff": diff, "token_agreement": agree, "rows_differing": rows_differing,
+                 "path": engine.describe()[0], **prof}
             if more:
                 more(name, engine)
-            print("%-14s %7.1f ms (GPU %.1f ms; %s), rel diff %.4f, warm %.0f s" % (
-                name, ms, prof["gpu_ms"], ", ".join("%s %.1f" % kv for kv in list(prof["by_kind_ms"].items())[:6]), diff, warm_s), flush=True)
+            print("%-14s %7.1f ms (GPU %.1f ms; %s), rel diff %.4f, tokens %.4f (%d rows differ), warm %.0f s" % (
+                name, ms, prof["gpu_ms"], ", ".join("%s %.1f" % kv for kv in list(prof["by_kind_ms"].items())[:6]), diff, agree,
+                rows_differing, warm_s), flush=True)
         except Exception as e:  # noqa: BLE001 - recorded; the next variant runs
             v = {"error": "%s: %s" % (type(e).__name__, e), "trace": traceback.format_exc()[-3000:]}
             print("%-14s failed: %s" % (name, v["error"]), flush=True)
@@ -292,6 +309,11 @@ def main() -> None:
         torch._dynamo.reset()  # the subsampling compiled above traced the convolutions
         subsampling("pre_encode_taps", torch.compile(pre.forward, dynamic=False))
         name = "regional_sdpa_mm_taps" if "pointwise" in want else "regional_sdpa_taps"
+        measure(name, engine_with(name, shipped_regions, attention="sdpa"))
+    if "fp8" in want:  # the linear layers in FP8 where compiled (linear_precision=fp8), over what ran above
+        n_fp8 = compiled.linear_form(model.encoder, "fp8", device)
+        print("fp8: %d linear layers" % n_fp8, flush=True)
+        name = "regional_sdpa" + ("_mm" if "pointwise" in want else "") + ("_taps" if "taps" in want else "") + "_fp8"
         measure(name, engine_with(name, shipped_regions, attention="sdpa"))
     if "bf16w" in want:  # last: it changes the model's weights
         model.encoder.to(torch.bfloat16)

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import types
 import unittest
+from unittest import mock
 
 import numpy as np
 import standin
@@ -398,6 +399,114 @@ class SubsamplingTapsTest(unittest.TestCase):
             before = type(getattr(pre, "conv", None))
             self.assertEqual(self.convs.by_taps(pre), 0)
             self.assertIs(type(getattr(pre, "conv", None)), before)
+
+
+class FeedForward(torch.nn.Module):
+    """A conformer layer's feed-forward module as NeMo builds it: a layer
+    norm, a linear layer four times wider, SiLU, a linear layer back."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(d)
+        self.linear1 = torch.nn.Linear(d, 4 * d)
+        self.linear2 = torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.linear2(torch.nn.functional.silu(self.linear1(self.norm(x))))
+
+
+class Fp8Test(unittest.TestCase):
+    """linear_precision=fp8 (fleetscribe_asr/fp8.py) on a module of a
+    conformer feed-forward's shape (NeMo's encoder: on the GPU machine,
+    test_parakeet_options)."""
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.dirname(MODEL_PY))
+        from fleetscribe_asr import compiled, fp8
+
+        cls.fp8, cls.compiled = fp8, compiled
+
+    @staticmethod
+    def reference(x, linear):
+        """The FP8 matrix multiply written out in float32: each row of x and
+        of the weight rounded to e4m3 at its own scale."""
+        def q(t):
+            scale = t.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 448.0
+            return (t / scale).to(torch.float8_e4m3fn).float() * scale
+
+        rows = x.reshape(-1, x.shape[-1]).float()
+        return (q(rows) @ q(linear.weight.float()).t() + linear.bias.float()).reshape(*x.shape[:-1], -1)
+
+    def test_quantised_rows_come_back_within_e4m3s_step(self):
+        x = torch.randn(5, 64) * torch.logspace(-3, 3, 5).unsqueeze(1)  # rows of very different sizes
+        q, scale = self.fp8.quantise_rows(x)
+        self.assertEqual((q.dtype, scale.shape), (torch.float8_e4m3fn, (5, 1)))
+        back = q.float() * scale
+        err = ((back - x).abs() / x.abs().amax(dim=1, keepdim=True)).max().item()
+        self.assertLess(err, 2 ** -4, "each value within half an e4m3 step of its row's largest")
+        self.assertTrue(torch.allclose(q.float().abs().amax(dim=1), torch.full((5,), 448.0)), "each row's largest maps to 448")
+
+    def test_eagerly_the_models_linear_and_its_checkpoint(self):
+        torch.manual_seed(0)
+        ff = FeedForward(32)
+        before = {k: v.clone() for k, v in ff.state_dict().items()}
+        x = torch.randn(2, 7, 32)
+        want = ff(x)
+        self.assertEqual(self.fp8.as_fp8([ff]), 2)
+        self.assertIsInstance(ff.linear1, self.fp8.Fp8Linear)
+        self.assertTrue(torch.equal(ff(x), want), "uncompiled, the layer is the model's own")
+        self.assertEqual(list(ff.state_dict()), list(before), "the quantised copies stay out of the checkpoint")
+        ff.load_state_dict(before)
+        self.assertEqual(ff.linear1.weight_fp8.dtype, torch.float8_e4m3fn)
+
+    def test_compiled_runs_the_fp8_matrix_multiply(self):
+        torch.manual_seed(1)
+        lin = torch.nn.Linear(64, 48)
+        x = torch.randn(3, 9, 64)
+        want_float = lin(x)
+        self.fp8.as_fp8([torch.nn.Sequential(lin)])
+        torch._dynamo.reset()
+        with torch.no_grad():  # as a batch runs (inference): FP8 has no backward
+            got = torch.compile(lin.forward, dynamic=False)(x).float()
+        ref = self.reference(x, lin)
+        self.assertLess((got - ref).abs().max().item(), 2e-2 * ref.abs().max().item(), "the FP8 product, as written out")
+        rel = ((got - want_float).abs().mean() / want_float.abs().mean()).item()
+        self.assertGreater(rel, 1e-4, "not the float matrix multiply")
+        self.assertLess(rel, 0.08, "within FP8's rounding of the float one")
+
+    def test_compiled_feed_forward_within_fp8s_rounding(self):
+        torch.manual_seed(2)
+        ff = FeedForward(64)
+        x = torch.randn(2, 11, 64)
+        want = ff(x)
+        self.fp8.as_fp8([ff])
+        torch._dynamo.reset()
+        with torch.no_grad():
+            got = torch.compile(ff.forward, dynamic=False)(x)
+        rel = ((got - want).abs().mean() / want.abs().mean()).item()
+        self.assertGreater(rel, 1e-4)
+        self.assertLess(rel, 0.03, "the residual keeps the block within a few percent")
+
+    def test_only_plain_linears_of_fp8s_sizes(self):
+        class Own(torch.nn.Linear):
+            pass
+
+        root = torch.nn.ModuleDict({"a": torch.nn.Linear(32, 64), "odd": torch.nn.Linear(32, 10), "own": Own(32, 32),
+                                    "conv": torch.nn.Conv1d(32, 32, 1)})
+        self.assertEqual(self.fp8.as_fp8([root]), 1)
+        self.assertIs(type(root["odd"]), torch.nn.Linear)
+        self.assertIs(type(root["own"]), Own)
+
+    def test_linear_form_on_an_encoder(self):
+        enc = types.SimpleNamespace(layers=[FeedForward(32), FeedForward(32)])
+        self.assertEqual(self.compiled.linear_form(enc, "model", "cpu"), 0)
+        self.assertIs(type(enc.layers[0].linear1), torch.nn.Linear)
+        self.assertEqual(self.compiled.linear_form(enc, "fp8", "cpu"), 4)
+        self.assertEqual(self.compiled.linear_form(types.SimpleNamespace(), "fp8", "cpu"), 0, "no conformer: nothing to change")
+        with mock.patch.object(self.fp8, "supported", return_value=False):
+            with self.assertRaisesRegex(ValueError, "linear_precision=fp8: this GPU has no FP8"):
+                self.compiled.linear_form(types.SimpleNamespace(layers=[FeedForward(32)]), "fp8", "cuda")
 
 
 @unittest.skipUnless(torch.cuda.is_available(), "needs a GPU's driver (the CUDA context's flags)")

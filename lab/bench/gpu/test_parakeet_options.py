@@ -211,6 +211,34 @@ class PointwiseConvsTest(unittest.TestCase):
                 tol = 1e-2 if DEVICE == "cuda" else 1e-4  # cuDNN's convolutions in TF32 on a GPU
                 self.assertLess(float((got - ref).abs().max()), tol * max(1.0, float(ref.abs().max())))
 
+    def test_fp8_linears_compiled_near_the_models_own(self):
+        # linear_precision=fp8 on NeMo's own conformer: every linear layer
+        # of the layers made FP8 (the checkpoint's keys unchanged), eagerly
+        # the model's numbers, and one layer compiled within FP8's rounding
+        # of the same layer run eagerly (on a GPU; on a CPU with
+        # FLEETSCRIBE_COMPILE_CPU=1).
+        from fleetscribe_asr import compiled, fp8
+
+        model = nemo_anchor.build(DEVICE, size="tiny")
+        keys = list(model.state_dict())
+        layer = model.encoder.layers[0]
+        x = torch.randn(2, 50, layer.feed_forward1.linear1.in_features, device=DEVICE)
+        pad = torch.zeros(2, 50, dtype=torch.bool, device=DEVICE)
+        att = torch.zeros(2, 50, 50, dtype=torch.bool, device=DEVICE)
+        pos = model.encoder.pos_enc(x)[1] if hasattr(model.encoder, "pos_enc") else None
+        with torch.inference_mode():
+            ref = layer(x, att_mask=att, pos_emb=pos, pad_mask=pad)
+            n = compiled.linear_form(model.encoder, "fp8", DEVICE)
+            self.assertGreaterEqual(n, 6 * len(model.encoder.layers), "feed-forward (4) and attention (q, k, v, out, pos) layers")
+            self.assertEqual(list(model.state_dict()), keys)
+            self.assertIsInstance(layer.feed_forward1.linear1, fp8.Fp8Linear)
+            self.assertTrue(torch.equal(layer(x, att_mask=att, pos_emb=pos, pad_mask=pad), ref), "eagerly, the model's own")
+            if DEVICE == "cuda" or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1":
+                got = torch.compile(layer.forward, dynamic=False)(x, att_mask=att, pos_emb=pos, pad_mask=pad)
+                rel = float((got - ref).abs().mean() / ref.abs().mean())
+                self.assertGreater(rel, 0.0, "the compiled layer ran its linear layers in FP8")
+                self.assertLess(rel, 0.05)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from .common import SAMPLE_RATE, Audio, log_info
-from .options import POINTWISE_CONVS, SUBSAMPLING_CONVS, EncoderParams, EncoderStudy, typed_options
+from .options import LINEAR_PRECISIONS, POINTWISE_CONVS, SUBSAMPLING_CONVS, EncoderParams, EncoderStudy, typed_options
 
 # torch's types: torch is imported only where an encoder runs, and the type
 # check runs without it.
@@ -69,7 +69,7 @@ class EncoderOptions:
     """How an engine runs its encoder: the model parameters of
     options.EncoderParams (encoder, length_buckets, batch_buckets,
     encoder_attention, compile_cache, row_parts, pointwise_convs,
-    subsampling_convs) and the lab's study knobs of
+    subsampling_convs, linear_precision) and the lab's study knobs of
     options.EncoderStudy (graphs: CUDA graphs over each shape, experimental,
     see CompiledEncoder; casts; tuning), in the units the encoder uses
     (samples, rows)."""
@@ -81,14 +81,17 @@ class EncoderOptions:
     def __init__(self, mode: str = "eager", lengths: Sequence[int] = (), rows: Sequence[int] = (), graphs: bool = False,
                  casts: str = "fused", cache_dir: str = DEFAULT_COMPILE_CACHE, tuning: str = "default", attention: str = "sdpa",
                  cudnn_attention: bool = False, row_parts: str = "fit", pointwise_convs: str = "model",
-                 subsampling_convs: str = "model") -> None:
+                 subsampling_convs: str = "model", linear_precision: str = "model") -> None:
         if row_parts not in self.ROW_PARTS:
             raise ValueError(f"model parameter row_parts={row_parts!r}: want {' or '.join(self.ROW_PARTS)}")
         if pointwise_convs not in POINTWISE_CONVS:
             raise ValueError(f"model parameter pointwise_convs={pointwise_convs!r}: want {' or '.join(POINTWISE_CONVS)}")
         if subsampling_convs not in SUBSAMPLING_CONVS:
             raise ValueError(f"model parameter subsampling_convs={subsampling_convs!r}: want {' or '.join(SUBSAMPLING_CONVS)}")
+        if linear_precision not in LINEAR_PRECISIONS:
+            raise ValueError(f"model parameter linear_precision={linear_precision!r}: want {' or '.join(LINEAR_PRECISIONS)}")
         self.row_parts, self.pointwise_convs, self.subsampling_convs = row_parts, pointwise_convs, subsampling_convs
+        self.linear_precision = linear_precision
         self.mode, self.lengths, self.rows, self.graphs, self.casts, self.cache_dir = mode, list(lengths), list(rows), graphs, casts, cache_dir
         self.cudnn_attention = cudnn_attention
         if tuning not in self.TUNINGS:
@@ -107,7 +110,7 @@ class EncoderOptions:
                    graphs=study.graphs, casts=study.casts, cache_dir=compile_cache_dir(params.compile_cache),
                    tuning=study.tuning, attention=params.encoder_attention, cudnn_attention=params.cudnn_attention,
                    row_parts=params.row_parts, pointwise_convs=params.pointwise_convs,
-                   subsampling_convs=params.subsampling_convs)
+                   subsampling_convs=params.subsampling_convs, linear_precision=params.linear_precision)
 
     @classmethod
     def from_params(cls, params: Mapping[str, str], max_batch: int) -> EncoderOptions:
@@ -124,7 +127,8 @@ class EncoderOptions:
             key += "|rows by length %s" % sorted(by_length.items())
         if self.attention != "model":  # nor those made before the attention was chosen
             key += "|attention %s" % self.attention
-        return key + conv_forms_key(self.pointwise_convs, self.subsampling_convs) + cudnn_key(self.cudnn_attention)
+        return key + conv_forms_key(self.pointwise_convs, self.subsampling_convs) + linear_key(self.linear_precision) + cudnn_key(
+            self.cudnn_attention)
 
     def encoder(self, fn: EncoderFn, device: str, key: str, regions: Sequence[Any] = (),
                 row_limit: Callable[[int], int] | None = None) -> CompiledEncoder:
@@ -160,6 +164,27 @@ def conv_forms_key(pointwise_convs: str, subsampling_convs: str) -> str:
     keys of caches made before stay as they were)."""
     return ("|pointwise %s" % pointwise_convs if pointwise_convs != "model" else "") + (
         "|subsampling %s" % subsampling_convs if subsampling_convs != "model" else "")
+
+
+def linear_form(encoder: Any, linear_precision: str, device: str) -> int:
+    """linear_precision=fp8 set on a NeMo conformer encoder's layers
+    (fp8.py), after its weights have loaded and before anything compiles:
+    how many linear layers run in FP8 where compiled. Refuses a device
+    that has no FP8 matrix multiplies. Imports torch only where asked."""
+    if linear_precision == "model":
+        return 0
+    from . import fp8
+
+    if not fp8.supported(device):
+        raise ValueError("model parameter linear_precision=fp8: this GPU has no FP8 matrix multiplies (compute capability 8.9 or "
+                         "later: L4, L40S, H100, H200); use model")
+    return fp8.as_fp8(getattr(encoder, "layers", None) or [])
+
+
+def linear_key(linear_precision: str) -> str:
+    """The compile cache key's part for the linear layers' precision (empty
+    for the model's own)."""
+    return "|linear %s" % linear_precision if linear_precision != "model" else ""
 
 
 def set_cudnn_attention(on: bool, device: str) -> None:

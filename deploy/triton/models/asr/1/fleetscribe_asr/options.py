@@ -124,6 +124,11 @@ SUBSAMPLING_CONVS = ("model", "taps")
 SUBSAMPLING_CONVS_HELP = ("the subsampling's convolutions where compiled: model (cuDNN's) or taps (each 3x3 one a sum of nine "
                           "strided slices that the compiler can fuse with the masks and activations, each 1x1 one a matrix multiply)")
 
+LINEAR_PRECISIONS = ("model", "fp8")
+LINEAR_PRECISION_HELP = ("the conformer layers' linear layers where compiled: model (the engine's precision, bf16 on a GPU) or fp8 "
+                         "(float8 matrix multiplies: each weight quantised once with a scale per output channel, each activation row "
+                         "with its own scale; needs compute capability 8.9 or later: L4, L40S, H100, H200)")
+
 
 @dataclass(frozen=True)
 class EncoderParams:
@@ -140,6 +145,7 @@ class EncoderParams:
                                   "not 16 with 4 of zeros) or one (always the smallest bucket that holds it, as before)")
     pointwise_convs: str = param("model", POINTWISE_CONVS_HELP)
     subsampling_convs: str = param("model", SUBSAMPLING_CONVS_HELP)
+    linear_precision: str = param("model", LINEAR_PRECISION_HELP)
 
     def check(self) -> None:
         _one_of("encoder", self.encoder, ("compiled", "eager"))
@@ -147,6 +153,7 @@ class EncoderParams:
         _one_of("row_parts", self.row_parts, ("one", "fit"))
         _one_of("pointwise_convs", self.pointwise_convs, POINTWISE_CONVS)
         _one_of("subsampling_convs", self.subsampling_convs, SUBSAMPLING_CONVS)
+        _one_of("linear_precision", self.linear_precision, LINEAR_PRECISIONS)
 
 
 @dataclass(frozen=True)

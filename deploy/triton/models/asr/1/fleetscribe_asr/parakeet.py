@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .common import SAMPLE_RATE, Audio, Hypothesis, from_nemo, log_info
-from .compiled import CompiledEncoder, Encoded, EncoderOptions, Tensor, compiles_on, conv_forms, device_name, set_cudnn_attention, source_identity
+from .compiled import CompiledEncoder, Encoded, EncoderOptions, Tensor, compiles_on, conv_forms, device_name, linear_form, set_cudnn_attention, source_identity
 from .confidence import METHODS, WordConfidence
 from .options import ParakeetOptions
 
@@ -121,6 +121,9 @@ class NemoEngine:
         # convolutions in forms the compiler runs faster (convs.py), set
         # before anything compiles; engines that share the model share them.
         self.pointwise, self.taps = conv_forms(getattr(model, "encoder", None), options.pointwise_convs, options.subsampling_convs)
+        # linear_precision=fp8: the layers' linear layers as FP8 matrix
+        # multiplies where compiled (fp8.py), quantised from the loaded weights.
+        self.fp8 = linear_form(getattr(model, "encoder", None), options.linear_precision, device)
         self.direct = hasattr(getattr(model, "decoding", None), "rnnt_decoder_predictions_tensor")
         if self.direct:
             import torch
@@ -150,9 +153,10 @@ class NemoEngine:
                 self.word_confidence = WordConfidence(model, confidence)
             g = cfg.get("greedy", {})
             self.config = ("strategy %s, loop_labels %s, use_cuda_graph_decoder %s, %s; attention %s; %d pointwise convolutions as matrix "
-                           "multiplies, %d of the subsampling by taps; word confidence %s") % (
+                           "multiplies, %d of the subsampling by taps, %d linear layers in FP8; word confidence %s") % (
                 cfg.get("strategy"), g.get("loop_labels"), g.get("use_cuda_graph_decoder"),
-                type(getattr(model.decoding, "decoding", None)).__name__, self.attention_name(), self.pointwise, self.taps, confidence)
+                type(getattr(model.decoding, "decoding", None)).__name__, self.attention_name(), self.pointwise, self.taps, self.fp8,
+                confidence)
             self.staging = torch.empty(0)
             self.encoder_path = "eager"
             if options.mode == "compiled" and compiles_on(device) and hasattr(model.encoder, "forward_internal"):
