@@ -1,0 +1,124 @@
+"""Where a served Sortformer step's GPU time goes: the diarize model's own
+engine (model.py's SortformerDiarizer, as a partition runs it) on NeMo's
+Sortformer-shaped model (the .nemo sortformer_study.py --save writes),
+one batch of --rows recordings, each row's speaker cache and FIFO filled
+by a first chunk, then a chunk of --seconds each (one streaming step at
+the shipped chunk_seconds). For each variant, a fresh engine over its
+own copy of the model:
+
+  shipped     the diarize model's parameters as shipped (compiled)
+  convs       pointwise_convs=matmul, subsampling_convs=taps
+  eager       encoder=eager: what compiling gives
+
+it records the median wall time of --reps steps (each from the same
+filled state), the audio seconds a second that makes, and a kernel
+profile of one step (GPU time by kind of kernel, the 30 longest kernels:
+encoder_profile.kernel_profile; the gap between the wall time and the GPU
+time is the step's host work), and the largest difference of each
+variant's speaker probabilities (the state's cache and FIFO) from the
+first variant's. JSON to --out, a line a variant
+on stdout; a variant that fails is recorded and the next one runs.
+
+    python lab/bench/gpu/sortformer_profile.py --nemo sortformer.nemo --out sortformer-profile.json
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "..", "deploy", "triton", "models", "asr", "1"))
+import encoder_profile  # noqa: E402 - after the path
+from fleetscribe_asr import sortformer  # noqa: E402 - after the path
+from gputime import median_time  # noqa: E402 - after the path
+
+VARIANTS = {
+    "shipped": {},
+    "convs": {"pointwise_convs": "matmul", "subsampling_convs": "taps"},
+    "eager": {"encoder": "eager"},
+}
+
+
+def speech_like(rows: int, seconds: float, seed: int) -> list[np.ndarray]:
+    """Rows of noise shaped like speech in loudness (bursts and pauses),
+    a different recording each."""
+    rng = np.random.default_rng(seed)
+    n = round(seconds * sortformer.SAMPLE_RATE)
+    out = []
+    for _ in range(rows):
+        envelope = np.repeat(rng.uniform(0, 1, n // 1600 + 1) > 0.3, 1600)[:n]
+        out.append((rng.standard_normal(n) * 0.1 * envelope).astype(np.float32))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nemo", required=True, help="the Sortformer-shaped .nemo")
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=45.0, help="each chunk (chunk_seconds: one step)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--params", default="", help="diarize model parameters over every variant's (k=v,...)")
+    ap.add_argument("--cache", default="", help="the compile cache folder")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    base = {"model": args.nemo, "chunk_seconds": "%g" % args.seconds, "batch_buckets": str(args.rows)}
+    if args.cache:
+        base["compile_cache"] = args.cache
+    base.update(dict(kv.split("=", 1) for kv in args.params.split(",") if kv))
+    first = speech_like(args.rows, args.seconds, 1)
+    chunk = speech_like(args.rows, args.seconds, 2)
+    out: dict[str, Any] = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+                           "rows": args.rows, "seconds": args.seconds, "base_params": base, "variants": {}}
+    reference: np.ndarray | None = None
+    for name in args.variants.split(","):
+        t0 = time.perf_counter()
+        try:
+            opts = sortformer.SortformerOptions.from_params({**base, **VARIANTS[name]})
+            engine = sortformer.SortformerDiarizer(opts, device)
+            load_s = time.perf_counter() - t0
+            streams = [sortformer.Stream.empty(engine.dim) for _ in range(args.rows)]
+            engine.step(first, streams, list(range(args.rows)))  # every row's cache and FIFO filled
+
+            probs: list[np.ndarray] = []
+
+            def step(keep: list[np.ndarray] = probs, filled: list[Any] = streams) -> None:
+                fresh = copy.deepcopy(filled)
+                engine.step(chunk, fresh, list(range(args.rows)))
+                keep[:] = [np.concatenate([s.cache_preds.ravel(), s.fifo_preds.ravel()]) for s in fresh]
+
+            step()
+            ms = 1000 * median_time(step, args.reps)
+            prof = encoder_profile.kernel_profile(step)
+            got = np.concatenate(probs)
+            diff = float(np.abs(got - reference).max()) if reference is not None and reference.shape == got.shape else 0.0
+            if reference is None:
+                reference = got
+            v = {"ms": ms, "audio_s_per_s": args.rows * args.seconds / (ms / 1000), "load_and_compile_s": load_s,
+                 "max_prob_diff_vs_first": diff, "describe": engine.describe(), **prof}
+            print("%-8s %7.1f ms a step (GPU %.1f ms; %s), %.0f audio-s/s, probs within %.4f of the first, ready in %.0f s" % (
+                name, ms, prof["gpu_ms"], ", ".join("%s %.1f" % kv for kv in list(prof["by_kind_ms"].items())[:6]),
+                v["audio_s_per_s"], diff, load_s), flush=True)
+        except Exception as e:  # noqa: BLE001 - recorded; the next variant runs
+            v = {"error": "%s: %s" % (type(e).__name__, e), "trace": traceback.format_exc()[-3000:]}
+            print("%-8s failed: %s" % (name, v["error"]), flush=True)
+        out["variants"][name] = v
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(out, f, indent=2)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
