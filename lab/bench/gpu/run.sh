@@ -29,6 +29,9 @@
 #   study-standin    the same for the stand-in -> OUTDIR/encoder-standin.json
 #   profile          where the encoder's GPU time goes, eager and each way of
 #                    compiling it (encoder_profile.py; PROFILE_ARGS) -> OUTDIR/profile-nemo.json
+#   sfprofile        where a served Sortformer step's GPU time goes (the diarize
+#                    engine, a batch of filled streams; sortformer_profile.py,
+#                    SFPROFILE_ARGS) -> OUTDIR/sortformer-profile.json
 #   model            builds the NeMo model the nemo steps serve, if missing
 #   sftest           the tests that need NeMo: the GPU diarizer's
 #                    (test_sortformer.py: NeMo's Sortformer built tiny, its
@@ -195,6 +198,10 @@ for step in "$@"; do
       PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/encoder_profile.py" --nemo "$NEMO_MODEL" \
         --cache "$FLEETSCRIBE_COMPILE_CACHE" --out "$out/profile-nemo.json" ${PROFILE_ARGS:-} 2>&1 | tee -a "$out/profile.log" |
         { grep -a -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log" || log "profile failed" ;;
+    sfprofile) sortformer_model; log "Sortformer profile"
+      PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/sortformer_profile.py" --nemo "$SORTFORMER_MODEL" \
+        --cache "$FLEETSCRIBE_COMPILE_CACHE" --out "$out/sortformer-profile.json" ${SFPROFILE_ARGS:-} 2>&1 | tee -a "$out/sfprofile.log" |
+        { grep -a -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log" || log "Sortformer profile failed" ;;
     study-standin) log "compiled encoder study: stand-in"; study --standin --out "$out/encoder-standin.json" || log "study failed" ;;
     coldcache) log "compile cache emptied"; rm -rf "$FLEETSCRIBE_COMPILE_CACHE" ;;
     *) log "unknown step $step"; exit 2 ;;

@@ -92,9 +92,9 @@ def main() -> None:
 
             probs: list[np.ndarray] = []
 
-            def step(keep: list[np.ndarray] = probs, filled: list[Any] = streams) -> None:
+            def step(keep: list[np.ndarray] = probs, filled: list[Any] = streams, eng: Any = engine) -> None:
                 fresh = copy.deepcopy(filled)
-                engine.step(chunk, fresh, list(range(args.rows)))
+                eng.step(chunk, fresh, list(range(args.rows)))
                 keep[:] = [np.concatenate([s.cache_preds.ravel(), s.fifo_preds.ravel()]) for s in fresh]
 
             step()
