@@ -33,12 +33,14 @@ import traceback
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "..", "..", "deploy", "triton", "models", "asr", "1"))
 import encoder_profile  # noqa: E402 - after the path
 from fleetscribe_asr import sortformer  # noqa: E402 - after the path
+from fleetscribe_asr.common import SAMPLE_RATE  # noqa: E402 - after the path
 from gputime import median_time  # noqa: E402 - after the path
 
 VARIANTS = {
@@ -48,11 +50,11 @@ VARIANTS = {
 }
 
 
-def speech_like(rows: int, seconds: float, seed: int) -> list[np.ndarray]:
+def speech_like(rows: int, seconds: float, seed: int) -> list[npt.NDArray[np.float32]]:
     """Rows of noise shaped like speech in loudness (bursts and pauses),
     a different recording each."""
     rng = np.random.default_rng(seed)
-    n = round(seconds * sortformer.SAMPLE_RATE)
+    n = round(seconds * SAMPLE_RATE)
     out = []
     for _ in range(rows):
         envelope = np.repeat(rng.uniform(0, 1, n // 1600 + 1) > 0.3, 1600)[:n]
@@ -80,7 +82,7 @@ def main() -> None:
     chunk = speech_like(args.rows, args.seconds, 2)
     out: dict[str, Any] = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
                            "rows": args.rows, "seconds": args.seconds, "base_params": base, "variants": {}}
-    reference: np.ndarray | None = None
+    reference: npt.NDArray[np.float32] | None = None
     for name in args.variants.split(","):
         t0 = time.perf_counter()
         try:
@@ -90,9 +92,9 @@ def main() -> None:
             streams = [sortformer.Stream.empty(engine.dim) for _ in range(args.rows)]
             engine.step(first, streams, list(range(args.rows)))  # every row's cache and FIFO filled
 
-            probs: list[np.ndarray] = []
+            probs: list[npt.NDArray[np.float32]] = []
 
-            def step(keep: list[np.ndarray] = probs, filled: list[Any] = streams, eng: Any = engine) -> None:
+            def step(keep: list[npt.NDArray[np.float32]] = probs, filled: list[Any] = streams, eng: Any = engine) -> None:
                 fresh = copy.deepcopy(filled)
                 eng.step(chunk, fresh, list(range(args.rows)))
                 keep[:] = [np.concatenate([s.cache_preds.ravel(), s.fifo_preds.ravel()]) for s in fresh]
