@@ -216,7 +216,10 @@ class SortformerTest(unittest.TestCase):
     def test_pointwise_convs_as_matrix_multiplies_give_the_same_states(self):
         # pointwise_convs=matmul on a model of the same weights (its own:
         # the change is the model's): every kernel-1 convolution of the
-        # conformer layers replaced, the same states to bf16's precision.
+        # conformer layers replaced, the same states to bf16's precision:
+        # the speaker probabilities within 0.02, the cache's embeddings
+        # within 5% (on a CPU: 0.004 and 1-2%; bf16 rounds the two forms'
+        # sums differently, and the cache keeps frames by their scores).
         mm = engine(model=tiny_model(), pointwise_convs="matmul")
         self.assertEqual(mm.pointwise, 2 * len(mm.model.encoder.layers))
         self.assertIn("%d pointwise convolutions as matrix multiplies" % mm.pointwise, mm.describe())
@@ -224,7 +227,9 @@ class SortformerTest(unittest.TestCase):
         a, _ = walk(mm, recs)
         b, _ = walk(engine(), recs)
         for r in range(len(recs)):
-            self.assertLess(largest_difference(a[r][-1], b[r][-1]), 0.05)
+            (x, xp, _, _), (y, yp, _, _) = arrays(a[r][-1]), arrays(b[r][-1])
+            self.assertLess(float(np.abs(xp - yp).max(initial=0)), 0.02, "recording %d: speaker probabilities" % r)
+            self.assertLess(float(np.abs(x - y).mean() / max(np.abs(y).mean(), 1e-9)), 0.05, "recording %d: the cache" % r)
 
     @unittest.skipUnless(DEVICE == "cuda" or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1", "compiles on a GPU (or FLEETSCRIBE_COMPILE_CPU=1)")
     def test_compiled_with_both_conv_forms_agrees_with_eager(self):
