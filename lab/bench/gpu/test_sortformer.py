@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import tempfile
+import types
 import unittest
 
 import numpy as np
@@ -149,6 +150,23 @@ class SortformerTest(unittest.TestCase):
                 self.assertLess(largest_difference(a, b), allowed, f"recording {r}; batching alone moves a state {noise:.4g}")
             self.assertEqual(len(t_turns[r]), len(a_turns[r]))
         print(f"rows of a batch against each alone: batching alone moves a state up to {noise:.4g}", flush=True)
+
+    def test_each_row_scaled_by_its_own_loudest_sample_on_the_device(self):
+        # upload: a quiet row beside a loud one keeps its own scale (NeMo
+        # scales a batch by its loudest clip), the same numbers the host
+        # gave before (c / (max |c| + 1e-3)), zeros past each row's length;
+        # the pinned buffer grows for a larger batch and is reused.
+        d = types.SimpleNamespace(torch=torch, cuda=DEVICE == "cuda", device=DEVICE, staging=torch.empty(0))
+        rng = np.random.default_rng(4)
+        quiet, loud = (rng.standard_normal(1600) * 0.01).astype(np.float32), (rng.standard_normal(2400) * 0.8).astype(np.float32)
+        for chunks in ([quiet, loud], [loud, quiet, loud[:100]]):
+            x, n = sortformer.SortformerDiarizer.upload(d, chunks)
+            self.assertEqual(n.tolist(), [c.size for c in chunks])
+            got = x.cpu().numpy()
+            for r, c in enumerate(chunks):
+                np.testing.assert_array_equal(got[r, :c.size], c / (np.abs(c).max() + 1e-3))
+                self.assertFalse(got[r, c.size:].any(), "row %d: zeros past its length" % r)
+        self.assertEqual(d.staging.numel(), 3 * 2400)
 
     def test_a_request_of_chunk_seconds_is_one_step(self):
         # NeMo's preprocessor pads frames to a multiple of 16: a request of
