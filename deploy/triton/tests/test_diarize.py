@@ -227,6 +227,11 @@ class SortformerContractTest(unittest.TestCase):
         self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer"}).subsampling_convs, "model")
         with self.assertRaisesRegex(ValueError, "subsampling_convs"):
             sortformer.SortformerOptions.from_params({"engine": "sortformer", "subsampling_convs": "fused"})
+        self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer"}).transformer_attention, "model")
+        self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer", "transformer_attention": "sdpa"})
+                         .transformer_attention, "sdpa")
+        with self.assertRaisesRegex(ValueError, "transformer_attention"):
+            sortformer.SortformerOptions.from_params({"engine": "sortformer", "transformer_attention": "flash"})
 
     def test_host_options_are_the_speech_models_and_set_before_the_model_loads(self):
         from unittest import mock

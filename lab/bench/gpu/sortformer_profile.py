@@ -7,6 +7,9 @@ the shipped chunk_seconds). For each variant, a fresh engine over its
 own copy of the model:
 
   shipped     the diarize model's parameters as shipped (compiled)
+  pointwise   pointwise_convs=matmul
+  sdpa        transformer_attention=sdpa
+  both        pointwise_convs=matmul, transformer_attention=sdpa
   convs       pointwise_convs=matmul, subsampling_convs=taps
   eager       encoder=eager: what compiling gives
 
@@ -45,6 +48,9 @@ from gputime import median_time  # noqa: E402 - after the path
 
 VARIANTS = {
     "shipped": {},
+    "pointwise": {"pointwise_convs": "matmul"},
+    "sdpa": {"transformer_attention": "sdpa"},
+    "both": {"pointwise_convs": "matmul", "transformer_attention": "sdpa"},
     "convs": {"pointwise_convs": "matmul", "subsampling_convs": "taps"},
     "eager": {"encoder": "eager"},
 }
@@ -78,7 +84,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=45.0, help="each chunk (chunk_seconds: one step)")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default="shipped,pointwise,sdpa,both", help="of " + ",".join(VARIANTS))
     ap.add_argument("--params", default="", help="diarize model parameters over every variant's (k=v,...)")
     ap.add_argument("--cache", default="", help="the compile cache folder")
     ap.add_argument("--out", default="")

@@ -92,6 +92,9 @@ class SortformerOptions:
                                    "fewer rows, as the speech encoder's row_parts; pays with small buckets: batch_buckets=1,2,4,8,16)")
     pointwise_convs: str = _param("model", POINTWISE_CONVS_HELP)
     subsampling_convs: str = _param("model", SUBSAMPLING_CONVS_HELP)
+    transformer_attention: str = _param("model", "the Transformer layers' attention: model (NeMo's: each score matrix written, "
+                                                 "masked, softmaxed, multiplied) or sdpa (PyTorch's fused attention, the same mask "
+                                                 "and scale, no score matrix written)")
     compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
     cudnn_attention: bool = _param(False, CUDNN_ATTENTION_HELP)
     cuda_sync: str = _param("blocking", CUDA_SYNC_HELP)
@@ -122,6 +125,8 @@ class SortformerOptions:
         if self.subsampling_convs not in SUBSAMPLING_CONVS:
             raise ValueError(f"diarize model parameter subsampling_convs={self.subsampling_convs!r}: want "
                              f"{' or '.join(SUBSAMPLING_CONVS)}")
+        if self.transformer_attention not in ("model", "sdpa"):
+            raise ValueError(f"diarize model parameter transformer_attention={self.transformer_attention!r}: want model or sdpa")
         if not 0 < self.threshold < 1 or self.min_gap < 0 or self.min_turn < 0 or self.min_talk < 0:
             raise ValueError("diarize model parameters: 0 < threshold < 1; min_gap, min_turn and min_talk >= 0")
         if not 1 <= self.max_speakers <= SPEAKERS:
@@ -377,6 +382,12 @@ class SortformerDiarizer:
         # The encoder's convolutions in forms the compiler runs faster
         # (convs.py: pointwise_convs=matmul, subsampling_convs=taps).
         self.pointwise, self.taps = conv_forms(self.model.encoder, opts.pointwise_convs, opts.subsampling_convs)
+        # transformer_attention=sdpa: the Transformer layers' attention fused (sdpa.py).
+        self.sdpa = 0
+        if opts.transformer_attention == "sdpa":
+            from . import sdpa
+
+            self.sdpa = sdpa.as_sdpa([self.model.transformer_encoder])
         self.sm, self.dim = sm, sm.fc_d_model
         self.total = sm.spkcache_len + sm.fifo_len + sm.chunk_left_context + sm.chunk_len + sm.chunk_right_context
         self.rows = opts.buckets()
@@ -393,8 +404,9 @@ class SortformerDiarizer:
             ",".join(map(str, self.rows)), self.total, "compiled" if self.cache and self.cache.cold else "loaded from the cache",
             self.cache.seconds if self.cache else 0) if self.compiled else "eager"
         return "chunk %d frames (%.1f s), FIFO %d, speaker cache %d, update period %d; encoder %s, %d pointwise convolutions as matrix " \
-            "multiplies, %d of the subsampling by taps; %s" % (self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len,
-                                self.sm.spkcache_update_period, c, self.pointwise, self.taps, self.host_note)
+            "multiplies, %d of the subsampling by taps, %d Transformer attentions through SDPA; %s" % (
+                self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len, self.sm.spkcache_update_period, c,
+                self.pointwise, self.taps, self.sdpa, self.host_note)
 
     def compile(self) -> None:
         """The layers compiled for every row bucket at the one sequence
@@ -416,6 +428,7 @@ class SortformerDiarizer:
         key = "sortformer|%s|%s|%s|%d|%s" % (source_identity(self.opts.model), torch.__version__, device_name(self.device), self.total,
                                               ",".join(map(str, self.rows))) + cudnn_key(self.opts.cudnn_attention)
         key += conv_forms_key(self.opts.pointwise_convs, self.opts.subsampling_convs)
+        key += "|transformer sdpa" if self.opts.transformer_attention == "sdpa" else ""
         self.cache = CompileCache(cache_dir, key)
 
         def every_shape() -> None:
