@@ -94,7 +94,8 @@ class SortformerOptions:
     subsampling_convs: str = _param("model", SUBSAMPLING_CONVS_HELP)
     transformer_attention: str = _param("model", "the Transformer layers' attention: model (NeMo's: each score matrix written, "
                                                  "masked, softmaxed, multiplied) or sdpa (PyTorch's fused attention, the same mask "
-                                                 "and scale, no score matrix written)")
+                                                 "and scale, no score matrix written; on an H100 13% less GPU time a step, but "
+                                                 "one process's step slower on the wall clock, not yet served: docs/speakers.md)")
     compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
     cudnn_attention: bool = _param(False, CUDNN_ATTENTION_HELP)
     cuda_sync: str = _param("blocking", CUDA_SYNC_HELP)
