@@ -17,7 +17,8 @@ it records the median wall time of --reps steps (each from the same
 filled state), the audio seconds a second that makes, and a kernel
 profile of one step (GPU time by kind of kernel, the 30 longest kernels:
 encoder_profile.kernel_profile; the gap between the wall time and the GPU
-time is the step's host work), and the share of the chunk's speaker-frames
+time is the step's host work, and the host's own profile names where it
+goes: the operators with the most CPU time of their own), and the share of the chunk's speaker-frames
 (each speaker, talking or not, each 80-ms frame: the turns the job gets)
 on which a variant agrees with the first. JSON to --out, a line a variant
 on stdout; a variant that fails is recorded and the next one runs.
@@ -66,6 +67,18 @@ def speech_like(rows: int, seconds: float, seed: int) -> list[npt.NDArray[np.flo
         envelope = np.repeat(rng.uniform(0, 1, n // 1600 + 1) > 0.3, 1600)[:n]
         out.append((rng.standard_normal(n) * 0.1 * envelope).astype(np.float32))
     return out
+
+
+def host_profile(fn: Any, top: int = 25) -> list[dict[str, Any]]:
+    """The host's side of one call of fn: the operators and functions with
+    the most CPU time of their own (ms, calls), where a step's wall clock
+    beyond its GPU time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    return [{"name": e.key[:160], "self_ms": round(e.self_cpu_time_total / 1000, 3), "calls": e.count} for e in rows]
 
 
 def speaking(turns: list[Any], seconds: float) -> npt.NDArray[np.bool_]:
@@ -119,6 +132,7 @@ def main() -> None:
             ms = 1000 * median_time(step, args.reps)
             # (a CPU, for a check of the script: no kernel profile)
             prof: dict[str, Any] = encoder_profile.kernel_profile(step) if device == "cuda" else {"gpu_ms": 0.0, "by_kind_ms": {}, "top": []}
+            prof["host_top"] = host_profile(step)
             got = np.stack(masks)
             agree = float((got == reference).mean()) if reference is not None else 1.0
             if reference is None:
