@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from .common import SAMPLE_RATE, Audio, log_info
-from .options import LINEAR_PRECISIONS, POINTWISE_CONVS, SUBSAMPLING_CONVS, EncoderParams, EncoderStudy, typed_options
+from .options import LINEAR_PRECISIONS, POINTWISE_CONVS, SUBSAMPLING_CONVS, EncoderParams, EncoderStudy, one_of, typed_options
 
 # torch's types: torch is imported only where an encoder runs, and the type
 # check runs without it.
@@ -82,22 +82,15 @@ class EncoderOptions:
                  casts: str = "fused", cache_dir: str = DEFAULT_COMPILE_CACHE, tuning: str = "default", attention: str = "sdpa",
                  cudnn_attention: bool = False, row_parts: str = "fit", pointwise_convs: str = "model",
                  subsampling_convs: str = "model", linear_precision: str = "model") -> None:
-        if row_parts not in self.ROW_PARTS:
-            raise ValueError(f"model parameter row_parts={row_parts!r}: want {' or '.join(self.ROW_PARTS)}")
-        if pointwise_convs not in POINTWISE_CONVS:
-            raise ValueError(f"model parameter pointwise_convs={pointwise_convs!r}: want {' or '.join(POINTWISE_CONVS)}")
-        if subsampling_convs not in SUBSAMPLING_CONVS:
-            raise ValueError(f"model parameter subsampling_convs={subsampling_convs!r}: want {' or '.join(SUBSAMPLING_CONVS)}")
-        if linear_precision not in LINEAR_PRECISIONS:
-            raise ValueError(f"model parameter linear_precision={linear_precision!r}: want {' or '.join(LINEAR_PRECISIONS)}")
+        for name, value, allowed in [("row_parts", row_parts, self.ROW_PARTS), ("pointwise_convs", pointwise_convs, POINTWISE_CONVS),
+                                     ("subsampling_convs", subsampling_convs, SUBSAMPLING_CONVS),
+                                     ("linear_precision", linear_precision, LINEAR_PRECISIONS),
+                                     ("encoder_tuning", tuning, tuple(self.TUNINGS)), ("encoder_attention", attention, self.ATTENTIONS)]:
+            one_of(name, value, allowed)
         self.row_parts, self.pointwise_convs, self.subsampling_convs = row_parts, pointwise_convs, subsampling_convs
         self.linear_precision = linear_precision
         self.mode, self.lengths, self.rows, self.graphs, self.casts, self.cache_dir = mode, list(lengths), list(rows), graphs, casts, cache_dir
         self.cudnn_attention = cudnn_attention
-        if tuning not in self.TUNINGS:
-            raise ValueError(f"model parameter encoder_tuning={tuning!r}: want {' or '.join(self.TUNINGS)}")
-        if attention not in self.ATTENTIONS:
-            raise ValueError(f"model parameter encoder_attention={attention!r}: want {' or '.join(self.ATTENTIONS)}")
         self.tuning, self.attention = tuning, attention
 
     @classmethod

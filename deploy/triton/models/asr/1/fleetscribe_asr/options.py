@@ -78,9 +78,11 @@ def options_reference(*classes: Any) -> str:
     return "\n".join(rows) + "\n"
 
 
-def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+def one_of(name: str, value: str, allowed: tuple[str, ...], model: str = "model") -> None:
+    """Refuses a parameter's value outside allowed, naming the parameter
+    (model: whose parameter it is, "diarize model" for the diarizer's)."""
     if value not in allowed:
-        raise ValueError(f"model parameter {name}={value!r}: want {' or '.join(allowed)}")
+        raise ValueError(f"{model} parameter {name}={value!r}: want {' or '.join(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ class HostOptions:
     cpu_threads: int = param(-1, CPU_THREADS_HELP)
 
     def check(self) -> None:
-        _one_of("cuda_sync", self.cuda_sync, ("blocking", "spin", "yield", "auto"))
+        one_of("cuda_sync", self.cuda_sync, ("blocking", "spin", "yield", "auto"))
         if self.cpu_threads < -1:
             raise ValueError(f"model parameter cpu_threads={self.cpu_threads}: want 0 or more (-1: the instance kind's default)")
 
@@ -150,12 +152,12 @@ class EncoderParams:
     linear_precision: str = param("model", LINEAR_PRECISION_HELP)
 
     def check(self) -> None:
-        _one_of("encoder", self.encoder, ("compiled", "eager"))
-        _one_of("encoder_attention", self.encoder_attention, ("sdpa", "model"))
-        _one_of("row_parts", self.row_parts, ("one", "fit"))
-        _one_of("pointwise_convs", self.pointwise_convs, POINTWISE_CONVS)
-        _one_of("subsampling_convs", self.subsampling_convs, SUBSAMPLING_CONVS)
-        _one_of("linear_precision", self.linear_precision, LINEAR_PRECISIONS)
+        one_of("encoder", self.encoder, ("compiled", "eager"))
+        one_of("encoder_attention", self.encoder_attention, ("sdpa", "model"))
+        one_of("row_parts", self.row_parts, ("one", "fit"))
+        one_of("pointwise_convs", self.pointwise_convs, POINTWISE_CONVS)
+        one_of("subsampling_convs", self.subsampling_convs, SUBSAMPLING_CONVS)
+        one_of("linear_precision", self.linear_precision, LINEAR_PRECISIONS)
 
 
 @dataclass(frozen=True)
@@ -175,8 +177,8 @@ class EncoderStudy:
         if any(len(p) != 2 for p in pairs):
             raise ValueError(f"FLEETSCRIBE_ENCODER_STUDY={raw!r}: want key=value pieces, comma-separated")
         study: EncoderStudy = typed_options(cls, {k.strip(): v.strip() for k, v in pairs}, "FLEETSCRIBE_ENCODER_STUDY")
-        _one_of("casts", study.casts, ("fused", "eager"))
-        _one_of("tuning", study.tuning, ("default", "autotune"))
+        one_of("casts", study.casts, ("fused", "eager"))
+        one_of("tuning", study.tuning, ("default", "autotune"))
         return study
 
 
@@ -191,8 +193,8 @@ class ParakeetOptions:
     phrase_boosting: bool = param(False, "on: a request's vocabulary boosts its phrases in the TDT decoder (NeMo's per-stream boosting tree)")
 
     def check(self) -> None:
-        _one_of("precision", self.precision, ("bf16", "fp32"))
-        _one_of("word_confidence", self.word_confidence, ("off", "max_prob", "entropy"))
+        one_of("precision", self.precision, ("bf16", "fp32"))
+        one_of("word_confidence", self.word_confidence, ("off", "max_prob", "entropy"))
         if self.warmup_seconds <= 0:
             raise ValueError(f"model parameter warmup_seconds={self.warmup_seconds}: want seconds above 0")
 

@@ -59,6 +59,7 @@ from .options import (
     SUBSAMPLING_CONVS,
     SUBSAMPLING_CONVS_HELP,
     HostOptions,
+    one_of,
     options_reference,
     typed_options,
 )
@@ -117,17 +118,11 @@ class SortformerOptions:
             raise ValueError(f"diarize model parameter engine={self.engine!r}: want sortformer")
         if not 1 <= self.chunk_seconds <= 600 or self.fifo_frames < 0 or self.cache_frames < 4 * SPEAKERS or self.update_period < 1:
             raise ValueError("diarize model parameters: 1 <= chunk_seconds <= 600, fifo_frames >= 0, cache_frames >= 16, update_period >= 1")
-        if self.encoder not in ("compiled", "eager"):
-            raise ValueError(f"diarize model parameter encoder={self.encoder!r}: want compiled or eager")
-        if self.row_parts not in ("one", "fit"):
-            raise ValueError(f"diarize model parameter row_parts={self.row_parts!r}: want one or fit")
-        if self.pointwise_convs not in POINTWISE_CONVS:
-            raise ValueError(f"diarize model parameter pointwise_convs={self.pointwise_convs!r}: want {' or '.join(POINTWISE_CONVS)}")
-        if self.subsampling_convs not in SUBSAMPLING_CONVS:
-            raise ValueError(f"diarize model parameter subsampling_convs={self.subsampling_convs!r}: want "
-                             f"{' or '.join(SUBSAMPLING_CONVS)}")
-        if self.transformer_attention not in ("model", "sdpa"):
-            raise ValueError(f"diarize model parameter transformer_attention={self.transformer_attention!r}: want model or sdpa")
+        for name, value, allowed in [("encoder", self.encoder, ("compiled", "eager")), ("row_parts", self.row_parts, ("one", "fit")),
+                                     ("pointwise_convs", self.pointwise_convs, POINTWISE_CONVS),
+                                     ("subsampling_convs", self.subsampling_convs, SUBSAMPLING_CONVS),
+                                     ("transformer_attention", self.transformer_attention, ("model", "sdpa"))]:
+            one_of(name, value, allowed, "diarize model")
         if not 0 < self.threshold < 1 or self.min_gap < 0 or self.min_turn < 0 or self.min_talk < 0:
             raise ValueError("diarize model parameters: 0 < threshold < 1; min_gap, min_turn and min_talk >= 0")
         if not 1 <= self.max_speakers <= SPEAKERS:
