@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "deploy", "triton", "mod
 
 import backend_stub  # noqa: E402,F401 - installs the stand-in triton_python_backend_utils
 from fleetscribe_asr import sortformer  # noqa: E402
+from fleetscribe_asr.compiled import PinnedRows  # noqa: E402
 from fleetscribe_asr.diarize import StateError  # noqa: E402
 from sortformer_study import POINTS, check_update, config  # noqa: E402
 
@@ -156,7 +157,7 @@ class SortformerTest(unittest.TestCase):
         # scales a batch by its loudest clip), the same numbers the host
         # gave before (c / (max |c| + 1e-3)), zeros past each row's length;
         # the pinned buffer grows for a larger batch and is reused.
-        d = types.SimpleNamespace(torch=torch, cuda=DEVICE == "cuda", device=DEVICE, staging=torch.empty(0))
+        d = types.SimpleNamespace(torch=torch, staging=PinnedRows(DEVICE))
         rng = np.random.default_rng(4)
         quiet, loud = (rng.standard_normal(1600) * 0.01).astype(np.float32), (rng.standard_normal(2400) * 0.8).astype(np.float32)
         for chunks in ([quiet, loud], [loud, quiet, loud[:100]]):
@@ -166,7 +167,7 @@ class SortformerTest(unittest.TestCase):
             for r, c in enumerate(chunks):
                 np.testing.assert_array_equal(got[r, :c.size], c / (np.abs(c).max() + 1e-3))
                 self.assertFalse(got[r, c.size:].any(), "row %d: zeros past its length" % r)
-        self.assertEqual(d.staging.numel(), 3 * 2400)
+        self.assertEqual(d.staging.buffer.numel(), 3 * 2400)
 
     def test_a_request_of_chunk_seconds_is_one_step(self):
         # NeMo's preprocessor pads frames to a multiple of 16: a request of

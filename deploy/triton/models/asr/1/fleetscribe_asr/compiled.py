@@ -135,6 +135,31 @@ class EncoderOptions:
                                by_length=by_length, fit=self.row_parts == "fit")
 
 
+class PinnedRows:
+    """Rows of audio padded with zeros into one batch on a device, written
+    once into a pinned host buffer kept between batches (a copy from
+    pageable memory waits for the GPU and runs at a fraction of the bus).
+    A batch's copy must have ended before the next is staged: the engines
+    read each batch's results back to the host first."""
+
+    def __init__(self, device: str) -> None:
+        self.device, self.cuda = device, str(device).startswith("cuda")
+        self.buffer: Tensor = None  # made by the first batch
+
+    def __call__(self, audio: Sequence[Audio]) -> Tensor:
+        import torch
+
+        rows, n = len(audio), max(a.size for a in audio)
+        if self.buffer is None or self.buffer.numel() < rows * n:
+            self.buffer = torch.empty(rows * n, dtype=torch.float32, pin_memory=self.cuda)
+        x = self.buffer[:rows * n].view(rows, n)
+        host = x.numpy()
+        for i, a in enumerate(audio):
+            host[i, :a.size] = a
+            host[i, a.size:] = 0
+        return x.to(self.device, non_blocking=True) if self.cuda else x.clone()
+
+
 def conv_forms(encoder: Any, pointwise_convs: str, subsampling_convs: str) -> tuple[int, int]:
     """The convolution forms of convs.py set on a NeMo conformer encoder
     (pointwise_convs=matmul: its layers' kernel-1 convolutions;

@@ -14,7 +14,19 @@ from typing import Any
 import numpy as np
 
 from .common import SAMPLE_RATE, Audio, Hypothesis, from_nemo, log_info
-from .compiled import CompiledEncoder, Encoded, EncoderOptions, Tensor, compiles_on, conv_forms, device_name, linear_form, set_cudnn_attention, source_identity
+from .compiled import (
+    CompiledEncoder,
+    Encoded,
+    EncoderOptions,
+    PinnedRows,
+    Tensor,
+    compiles_on,
+    conv_forms,
+    device_name,
+    linear_form,
+    set_cudnn_attention,
+    source_identity,
+)
 from .confidence import METHODS, WordConfidence
 from .options import ParakeetOptions
 
@@ -157,7 +169,7 @@ class NemoEngine:
                 cfg.get("strategy"), g.get("loop_labels"), g.get("use_cuda_graph_decoder"),
                 type(getattr(model.decoding, "decoding", None)).__name__, self.attention_name(), self.pointwise, self.taps, self.fp8,
                 confidence)
-            self.staging = torch.empty(0)
+            self.staging = PinnedRows(device)
             self.encoder_path = "eager"
             if options.mode == "compiled" and compiles_on(device) and hasattr(model.encoder, "forward_internal"):
                 enc, pre = model.encoder, model.preprocessor
@@ -207,21 +219,6 @@ class NemoEngine:
         mode = getattr(computer, "cuda_graphs_mode", None)
         return str(mode) if mode is not None else "none"
 
-    def batch(self, audio: list[Audio]) -> Tensor:
-        """The rows padded into one tensor on the model's device, written
-        once into a pinned staging buffer kept between batches (a batch's
-        copy has ended when its hypotheses are back on the host)."""
-        torch, cuda = self.torch, str(self.device).startswith("cuda")
-        rows, n = len(audio), max(a.size for a in audio)
-        if self.staging.numel() < rows * n:
-            self.staging = torch.empty(rows * n, dtype=torch.float32, pin_memory=cuda)
-        x = self.staging[:rows * n].view(rows, n)
-        host = x.numpy()
-        for i, a in enumerate(audio):
-            host[i, :a.size] = a
-            host[i, a.size:] = 0
-        return x.to(self.device, non_blocking=True) if cuda else x.clone()
-
     @contextlib.contextmanager
     def inference(self) -> Iterator[None]:
         """Inference mode and the engine's autocast, as every batch runs."""
@@ -235,7 +232,7 @@ class NemoEngine:
         return self.compiled.encode(audio, self.encode_eagerly) if self.compiled is not None else self.encode_eagerly(audio)
 
     def encode_eagerly(self, audio: list[Audio]) -> Encoded:
-        x = self.batch(audio)
+        x = self.staging(audio)  # a batch's copy has ended when its hypotheses are back on the host
         lengths = self.torch.tensor([a.size for a in audio], device=self.device)
         out: Encoded = self.model.forward(input_signal=x, input_signal_length=lengths)
         return out

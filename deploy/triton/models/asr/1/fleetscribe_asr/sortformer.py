@@ -48,7 +48,18 @@ import numpy.typing as npt
 
 from . import host
 from .common import SAMPLE_RATE, log_info
-from .compiled import CompileCache, compile_cache_dir, conv_forms, conv_forms_key, cudnn_key, device_name, row_parts, set_cudnn_attention, source_identity
+from .compiled import (
+    CompileCache,
+    PinnedRows,
+    compile_cache_dir,
+    conv_forms,
+    conv_forms_key,
+    cudnn_key,
+    device_name,
+    row_parts,
+    set_cudnn_attention,
+    source_identity,
+)
 from .diarize import Reply, State, StateError, Turn, _close_gaps, failed, final_labels
 from .options import (
     CPU_THREADS_HELP,
@@ -391,7 +402,7 @@ class SortformerDiarizer:
         self.pre_compiled: Any = None
         self.pre_frames = sm.chunk_len * sm.subsampling_factor  # a one-step request's features
         self.cache: CompileCache | None = None
-        self.staging = torch.empty(0)  # upload's pinned host rows
+        self.staging = PinnedRows(device)  # upload's
         if opts.encoder == "compiled" and (self.cuda or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1"):
             self.compile()
 
@@ -574,20 +585,8 @@ class SortformerDiarizer:
         pinned host buffer kept between steps (a copy from pageable memory
         waits for the GPU and runs at a fraction of the bus) and are scaled
         on the device, not by the host that serves the partition."""
-        torch = self.torch
-        rows, n = len(chunks), max(c.size for c in chunks)
-        if self.staging.numel() < rows * n:
-            self.staging = torch.empty(rows * n, dtype=torch.float32, pin_memory=self.cuda)
-        x = self.staging[: rows * n].view(rows, n)
-        host = x.numpy()
-        for r, c in enumerate(chunks):
-            host[r, : c.size] = c
-            host[r, c.size:] = 0
-        lengths = torch.tensor([c.size for c in chunks], dtype=torch.long)
-        if self.cuda:
-            x, lengths = x.to(self.device, non_blocking=True), lengths.to(self.device, non_blocking=True)
-        else:
-            x = x.clone()
+        x = self.staging(chunks)
+        lengths = self.torch.tensor([c.size for c in chunks], dtype=self.torch.long).to(x.device, non_blocking=True)
         return x / (x.abs().amax(dim=1, keepdim=True) + 1e-3), lengths
 
     def turns(self, probs: F32, seconds: float, st: Stream) -> list[Turn]:
