@@ -33,8 +33,9 @@ speech-like audio). For each variant:
 the median time of --reps calls, the mean relative difference of its
 output from eager's over the valid frames, the agreement of the tokens
 NeMo's decoder reads from it with those it reads from eager's (1 - token
-edit distance / tokens; random weights: what a form changes, not
-accuracy), and a kernel profile: GPU time
+edit distance / tokens; with random weights, whose logits tie, it moves
+as much between eager paths as between forms: the relative difference is
+the numerics' measure), and a kernel profile: GPU time
 by kind of kernel (matrix multiplies, convolutions, inductor's fused
 kernels, elementwise, reductions, normalisation, softmax, FFT, copies) and
 the longest kernels. Also the feature extractor's time alone. JSON to
@@ -89,6 +90,28 @@ def kind(name: str) -> str:
         if any(s in name for s in subs):
             return k
     return "other"
+
+
+def kinds(prof: dict[str, Any], n: int = 6) -> str:
+    """A kernel profile's n largest kinds of kernel, "kind ms, ..."."""
+    return ", ".join("%s %.1f" % kv for kv in list(prof["by_kind_ms"].items())[:n])
+
+
+def record_variant(out: dict[str, Any], name: str, path: str, width: int, measure: Callable[[], dict[str, Any]]) -> None:
+    """What measure() gives as out's variant name, or its failure (recorded
+    and printed: the next variant runs), and the JSON written to path (if
+    any) after every variant, so a call cut short keeps what it measured."""
+    try:
+        v = measure()
+    except Exception as e:  # noqa: BLE001 - recorded; the next variant runs
+        v = {"error": "%s: %s" % (type(e).__name__, e), "trace": traceback.format_exc()[-3000:]}
+        print("%-*s failed: %s" % (width, name, v["error"]), flush=True)
+    out["variants"][name] = v
+    if path:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=2)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def kernel_profile(fn: Callable[[], Any]) -> dict[str, Any]:
@@ -222,8 +245,8 @@ def main() -> None:
                                             for r in (args.small, args.odd))), flush=True)
 
     def measure(name: str, engine: Any, more: Callable[[str, Any], None] | None = None) -> None:
-        t0 = time.perf_counter()
-        try:
+        def figures() -> dict[str, Any]:
+            t0 = time.perf_counter()
             engine.apply_attention()
             c = engine.compiled
             if c is not None:
@@ -240,16 +263,10 @@ def main() -> None:
             if more:
                 more(name, engine)
             print("%-14s %7.1f ms (GPU %.1f ms; %s), rel diff %.4f, tokens %.4f (%d rows differ), warm %.0f s" % (
-                name, ms, prof["gpu_ms"], ", ".join("%s %.1f" % kv for kv in list(prof["by_kind_ms"].items())[:6]), diff, agree,
-                rows_differing, warm_s), flush=True)
-        except Exception as e:  # noqa: BLE001 - recorded; the next variant runs
-            v = {"error": "%s: %s" % (type(e).__name__, e), "trace": traceback.format_exc()[-3000:]}
-            print("%-14s failed: %s" % (name, v["error"]), flush=True)
-        out["variants"][name] = v
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(out, f, indent=2)
-        torch.cuda.empty_cache()
+                name, ms, prof["gpu_ms"], kinds(prof), diff, agree, rows_differing, warm_s), flush=True)
+            return v
+
+        record_variant(out, name, args.out, 14, figures)
 
     want = set(args.variants.split(","))
     # The feature extractor alone, eagerly.
