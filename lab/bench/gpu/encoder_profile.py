@@ -208,9 +208,7 @@ def main() -> None:
     ref = ref.clone()
 
     def tokens(enc: Tensor, frames: Tensor) -> list[list[int]]:
-        with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
-            hyps = model.decoding.rnnt_decoder_predictions_tensor(enc, frames, return_hypotheses=True)
-        return [[int(t) for t in (h.y_sequence.tolist() if hasattr(h.y_sequence, "tolist") else h.y_sequence)] for h in hyps]
+        return encoder_study.decoded_tokens(model, enc, frames)
 
     ref_tokens = tokens(ref, ref_frames)
 

@@ -82,6 +82,14 @@ def agreement(ref: list[list[int]], got: list[list[int]]) -> tuple[float, int]:
     return 1 - dist / max(1, total), sum(r != g for r, g in zip(ref, got, strict=False))
 
 
+def decoded_tokens(model: Any, enc: Tensor, frames: Tensor) -> list[list[int]]:
+    """The token ids NeMo's decoder reads from each row's encoder frames
+    (inference mode, bf16 autocast on a GPU)."""
+    with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.cuda.is_available()):
+        hyps = model.decoding.rnnt_decoder_predictions_tensor(enc, frames, return_hypotheses=True)
+    return [h.y_sequence.tolist() if hasattr(h.y_sequence, "tolist") else list(h.y_sequence) for h in hyps]
+
+
 def rel_diff(ref: Tensor, got: Tensor, frames: Tensor, time_dim: int) -> float:
     """Mean |got - ref| / mean |ref| over each row's valid frames."""
     num = den = 0.0
@@ -124,10 +132,7 @@ class NemoSide:
             return self.eager.encode(audio)
 
     def tokens(self, enc: Tensor, frames: Tensor) -> list[list[int]]:
-        a, b = self.ctx()
-        with a, b:
-            hyps = self.torch_model.decoding.rnnt_decoder_predictions_tensor(enc, frames, return_hypotheses=True)
-        return [h.y_sequence.tolist() if hasattr(h.y_sequence, "tolist") else list(h.y_sequence) for h in hyps]
+        return decoded_tokens(self.torch_model, enc, frames)
 
     def whole(self, engine: Any, audio: list[npt.NDArray[np.float32]]) -> None:
         engine.apply_attention()
