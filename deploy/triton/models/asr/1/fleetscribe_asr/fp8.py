@@ -1,6 +1,7 @@
 """The conformer layers' linear layers as FP8 matrix multiplies where
-compiled (issue 53's lever "FP8 on Hopper"; off until measured, model
-parameter linear_precision=fp8).
+compiled (issue 53's lever "FP8 on Hopper"; model parameter
+linear_precision=fp8, off: on an H100 it saved 6% of the encoder's GPU
+time but moved its output 7% from eager's, docs/benchmarks.md).
 
 On an H200 the encoder's matrix multiplies are 18.7 of its 43.5 GPU ms a
 call (16 rows of 45 s), and a pre-quantised FP8 GEMM (torch._scaled_mm)

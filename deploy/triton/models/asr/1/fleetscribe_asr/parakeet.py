@@ -130,7 +130,7 @@ class NemoEngine:
         self.attention_modules = attention_modules(model)
         self.apply_attention()
         # pointwise_convs=matmul, subsampling_convs=taps: the conformer's
-        # convolutions in forms the compiler runs faster (convs.py), set
+        # convolutions in other forms for the compiler (convs.py), set
         # before anything compiles; engines that share the model share them.
         self.pointwise, self.taps = conv_forms(getattr(model, "encoder", None), options.pointwise_convs, options.subsampling_convs)
         # linear_precision=fp8: the layers' linear layers as FP8 matrix

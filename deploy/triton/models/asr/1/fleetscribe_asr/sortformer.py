@@ -386,7 +386,7 @@ class SortformerDiarizer:
             if hasattr(m, "use_pytorch_sdpa"):
                 m.use_pytorch_sdpa = True  # PyTorch's fused attention (NeMo's default: matrix multiplies)
         set_cudnn_attention(opts.cudnn_attention, device)
-        # The encoder's convolutions in forms the compiler runs faster
+        # The encoder's convolutions in other forms for the compiler
         # (convs.py: pointwise_convs=matmul, subsampling_convs=taps).
         self.pointwise, self.taps = conv_forms(self.model.encoder, opts.pointwise_convs, opts.subsampling_convs)
         # transformer_attention=sdpa: the Transformer layers' attention fused (sdpa.py).
