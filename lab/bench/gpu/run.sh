@@ -23,6 +23,8 @@
 #                    -> OUTDIR/results.csv
 #   mix:A,B,...      the realistic length mix, chunked as the worker does
 #   nemo:A,B,...     like clips, with the shipped engine (NeMo) serving $NEMO_MODEL
+#                    (/phrase_boosting=on/vocabulary: a 1,000-phrase vocabulary,
+#                    VOCAB_PHRASES, on every request)
 #   nemomix:A,B,...  the length mix with the shipped engine serving $NEMO_MODEL
 #   study            the compiled encoder against eager offline, NeMo's model
 #                    (encoder_study.py; STUDY_BATCHES, STUDY_ARGS) -> OUTDIR/encoder-nemo.json
@@ -169,8 +171,10 @@ for step in "$@"; do
     mix:*) arrangements mix "${step#mix:}" -param "length_buckets=30${PARAMS:+,$PARAMS}" ;;
     nemo:*)
       nemo_model
-      # -param replaces the list: PARAMS (log_timings=N, ...) joins the model's.
-      arrangements clip "${step#nemo:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=45,length_buckets=45${PARAMS:+,$PARAMS}" ;;
+      # -param replaces the list: PARAMS (log_timings=N, ...) joins the model's;
+      # an arrangement with /vocabulary sends VOCAB_PHRASES phrases a request.
+      arrangements clip "${step#nemo:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=45,length_buckets=45${PARAMS:+,$PARAMS}" \
+        -vocabulary "${VOCAB_PHRASES:-1000}" ;;
     nemomix:*)
       nemo_model
       arrangements mix "${step#nemomix:}" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=30,length_buckets=30${PARAMS:+,$PARAMS}" ;;

@@ -182,6 +182,42 @@ class SortformerTest(unittest.TestCase):
             d.serve({0: Ask(speech(seconds, 11)), 1: Ask(speech(seconds / 3, 12))})
             self.assertEqual(len(calls), steps, f"{seconds} s")
 
+    def test_a_first_step_runs_at_its_own_length(self):
+        # A batch of recordings' first steps (speaker cache and FIFO empty)
+        # runs at the chunk's length, not padded to a later step's, and its
+        # rows get the states padding gave them (to bf16's rounding: other
+        # shapes, other kernels; the encoder alone is exact in fp32); the
+        # next step runs at the full length.
+        short, full = engine(), engine(first_step="full")
+        self.assertEqual(short.lengths, [short.total - 40 - 20, short.total])
+        self.assertEqual(full.lengths, [full.total])
+        seen = []
+        run = short.run_encoder
+        short.run_encoder = lambda seq, n: seen.append(seq.shape[1]) or run(seq, n)
+        recs = [speech(CHUNK_S, 60 + r) for r in range(3)]
+        a, _ = walk(short, recs)
+        b, _ = walk(full, recs)
+        self.assertEqual(seen, short.lengths[:1])
+        for r in range(len(recs)):
+            x, y = arrays(a[r][0]), arrays(b[r][0])
+            self.assertEqual([v.shape for v in x], [v.shape for v in y])
+            self.assertLess(float(np.abs(x[1] - y[1]).max(initial=0)), 0.02)  # the cache's speaker probabilities
+        seq = torch.randn(2, short.total, 512, device=DEVICE)
+        n = torch.tensor(short.lengths[:1] * 2, device=DEVICE) - torch.tensor([0, 9], device=DEVICE)
+        seq[:, short.lengths[0]:] = 0
+        with torch.inference_mode():
+            want, got = sortformer.encode(short.model, seq, n), sortformer.encode(short.model, seq[:, :short.lengths[0]], n)
+        for r in range(2):
+            self.assertLess(float((got[r, :n[r]] - want[r, :n[r]]).abs().max()), 1e-5)
+        # A later step runs at the full length, and so does a batch where
+        # one row starts and another goes on.
+        seen.clear()
+        walk(short, [speech(2 * CHUNK_S, 72)])
+        self.assertEqual(seen, short.lengths)
+        seen.clear()
+        short.serve({0: Ask(speech(CHUNK_S, 70)), 1: Ask(speech(CHUNK_S, 71), a[0][0])})
+        self.assertEqual(seen, [short.total])
+
     def test_long_request_takes_several_steps(self):
         # A request longer than chunk_seconds is walked in steps; its turns
         # stay inside it and its state is bounded.

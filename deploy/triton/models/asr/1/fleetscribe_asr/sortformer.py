@@ -98,7 +98,10 @@ class SortformerOptions:
     fifo_frames: int = _param(40, "the FIFO of recent frames (80 ms each) before they enter the speaker cache")
     cache_frames: int = _param(188, "the speaker cache (80-ms frames), the recording's memory of each speaker's voice")
     update_period: int = _param(300, "frames moved from the FIFO to the speaker cache at once (at least one chunk's)")
-    encoder: str = _param("compiled", "compiled (torch.compile, static row buckets, one length) or eager")
+    encoder: str = _param("compiled", "compiled (torch.compile, static row buckets, the lengths of first_step) or eager")
+    first_step: str = _param("short", "a recording's first step: short (its chunk alone, the speaker cache and FIFO still empty, "
+                                      "a shape of its own: a batch of first steps runs 377 frames, not 605, at the defaults, 565, "
+                                      "not 793, at 45-s chunks) or full (padded to the length of every later step)")
     batch_buckets: str = _param("4,8,16,32", "the compiled encoder's row buckets; larger batches run in parts")
     row_parts: str = _param("one", "one (a batch runs in the smallest row bucket that holds it) or fit (in two buckets where they pad "
                                    "fewer rows, as the speech encoder's row_parts; pays with small buckets: batch_buckets=1,2,4,8,16)")
@@ -130,6 +133,7 @@ class SortformerOptions:
         if not 1 <= self.chunk_seconds <= 600 or self.fifo_frames < 0 or self.cache_frames < 4 * SPEAKERS or self.update_period < 1:
             raise ValueError("diarize model parameters: 1 <= chunk_seconds <= 600, fifo_frames >= 0, cache_frames >= 16, update_period >= 1")
         for name, value, allowed in [("encoder", self.encoder, ("compiled", "eager")), ("row_parts", self.row_parts, ("one", "fit")),
+                                     ("first_step", self.first_step, ("short", "full")),
                                      ("pointwise_convs", self.pointwise_convs, POINTWISE_CONVS),
                                      ("subsampling_convs", self.subsampling_convs, SUBSAMPLING_CONVS),
                                      ("transformer_attention", self.transformer_attention, ("model", "sdpa"))]:
@@ -279,7 +283,8 @@ def _spliced(parts: list[tuple[Tensor, Tensor]], total: int) -> tuple[Tensor, Te
 
 def fast_concat(state: Any, emb: Tensor, emb_len: Tensor, total: int) -> tuple[Tensor, Tensor]:
     """NeMo's concat_and_pad of speaker cache, FIFO and chunk, without its
-    loop over rows: one fixed length (total) for every step."""
+    loop over rows: one fixed length (total) for every row, as long as
+    the longest row's sum or longer."""
     return _spliced([(state.spkcache, state.spkcache_lengths), (state.fifo, state.fifo_lengths), (emb, emb_len)], total)
 
 
@@ -397,6 +402,13 @@ class SortformerDiarizer:
             self.sdpa = sdpa.as_sdpa([self.model.transformer_encoder])
         self.sm, self.dim = sm, sm.fc_d_model
         self.total = sm.spkcache_len + sm.fifo_len + sm.chunk_left_context + sm.chunk_len + sm.chunk_right_context
+        # The encoder's sequence lengths, each a compiled shape: a later
+        # step's (speaker cache, FIFO and chunk), and with first_step=short
+        # a first step's (the chunk alone: cache and FIFO are empty until
+        # it ends), which a batch of first steps runs instead of padding to
+        # the longer.
+        first = self.total - sm.spkcache_len - sm.fifo_len
+        self.lengths = sorted({first, self.total}) if opts.first_step == "short" else [self.total]
         self.rows = opts.buckets()
         self.compiled: Any = None
         self.pre_compiled: Any = None
@@ -407,8 +419,8 @@ class SortformerDiarizer:
             self.compile()
 
     def describe(self) -> str:
-        c = "compiled for rows %s at %d frames, %s in %.0f s" % (
-            ",".join(map(str, self.rows)), self.total, "compiled" if self.cache and self.cache.cold else "loaded from the cache",
+        c = "compiled for rows %s at %s frames, %s in %.0f s" % (
+            ",".join(map(str, self.rows)), " and ".join(map(str, self.lengths)), "compiled" if self.cache and self.cache.cold else "loaded from the cache",
             self.cache.seconds if self.cache else 0) if self.compiled else "eager"
         return "chunk %d frames (%.1f s), FIFO %d, speaker cache %d, update period %d; encoder %s, %d pointwise convolutions as matrix " \
             "multiplies, %d of the subsampling by taps, %d Transformer attentions through SDPA; %s" % (
@@ -425,15 +437,15 @@ class SortformerDiarizer:
         import torch
         import torch._dynamo
 
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(self.rows) + 8)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(self.rows) * len(self.lengths) + 8)
         regions = [*self.model.encoder.layers, *self.model.transformer_encoder.layers]
         self.compiled = [(m, torch.compile(m.forward, dynamic=False)) for m in regions]
         # The chunk's subsampling convolutions (256 channels at the feature
         # rate, as costly an audio second as the speech model's front end):
         # compiled for a one-step request's length, each row bucket.
         self.pre_compiled = torch.compile(self.model.encoder.pre_encode.forward, dynamic=False)
-        key = "sortformer|%s|%s|%s|%d|%s" % (source_identity(self.opts.model), torch.__version__, device_name(self.device), self.total,
-                                              ",".join(map(str, self.rows))) + cudnn_key(self.opts.cudnn_attention)
+        key = "sortformer|%s|%s|%s|%s|%s" % (source_identity(self.opts.model), torch.__version__, device_name(self.device),
+                                              "+".join(map(str, self.lengths)), ",".join(map(str, self.rows))) + cudnn_key(self.opts.cudnn_attention)
         key += conv_forms_key(self.opts.pointwise_convs, self.opts.subsampling_convs)
         key += "|transformer sdpa" if self.opts.transformer_attention == "sdpa" else ""
         self.cache = CompileCache(cache_dir, key)
@@ -441,13 +453,13 @@ class SortformerDiarizer:
         def every_shape() -> None:
             feats = self.model.cfg.preprocessor.get("features", 128)
             for r in self.rows:
-                seq = torch.zeros((r, self.total, self.dim), device=self.device)
-                n = torch.full((r,), self.total, dtype=torch.long, device=self.device)
                 x = torch.zeros((r, self.pre_frames, feats), device=self.device)
                 xn = torch.full((r,), self.pre_frames, dtype=torch.long, device=self.device)
                 with torch.inference_mode(), self.autocast():
-                    self.run_encoder(seq, n)
                     self.pre_encode(x, xn)
+                    for length in self.lengths:
+                        seq = torch.zeros((r, length, self.dim), device=self.device)
+                        self.run_encoder(seq, torch.full((r,), length, dtype=torch.long, device=self.device))
 
         self.cache.warm(every_shape)
         log_info("diarize: sortformer encoder %s" % self.describe())
@@ -483,11 +495,12 @@ class SortformerDiarizer:
         return self.in_buckets(x, n, lambda a, b: self.pre_compiled(x=a, lengths=b))
 
     def run_encoder(self, seq: Tensor, seq_len: Tensor) -> Tensor:
-        """encode() over seq padded to the one length: compiled in the
-        smallest row bucket that holds it (parts of the largest beyond),
-        else eager."""
+        """encode() over seq padded to the shortest of the lengths that
+        holds it: compiled in the smallest row bucket that holds the rows
+        (parts of the largest beyond), else eager."""
         torch = self.torch
-        seq = torch.nn.functional.pad(seq, (0, 0, 0, self.total - seq.shape[1]))
+        length = next((n for n in self.lengths if n >= seq.shape[1]), seq.shape[1])
+        seq = torch.nn.functional.pad(seq, (0, 0, 0, length - seq.shape[1]))
         if not self.compiled:
             return encode(self.model, seq, seq_len)
 
@@ -558,11 +571,16 @@ class SortformerDiarizer:
             feats = feats[:, :, : int(feat_len.max())]
             feats = torch.nn.functional.pad(feats, (0, -feats.shape[2] % step))
             offset = torch.zeros((rows,), dtype=torch.long, device=dev)
-            for _, chunk, chunk_len, lo, ro in sm.streaming_feat_loader(feat_seq=feats, feat_seq_length=feat_len, feat_seq_offset=offset):
+            # Known on the host, no wait for the GPU: a batch whose rows all
+            # start their recordings has empty caches and FIFOs in its first
+            # step, which then runs at the first step's length.
+            first = all(st.cache.shape[0] == 0 and st.fifo.shape[0] == 0 for st in streams)
+            for i, (_, chunk, chunk_len, lo, ro) in enumerate(
+                    sm.streaming_feat_loader(feat_seq=feats, feat_seq_length=feat_len, feat_seq_offset=offset)):
                 with self.autocast():
                     emb, emb_len = self.pre_encode(chunk, chunk_len)
                     emb, emb_len = emb.float(), emb_len.to(torch.int64)
-                    seq, seq_len = fast_concat(state, emb, emb_len, self.total)
+                    seq, seq_len = fast_concat(state, emb, emb_len, self.lengths[0] if first and i == 0 else self.total)
                     preds = self.run_encoder(seq, seq_len)
                 preds = sm.apply_mask_to_preds(preds.float(), seq_len)
                 lc, rc = round(lo / sm.subsampling_factor), math.ceil(ro / sm.subsampling_factor)
