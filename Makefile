@@ -242,6 +242,10 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa -results docs/benchmarks/sortformer/served-h200-mps50-8-run1.csv \
 	  -results docs/benchmarks/sortformer/served-h200-mps50-8-run2.csv -results docs/benchmarks/sortformer/served-h200-mps50-8-run3.csv \
 	  -results docs/benchmarks/sortformer/served-h200-mps50-8-c128.csv | grep -v '^|'
+	@echo "# Two instances a partition and the pointwise convolutions as matrix multiplies (now the default), side by side, H100, 4 partitions, 20-s windows, four calls on one machine:"
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa_pointwise -default mps50-4 \
+	  -results docs/benchmarks/levers/served-h100-call1.csv -results docs/benchmarks/levers/served-h100-call2.csv \
+	  -results docs/benchmarks/levers/served-h100-call3.csv -results docs/benchmarks/levers/served-h100-call4.csv | grep -v '^|'
 	@echo "# The shipped encoder (regional, static shapes, SDPA attention) beside NeMo's attention and eager, one machine:"
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa -results docs/benchmarks/sdpa/served.csv \
 	  -study docs/benchmarks/sdpa/encoder-nemo-45s.json

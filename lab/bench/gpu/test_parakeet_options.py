@@ -83,30 +83,6 @@ class ConfidenceTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "phrase boosting is off"):
             off.check_vocabulary(vocab)
 
-    def test_batches_without_a_vocabulary_skip_the_biasing(self):
-        # The biased decoder pays its biasing on every row it decodes: a
-        # batch where no row has a vocabulary runs the plain one, and
-        # decodes as an engine with boosting off does.
-        eng = NemoEngine(self.model, DEVICE, "fp32", EncoderOptions(), boosting=True)
-        self.assertIsNot(eng.biased, eng.plain)
-        multi = eng.biased.biasing_multi_model
-        calls = []
-        advance = multi.advance
-        multi.advance = lambda *a, **k: (calls.append(1), advance(*a, **k))[1]
-        try:
-            with_it = [h.text for h in eng.transcribe(self.audio, 3, True, False, vocabularies=[None, None, None])]
-            self.assertEqual(calls, [], "a batch without a vocabulary ran the biased decoder")
-            eng.transcribe(self.audio, 3, True, False, vocabularies=[None, ("qux",), None])
-            self.assertGreater(len(calls), 0, "a batch with a vocabulary did not run the biased decoder")
-            n = len(calls)
-            again = [h.text for h in eng.transcribe(self.audio, 3, True, False)]
-            self.assertEqual(len(calls), n, "the plain decoder was not put back after a boosted batch")
-        finally:
-            multi.advance = advance
-        off = [h.text for h in NemoEngine(self.model, DEVICE, "fp32", EncoderOptions()).transcribe(self.audio, 3, True, False)]
-        self.assertEqual(with_it, off)
-        self.assertEqual(again, off)
-
     def test_none_with_it_off_and_unknown_methods_refused(self):
         self.assertTrue(all(w.confidence is None for w in self.words("off")))
         with self.assertRaisesRegex(ValueError, "word_confidence='maxprob'"):

@@ -165,15 +165,16 @@ def conv_forms(encoder: Any, pointwise_convs: str, subsampling_convs: str) -> tu
     (pointwise_convs=matmul: its layers' kernel-1 convolutions;
     subsampling_convs=taps: its pre_encode), before anything compiles:
     (pointwise convolutions replaced, subsampling convolutions by taps).
-    Imports torch only where a form is asked for."""
-    if pointwise_convs == "model" and subsampling_convs == "model":
+    Imports torch only where a form is asked for and the encoder has what
+    it changes."""
+    layers = getattr(encoder, "layers", None) or []
+    pre = getattr(encoder, "pre_encode", None)
+    pointwise_asked, taps_asked = pointwise_convs == "matmul" and len(layers) > 0, subsampling_convs == "taps" and pre is not None
+    if not pointwise_asked and not taps_asked:
         return 0, 0
     from . import convs
 
-    pointwise = convs.as_matmul(getattr(encoder, "layers", None) or []) if pointwise_convs == "matmul" else 0
-    pre = getattr(encoder, "pre_encode", None)
-    taps = convs.by_taps(pre) if subsampling_convs == "taps" and pre is not None else 0
-    return pointwise, taps
+    return (convs.as_matmul(layers) if pointwise_asked else 0), (convs.by_taps(pre) if taps_asked else 0)
 
 
 def conv_forms_key(pointwise_convs: str, subsampling_convs: str) -> str:

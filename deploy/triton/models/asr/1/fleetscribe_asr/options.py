@@ -147,7 +147,8 @@ class EncoderParams:
     compile_cache: str = param("", "the compile cache folder, shared by a host's partitions; empty: FLEETSCRIBE_COMPILE_CACHE, else /tmp")
     row_parts: str = param("fit", "fit (a batch runs in two row buckets where they pad fewer rows than one: 12 rows as 8 and 4, "
                                   "not 16 with 4 of zeros) or one (always the smallest bucket that holds it, as before)")
-    pointwise_convs: str = param("model", POINTWISE_CONVS_HELP)
+    pointwise_convs: str = param("matmul", POINTWISE_CONVS_HELP + "; matmul served 1.07-1.08x model's audio-s/s on an H100, side by "
+                                 "side, twice, the same numbers (docs/benchmarks.md)")
     subsampling_convs: str = param("model", SUBSAMPLING_CONVS_HELP)
     linear_precision: str = param("model", LINEAR_PRECISION_HELP)
 

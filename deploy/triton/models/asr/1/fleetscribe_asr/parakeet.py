@@ -116,10 +116,6 @@ class NemoEngine:
         # A vocabulary's key -> its boosting tree's id in the decoder's
         # multi-model, the least recently used first; at most MAX_TREES kept.
         self.trees: collections.OrderedDict[str, int] = collections.OrderedDict()
-        # NeMo's batched greedy decoders: the plain one, and with phrase
-        # boosting on a biased one beside it (below).
-        self.plain: Any = None
-        self.biased: Any = None
         if confidence not in self.CONFIDENCE_METHODS:
             raise ValueError(f"model parameter word_confidence={confidence!r}: want {', '.join(self.CONFIDENCE_METHODS)}")
         self.confidence = confidence
@@ -159,26 +155,12 @@ class NemoEngine:
                 # Word confidence is computed after decoding (confidence.py),
                 # never in NeMo's decoder: its per-frame bookkeeping cost 59%.
                 cfg.confidence_cfg = {"preserve_word_confidence": False}
-                if "greedy" in cfg:
-                    cfg.greedy.enable_per_stream_biasing = False
-            model.change_decoding_strategy(cfg, verbose=False)
-            # Phrase boosting per row (NeMo's per-stream biasing): each
-            # vocabulary's boosting tree is built once, kept in the biased
-            # decoder's multi-model, and named by the rows that use it. That
-            # decoder pays its biasing on every row of every batch it runs
-            # (16-20% of served throughput on an H100), so it is a second decoder,
-            # with its own CUDA graphs, and runs only the batches that have
-            # a row with a vocabulary; the others run the plain one.
-            self.plain = self.biased = decoding_computer(model)
-            if boosting and "greedy" in cfg and self.plain is not None:
-                with open_dict(cfg):
+                # Phrase boosting per row (NeMo's per-stream biasing): each
+                # vocabulary's boosting tree is built once, kept in the
+                # decoder's multi-model, and named by the rows that use it.
+                if boosting and "greedy" in cfg:
                     cfg.greedy.enable_per_stream_biasing = True
-                model.change_decoding_strategy(cfg, verbose=False)
-                self.biased = decoding_computer(model)
-                self.use_decoder(biased=False)
-            elif boosting:
-                raise ValueError("model parameter phrase_boosting=on: NeMo's per-stream biasing needs the model's greedy batched "
-                                 "(label-looping) decoder, and its decoding strategy is %r" % cfg.get("strategy"))
+            model.change_decoding_strategy(cfg, verbose=False)
             if confidence != "off":
                 self.word_confidence = WordConfidence(model, confidence)
             g = cfg.get("greedy", {})
@@ -231,22 +213,11 @@ class NemoEngine:
 
     def graphs_mode(self) -> str:
         """Which of NeMo's CUDA-graph modes the decoder runs in (full_graph,
-        no_while_loops, no_graphs), or "none" where it has no such decoder;
-        with phrase boosting on, the biased decoder's after it. Known only
-        once a batch has been decoded."""
-        def mode(computer: Any) -> str:
-            m = getattr(computer, "cuda_graphs_mode", None)
-            return str(m) if m is not None else "none"
-        if not self.direct:
-            return mode(decoding_computer(self.model))
-        if self.biased is not self.plain:
-            return "%s (boosting: %s)" % (mode(self.plain), mode(self.biased))
-        return mode(self.plain)
-
-    def use_decoder(self, biased: bool) -> None:
-        """Makes the model decode with the biased decoder or the plain one
-        (the same where phrase boosting is off)."""
-        self.model.decoding.decoding.decoding_computer = self.biased if biased else self.plain
+        no_while_loops, no_graphs), or "none" where it has no such decoder.
+        Known only once a batch has been decoded."""
+        computer = getattr(getattr(getattr(self.model, "decoding", None), "decoding", None), "decoding_computer", None)
+        mode = getattr(computer, "cuda_graphs_mode", None)
+        return str(mode) if mode is not None else "none"
 
     @contextlib.contextmanager
     def inference(self) -> Iterator[None]:
@@ -275,10 +246,6 @@ class NemoEngine:
         def run(n: int, rows: int) -> None:
             quiet = rng.standard_normal(n).astype(np.float32) * 1e-3
             self.transcribe([quiet] * rows, rows, timestamps, False)
-            if self.direct and self.biased is not self.plain:
-                # The biased decoder's graphs too, captured now (rows
-                # without a vocabulary: NeMo's dummy tree), not in a served batch.
-                self.decode([quiet] * rows, timestamps, [None] * rows, biased=True)
 
         def encode(n: int, rows: int) -> None:
             quiet = rng.standard_normal(n).astype(np.float32) * 1e-3
@@ -317,7 +284,7 @@ class NemoEngine:
 
         from nemo.collections.asr.parts.context_biasing.biasing_multi_model import BiasingRequestItemConfig
         from nemo.collections.asr.parts.context_biasing.boosting_graph_batched import BoostingTreeModelConfig
-        multi = self.biased.biasing_multi_model
+        multi = self.model.decoding.decoding.decoding_computer.biasing_multi_model
         request = biasing_request_class()
         out: list[Any] = []
         for v in vocabularies:
@@ -343,15 +310,9 @@ class NemoEngine:
                    vocabularies: list[tuple[str, ...] | None] | None = None) -> list[Hypothesis]:
         if not self.direct:
             return [from_nemo(h) for h in self.model.transcribe(audio, batch_size=batch_size, timestamps=timestamps, verbose=verbose)]
-        partial = self.biasing(vocabularies) if self.boosting else None
-        return self.decode(audio, timestamps, partial, biased=partial is not None)
-
-    def decode(self, audio: list[Audio], timestamps: bool, partial: list[Any] | None, biased: bool) -> list[Hypothesis]:
-        """Encodes and decodes a batch, with the biased decoder or the plain
-        one, partial naming each row's boosting tree (or None)."""
         from nemo.collections.asr.parts.utils.timestamp_utils import process_timestamp_outputs
 
-        self.use_decoder(biased)
+        partial = self.biasing(vocabularies) if self.boosting else None
         with self.inference():
             enc, enc_len = self.encode(audio)
             hyps = self.model.decoding.rnnt_decoder_predictions_tensor(enc, enc_len, return_hypotheses=True, partial_hypotheses=partial)
@@ -363,12 +324,6 @@ class NemoEngine:
                 for h, conf in zip(hyps, confidences, strict=True):
                     attach_confidence(h, conf)
         return [from_nemo(h) for h in hyps]
-
-
-def decoding_computer(model: Any) -> Any:
-    """NeMo's batched greedy decoder of the model's current decoding (the
-    label-looping computer, which holds the CUDA graphs), or None."""
-    return getattr(getattr(getattr(model, "decoding", None), "decoding", None), "decoding_computer", None)
 
 
 _REQUEST: Any = None
