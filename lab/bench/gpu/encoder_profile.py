@@ -13,11 +13,13 @@ speech-like audio). For each variant:
                   batch made symbolic at the second), no rows of padding
   regional_pre    the same with NeMo's feature extractor compiled as well
   regional_sdpa   the same with NeMo's SDPA path for its relative-position
-                  attention (encoder_attention=sdpa, as shipped now), and
-                  eager_sdpa its eager time
+                  attention (encoder_attention=sdpa, as shipped), and
+                  eager_sdpa its eager time; the model's own convolutions
+                  (shipped until pointwise served more)
   whole           the whole encoder function compiled as one graph
   pointwise       regional_sdpa with the conformer's kernel-1 convolutions
-                  as matrix multiplies (pointwise_convs=matmul), and
+                  as matrix multiplies (pointwise_convs=matmul, as shipped
+                  since it served 1.07-1.08x on an H100), and
                   eager_sdpa_mm its eager time; it changes the model, so
                   it runs after the variants above
   taps            regional_sdpa (with pointwise's change where it ran) with
