@@ -104,40 +104,66 @@ func (c *Client) diarizeHearsLast(ctx context.Context) bool {
 	return false
 }
 
+// diarize sends one request. A chunk's audio goes through the client's
+// shared memory region where it has one and a slot is free, as a
+// transcription request's does (the same region: the speech and diarize
+// models are served by one Triton process), else in the request.
 func (c *Client) diarize(ctx context.Context, r DiarizeRequest) (DiarizeResult, error) {
-	req := c.io.newDiarizeRequest(r)
+	if len(r.Samples) > 0 {
+		if slot, ok := c.shm.acquire(ctx, c, len(r.Samples)); ok {
+			req := c.io.newDiarizeRequest(r, true)
+			c.shm.inShm(req, slot, r.Samples)
+			res, err := c.diarizeCall(ctx, req)
+			c.shm.release(slot)
+			if !unknownRegion(err) {
+				return res, err
+			}
+			// The server has restarted and lost the region (Infer's case).
+			c.shm.forget()
+		}
+	}
+	return c.diarizeCall(ctx, c.io.newDiarizeRequest(r, false))
+}
+
+func (c *Client) diarizeCall(ctx context.Context, req *pb.ModelInferRequest) (DiarizeResult, error) {
 	var p peer.Peer
 	resp, err := c.rpc.ModelInfer(ctx, req, grpc.Peer(&p))
 	if err != nil {
+		if unknownRegion(err) {
+			return DiarizeResult{}, err // for diarize to send again
+		}
 		return DiarizeResult{}, classify("model infer "+req.ModelName, err, &p)
 	}
 	return parseDiarizeResponse(resp)
 }
 
-func (m ModelIO) newDiarizeRequest(r DiarizeRequest) *pb.ModelInferRequest {
-	req := &pb.ModelInferRequest{
-		ModelName: m.DiarizeModel,
-		Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			{Name: modelspec.StateInput, Datatype: TypeBytes, Shape: m.shape(1)},
-			{Name: modelspec.FinishInput, Datatype: TypeBool, Shape: m.shape(1)},
-			{Name: modelspec.SpeakersInput, Datatype: TypeInt32, Shape: m.shape(2)},
-		},
-		RawInputContents: [][]byte{EncodeBytes(r.State), EncodeBool(r.Finish && len(r.Samples) == 0), EncodeInt32(int32(r.MinSpeakers), int32(r.MaxSpeakers))},
-		Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{
-			{Name: modelspec.TurnsOutput}, {Name: modelspec.StateOutput}, {Name: modelspec.LabelsOutput},
-		},
+// newDiarizeRequest builds r's request; with inShm its audio is the first
+// input, without contents, for sharedMemory.inShm to place.
+func (m ModelIO) newDiarizeRequest(r DiarizeRequest, inShm bool) *pb.ModelInferRequest {
+	req := &pb.ModelInferRequest{ModelName: m.DiarizeModel}
+	n := len(r.Samples) // a finish request has no audio: the input is left out
+	audio := &pb.ModelInferRequest_InferInputTensor{Name: modelspec.AudioInput, Datatype: TypeFP32, Shape: m.shape(int64(n))}
+	if n > 0 && inShm {
+		req.Inputs = append(req.Inputs, audio)
 	}
-	if r.Finish && len(r.Samples) > 0 {
+	req.Inputs = append(req.Inputs,
+		&pb.ModelInferRequest_InferInputTensor{Name: modelspec.StateInput, Datatype: TypeBytes, Shape: m.shape(1)},
+		&pb.ModelInferRequest_InferInputTensor{Name: modelspec.FinishInput, Datatype: TypeBool, Shape: m.shape(1)},
+		&pb.ModelInferRequest_InferInputTensor{Name: modelspec.SpeakersInput, Datatype: TypeInt32, Shape: m.shape(2)})
+	req.RawInputContents = [][]byte{EncodeBytes(r.State), EncodeBool(r.Finish && n == 0), EncodeInt32(int32(r.MinSpeakers), int32(r.MaxSpeakers))}
+	req.Outputs = []*pb.ModelInferRequest_InferRequestedOutputTensor{
+		{Name: modelspec.TurnsOutput}, {Name: modelspec.StateOutput}, {Name: modelspec.LabelsOutput},
+	}
+	if r.Finish && n > 0 {
 		// The recording's last chunk (sent so only where the model lists
 		// the input: Client.Diarize).
 		req.Inputs = append(req.Inputs, &pb.ModelInferRequest_InferInputTensor{Name: modelspec.LastInput, Datatype: TypeBool, Shape: m.shape(1)})
 		req.RawInputContents = append(req.RawInputContents, EncodeBool(true))
 	}
-	if n := len(r.Samples); n > 0 {
-		// (A finish request has no audio: the input is left out.)
+	if n > 0 && !inShm {
 		raw := make([]byte, 4*n)
 		encodeFP32Into(raw, r.Samples)
-		req.Inputs = append(req.Inputs, &pb.ModelInferRequest_InferInputTensor{Name: modelspec.AudioInput, Datatype: TypeFP32, Shape: m.shape(int64(n))})
+		req.Inputs = append(req.Inputs, audio)
 		req.RawInputContents = append(req.RawInputContents, raw)
 	}
 	req.Parameters = queueParameters(r.Priority, r.QueueTimeout)

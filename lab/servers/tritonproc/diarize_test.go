@@ -1,15 +1,20 @@
 package tritonproc_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fleetscribe/fleetscribe/audio"
 	"github.com/fleetscribe/fleetscribe/lab/kit/conversation"
@@ -205,5 +210,85 @@ func TestDiarizeLastChunkOnRealTriton(t *testing.T) {
 		if len(got) == 0 || !slices.Equal(got, want) {
 			t.Errorf("%s: the last chunk finishing diarized differently:\n%v\n%v", filepath.Base(repo), got, want)
 		}
+	}
+}
+
+// A chunk's audio goes to the diarize model through the client's shared
+// memory region, as a transcription's does (one region a partition: both
+// models are served by the same Triton process): each request is a small
+// fraction of its chunk's samples, and the turns, state and labels are
+// those of the same chunks sent in the request, the last one finishing.
+func TestDiarizeThroughSharedMemoryOnRealTriton(t *testing.T) {
+	root := requireSpeech(t)
+	s, err := tritonproc.Start(context.Background(), tritonproc.Options{Repo: filepath.Join(root, "deploy", "triton", "cpu"),
+		Models: []string{modelspec.Name, modelspec.DiarizeName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Kill()
+	conv, err := conversation.Make(context.Background(), conversation.Spec{Seed: 7, Speakers: 2, Seconds: 45}, conversation.Flite(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var sizes []int
+	measure := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/ModelInfer") {
+			mu.Lock()
+			sizes = append(sizes, proto.Size(req.(proto.Message)))
+			mu.Unlock()
+		}
+		return invoke(ctx, method, req, reply, cc, opts...)
+	}
+	inline, err := triton.Dial(s.Addr, triton.DefaultModelIO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inline.Close()
+	viaShm, err := triton.Dial(s.Addr, triton.DefaultModelIO(), grpc.WithUnaryInterceptor(measure))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaShm.Close()
+	if err := viaShm.UseSharedMemory(2, 30*16000); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	chunks := audio.Split(conv.Samples, audio.SplitConfig{Max: 30 * 16000, Frame: 480})
+	if len(chunks) < 2 {
+		t.Fatalf("%d chunks: the test wants a state carried between two", len(chunks))
+	}
+	var stateA, stateB []byte
+	for i, c := range chunks {
+		req := triton.DiarizeRequest{Samples: c.Samples, State: stateA}
+		if i == len(chunks)-1 {
+			req.Finish, req.MaxSpeakers = true, 2
+		}
+		a, err := inline.Diarize(ctx, req)
+		if err != nil {
+			t.Fatalf("chunk %d in the request: %v", i, err)
+		}
+		req.State = stateB
+		b, err := viaShm.Diarize(ctx, req)
+		if err != nil {
+			t.Fatalf("chunk %d through shared memory: %v", i, err)
+		}
+		mu.Lock()
+		sent := sizes[len(sizes)-1]
+		mu.Unlock()
+		if sent > len(c.Samples) { // a quarter of the samples' 4 bytes each
+			t.Errorf("chunk %d of %d samples: a request of %d bytes, want the audio in shared memory", i, len(c.Samples), sent)
+		}
+		if !slices.Equal(a.Turns, b.Turns) || !slices.Equal(a.Labels, b.Labels) || !bytes.Equal(a.State, b.State) {
+			t.Errorf("chunk %d: through shared memory %v %v, in the request %v %v (states equal: %v)", i, b.Turns, b.Labels, a.Turns, a.Labels, bytes.Equal(a.State, b.State))
+		}
+		if i == len(chunks)-1 && len(b.Labels) == 0 {
+			t.Errorf("the last chunk, finishing, brought no labels")
+		}
+		stateA, stateB = a.State, b.State
+	}
+	if st := viaShm.SharedMemory(); !st.Registered || st.Err != nil {
+		t.Errorf("shared memory %+v", st)
 	}
 }
