@@ -36,6 +36,22 @@ def device_name(device: str) -> str:
     return str(torch.cuda.get_device_name(device)) if str(device).startswith("cuda") else "cpu"
 
 
+def gpu_memory(device: str) -> str:
+    """What this process holds on its GPU once warm (PyTorch's reserved
+    memory and the most it reserved), and what the GPU has free: the
+    figures a plan of more partitions or instances needs. Empty off a GPU
+    (or without torch, as the model's unit tests run)."""
+    try:
+        import torch
+    except ImportError:
+        return ""
+    if not str(device).startswith("cuda") or not torch.cuda.is_available():
+        return ""
+    free, total = torch.cuda.mem_get_info(device)
+    return "%.1f GiB reserved by this process (peak %.1f), %.1f of %.1f GiB free on the GPU" % (
+        torch.cuda.memory_reserved(device) / 2**30, torch.cuda.max_memory_reserved(device) / 2**30, free / 2**30, total / 2**30)
+
+
 def compile_cache_dir(folder: str = "") -> str:
     """Where compile artefacts go (the parameter compile_cache, else
     FLEETSCRIBE_COMPILE_CACHE, else the default): shared by every partition

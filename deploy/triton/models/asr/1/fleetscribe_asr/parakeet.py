@@ -23,6 +23,7 @@ from .compiled import (
     compiles_on,
     conv_forms,
     device_name,
+    gpu_memory,
     linear_form,
     set_cudnn_attention,
     source_identity,
@@ -372,7 +373,8 @@ def start(source: str, opts: ParakeetOptions, device: str, max_batch: int, optio
     engine = NemoEngine(model, device, opts.precision, options, source=source, confidence=opts.word_confidence, boosting=opts.phrase_boosting)
     engine.warm(opts.warmup_seconds, max_batch)
     c = engine.compiled
-    log_info("NeMo ready in %.0f s: encoder %s%s; decoder CUDA graphs mode %s (%s); %s" % (
+    mem = gpu_memory(device)
+    log_info("NeMo ready in %.0f s: encoder %s%s; decoder CUDA graphs mode %s (%s); %s%s" % (
         time.perf_counter() - t0, engine.describe()[0], " (%s)" % c.summary() if c else "",
-        engine.graphs_mode(), getattr(engine, "config", ""), host))
+        engine.graphs_mode(), getattr(engine, "config", ""), host, "; " + mem if mem else ""))
     return source, engine

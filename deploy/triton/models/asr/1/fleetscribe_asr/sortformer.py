@@ -56,6 +56,7 @@ from .compiled import (
     conv_forms_key,
     cudnn_key,
     device_name,
+    gpu_memory,
     row_parts,
     set_cudnn_attention,
     source_identity,
@@ -462,7 +463,8 @@ class SortformerDiarizer:
                         self.run_encoder(seq, torch.full((r,), length, dtype=torch.long, device=self.device))
 
         self.cache.warm(every_shape)
-        log_info("diarize: sortformer encoder %s" % self.describe())
+        mem = gpu_memory(self.device)
+        log_info("diarize: sortformer encoder %s%s" % (self.describe(), "; " + mem if mem else ""))
 
     def autocast(self) -> Any:
         return self.torch.autocast(device_type="cuda" if self.cuda else "cpu", dtype=self.torch.bfloat16)
