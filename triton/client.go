@@ -293,19 +293,11 @@ func (c *Client) Infer(ctx context.Context, r Request) (Result, error) {
 	if _, ok := c.io.Bucket(len(r.Samples)); !ok {
 		return Result{}, fmt.Errorf("%w: chunk of %d samples is longer than the largest bucket (%d)", ErrRejected, len(r.Samples), c.io.MaxChunk())
 	}
-	if slot, ok := c.shm.acquire(ctx, c, len(r.Samples)); ok {
-		req := c.io.newRequest(r, false)
-		c.shm.inShm(req, slot, r.Samples)
-		resp, err := c.infer(ctx, req)
-		c.shm.release(slot)
-		if !unknownRegion(err) {
-			return resp, err
-		}
-		// The server has restarted and lost the region: register it again
-		// for the next request, and send this one without it.
-		c.shm.forget()
+	call := func(req *pb.ModelInferRequest) (Result, error) { return c.infer(ctx, req) }
+	if res, sent, err := viaSharedMemory(ctx, c, r.Samples, func() *pb.ModelInferRequest { return c.io.newRequest(r, false) }, call); sent {
+		return res, err
 	}
-	return c.infer(ctx, c.io.NewRequest(r))
+	return call(c.io.NewRequest(r))
 }
 
 func (c *Client) infer(ctx context.Context, req *pb.ModelInferRequest) (Result, error) {
@@ -313,7 +305,7 @@ func (c *Client) infer(ctx context.Context, req *pb.ModelInferRequest) (Result, 
 	resp, err := c.rpc.ModelInfer(ctx, req, grpc.Peer(&p))
 	if err != nil {
 		if unknownRegion(err) {
-			return Result{}, err // for Infer to send again
+			return Result{}, err // for viaSharedMemory: Infer sends it again
 		}
 		return Result{}, classify("model infer", err, &p)
 	}

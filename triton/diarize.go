@@ -109,20 +109,14 @@ func (c *Client) diarizeHearsLast(ctx context.Context) bool {
 // transcription request's does (the same region: the speech and diarize
 // models are served by one Triton process), else in the request.
 func (c *Client) diarize(ctx context.Context, r DiarizeRequest) (DiarizeResult, error) {
-	if len(r.Samples) > 0 {
-		if slot, ok := c.shm.acquire(ctx, c, len(r.Samples)); ok {
-			req := c.io.newDiarizeRequest(r, true)
-			c.shm.inShm(req, slot, r.Samples)
-			res, err := c.diarizeCall(ctx, req)
-			c.shm.release(slot)
-			if !unknownRegion(err) {
-				return res, err
-			}
-			// The server has restarted and lost the region (Infer's case).
-			c.shm.forget()
+	call := func(req *pb.ModelInferRequest) (DiarizeResult, error) { return c.diarizeCall(ctx, req) }
+	if len(r.Samples) > 0 { // (a finish request has no audio)
+		res, sent, err := viaSharedMemory(ctx, c, r.Samples, func() *pb.ModelInferRequest { return c.io.newDiarizeRequest(r, false) }, call)
+		if sent {
+			return res, err
 		}
 	}
-	return c.diarizeCall(ctx, c.io.newDiarizeRequest(r, false))
+	return call(c.io.newDiarizeRequest(r, true))
 }
 
 func (c *Client) diarizeCall(ctx context.Context, req *pb.ModelInferRequest) (DiarizeResult, error) {
@@ -130,20 +124,21 @@ func (c *Client) diarizeCall(ctx context.Context, req *pb.ModelInferRequest) (Di
 	resp, err := c.rpc.ModelInfer(ctx, req, grpc.Peer(&p))
 	if err != nil {
 		if unknownRegion(err) {
-			return DiarizeResult{}, err // for diarize to send again
+			return DiarizeResult{}, err // for viaSharedMemory: diarize sends it again
 		}
 		return DiarizeResult{}, classify("model infer "+req.ModelName, err, &p)
 	}
 	return parseDiarizeResponse(resp)
 }
 
-// newDiarizeRequest builds r's request; with inShm its audio is the first
-// input, without contents, for sharedMemory.inShm to place.
-func (m ModelIO) newDiarizeRequest(r DiarizeRequest, inShm bool) *pb.ModelInferRequest {
+// newDiarizeRequest builds r's request; with inline false its audio is
+// the first input, without contents, for sharedMemory.inShm to place (as
+// newRequest's).
+func (m ModelIO) newDiarizeRequest(r DiarizeRequest, inline bool) *pb.ModelInferRequest {
 	req := &pb.ModelInferRequest{ModelName: m.DiarizeModel}
 	n := len(r.Samples) // a finish request has no audio: the input is left out
 	audio := &pb.ModelInferRequest_InferInputTensor{Name: modelspec.AudioInput, Datatype: TypeFP32, Shape: m.shape(int64(n))}
-	if n > 0 && inShm {
+	if n > 0 && !inline {
 		req.Inputs = append(req.Inputs, audio)
 	}
 	req.Inputs = append(req.Inputs,
@@ -160,7 +155,7 @@ func (m ModelIO) newDiarizeRequest(r DiarizeRequest, inShm bool) *pb.ModelInferR
 		req.Inputs = append(req.Inputs, &pb.ModelInferRequest_InferInputTensor{Name: modelspec.LastInput, Datatype: TypeBool, Shape: m.shape(1)})
 		req.RawInputContents = append(req.RawInputContents, EncodeBool(true))
 	}
-	if n > 0 && !inShm {
+	if n > 0 && inline {
 		raw := make([]byte, 4*n)
 		encodeFP32Into(raw, r.Samples)
 		req.Inputs = append(req.Inputs, audio)

@@ -260,6 +260,31 @@ func (s *sharedMemory) register(ctx context.Context, c *Client) bool {
 	return false
 }
 
+// viaSharedMemory sends a request with samples in a free slot of the
+// client's region: build makes the request with the audio as its first
+// input, without contents (inShm places it), and call sends it, returning
+// the server's refusal of an unknown region as it is. sent is false where
+// the caller must send the audio in the request: no region, none
+// registered, no slot free, or the server had lost the region (it
+// restarted), which is then registered again for the next request.
+func viaSharedMemory[T any](ctx context.Context, c *Client, samples []float32, build func() *pb.ModelInferRequest,
+	call func(*pb.ModelInferRequest) (T, error)) (res T, sent bool, err error) {
+	slot, ok := c.shm.acquire(ctx, c, len(samples))
+	if !ok {
+		return res, false, nil
+	}
+	req := build()
+	c.shm.inShm(req, slot, samples)
+	res, err = call(req)
+	c.shm.release(slot)
+	if !unknownRegion(err) {
+		return res, true, err
+	}
+	c.shm.forget()
+	var zero T
+	return zero, false, nil
+}
+
 // forget marks the region unregistered after the server said it does not
 // know it (it restarted): the next request registers it again.
 func (s *sharedMemory) forget() {
