@@ -1,8 +1,9 @@
 """The conformer's convolutions in other forms for the compiler, the
 same weights and numbers (issue 53's lever "the convolutions"; model
-parameters pointwise_convs and subsampling_convs, both off: on an H100
-the pointwise form saved 6% of the encoder's GPU time offline, not yet
-served, and taps ran the subsampling 2.3x slower, docs/benchmarks.md).
+parameters pointwise_convs and subsampling_convs). On an H100 the
+pointwise form served 1.07-1.08x, and is the speech model's default (the
+diarize model's stays off, not yet served); taps ran the subsampling 2.3x
+slower and stay off (docs/benchmarks.md).
 
 Pointwise (as_matmul): a conformer layer's convolution module holds two
 Conv1d layers of kernel 1 (NeMo's pointwise_conv1 and pointwise_conv2):

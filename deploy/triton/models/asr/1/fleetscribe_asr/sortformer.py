@@ -16,11 +16,12 @@ a batch by its loudest clip).
 One streaming step takes chunk_seconds of audio: with the worker's
 -chunk-seconds, each request is one step. A step concatenates each row's
 speaker cache, FIFO and chunk, runs the Fast Conformer and the
-Transformer over that sequence padded to one fixed length, and updates
+Transformer over that sequence padded to a fixed length (a later step's,
+or a first step's where every row starts its recording: first_step), and updates
 the cache and FIFO (fast_update: NeMo's streaming_update_async as tensor
 operations over all rows, equal to it). The encoder runs compiled
 (torch.compile, regional: each conformer and transformer layer) for a
-finite set of row buckets at that one length, its artefacts in the same
+finite set of row buckets at those lengths, its artefacts in the same
 compile cache as the speech model's (compiled.CompileCache); a batch of
 more rows than the largest bucket runs in parts, and the eager encoder
 stays for encoder=eager.
@@ -429,9 +430,9 @@ class SortformerDiarizer:
                 self.pointwise, self.taps, self.sdpa, self.host_note)
 
     def compile(self) -> None:
-        """The layers compiled for every row bucket at the one sequence
-        length, loaded from the shared cache where a partition compiled
-        them before."""
+        """The layers compiled for every row bucket at each sequence length
+        (self.lengths), loaded from the shared cache where a partition
+        compiled them before."""
         cache_dir = compile_cache_dir(self.opts.compile_cache)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache_dir, "triton"))
