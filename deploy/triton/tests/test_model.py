@@ -625,3 +625,39 @@ class VocabularyTest(unittest.TestCase):
         # A batch where no row has one calls the engine as before.
         m.execute([self.request(700)])
         self.assertEqual(fake.vocabularies[-1], None)
+
+    def test_a_vocabulary_is_checked_once(self):
+        """Every chunk of a job carries its vocabulary: the engine checks it
+        (1,000 phrases through the tokenizer) the first time, then the
+        instance finds it by its bytes; a refused one is checked again."""
+        class Counting(FakeParakeet):
+            def __init__(self):
+                super().__init__()
+                self.checked = []
+                self.vocabularies = []
+
+            def check_vocabulary(self, phrases):
+                self.checked.append(phrases)
+                if "bad" in phrases:
+                    raise ValueError("vocabulary phrase 1: a character the tokenizer cannot spell")
+
+            def transcribe(self, audio, batch_size, timestamps, verbose, vocabularies=None):
+                self.vocabularies.append(vocabularies)
+                return [common.from_nemo(h) for h in super().transcribe(audio, batch_size, timestamps, verbose)]
+
+        fake = Counting()
+        m = make(FakeParakeet())
+        m.model = fake
+        a, b = b'["metoprolol", "Dr. Okafor"]', b'["atorvastatin"]'
+        res = m.execute([self.request(800, a), self.request(900, a), self.request(1000, b)])
+        res += m.execute([self.request(1100, a), self.request(1200, b'["bad"]'), self.request(1300, b'["bad"]')])
+        self.assertEqual([r.err is None for r in res], [True, True, True, True, False, False])
+        self.assertEqual(fake.checked, [("metoprolol", "Dr. Okafor"), ("atorvastatin",), ("bad",), ("bad",)])
+        self.assertEqual(fake.vocabularies, [[("metoprolol", "Dr. Okafor")] * 2 + [("atorvastatin",)], [("metoprolol", "Dr. Okafor")]])
+        # The least recently used goes first when more are seen than kept.
+        m.vocabularies.SIZE = 2
+        for v in (b'["one"]', a, b'["two"]', a, b):
+            m.execute([self.request(700, v)])
+        self.assertEqual(fake.checked[4:], [("one",), ("two",), ("atorvastatin",)])
+        m.execute([self.request(700, a)])
+        self.assertEqual(len(fake.checked), 7, "the most recently used vocabulary was kept")

@@ -54,6 +54,8 @@
 #   confcost:A       what word confidence alone costs: 45-s clips with the shipped
 #                    engine, arrangement A as shipped and with
 #                    word_confidence=max_prob, side by side
+#   vocabhost        what a request's vocabulary costs this host before the GPU
+#                    starts (vocabulary_host.py: first seen against seen before)
 #   coldcache        empties the compile cache: the next arrangement starts cold
 #
 # The encoder runs compiled (model.py's default; /eagerenc: eagerly), its
@@ -183,6 +185,9 @@ for step in "$@"; do
       nemo_model; a="${step#vocabcost:}"
       arrangements clip "$a,$a/word_confidence=max_prob,$a/phrase_boosting=on/vocabulary" -engine "" \
         -param "model=$NEMO_MODEL,warmup_seconds=45,length_buckets=45${PARAMS:+,$PARAMS}" -vocabulary "${VOCAB_PHRASES:-1000}" ;;
+    vocabhost) log "a vocabulary's host cost (first seen, seen before)"
+      PYTHONPATH="${work}/nemosite${PYTHONPATH:+:$PYTHONPATH}" "$py" "$here/vocabulary_host.py" 2>&1 |
+        { grep -v -E "NeMo W|^ +|warn|register_resolver|OneLogger|exporters" || true; } | tee -a "$out/run.log" || log "vocabhost failed" ;;
     confcost:*)
       nemo_model; a="${step#confcost:}"
       arrangements clip "$a,$a/word_confidence=max_prob" -engine "" -param "model=$NEMO_MODEL,warmup_seconds=45,length_buckets=45${PARAMS:+,$PARAMS}" ;;
