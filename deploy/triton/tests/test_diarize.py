@@ -206,6 +206,25 @@ class SortformerContractTest(unittest.TestCase):
         opts = sortformer.SortformerOptions.from_params({"engine": "sortformer", "chunk_seconds": "45", "batch_buckets": "16,4,8"})
         self.assertEqual((opts.chunk_frames, opts.buckets()), (563, [4, 8, 16]))
 
+    def test_buckets_stop_at_the_models_largest_batch(self):
+        """Triton hands execute() at most max_batch_size requests: the row
+        buckets stop at the first that holds them (none compiled that a
+        batch never runs), and the model's initialize passes its own."""
+        opts = sortformer.SortformerOptions.from_params({"engine": "sortformer"})
+        self.assertEqual(opts.buckets(), [4, 8, 16, 32])
+        self.assertEqual([opts.buckets(n) for n in (16, 12, 32, 64, 3, 0)],
+                         [[4, 8, 16], [4, 8, 16], [4, 8, 16, 32], [4, 8, 16, 32], [4], [4, 8, 16, 32]])
+        got = []
+        real = sortformer.SortformerDiarizer
+        sortformer.SortformerDiarizer = lambda opts, device, max_batch=0: got.append((device, max_batch)) or types.SimpleNamespace(
+            describe=lambda: "stand-in")
+        try:
+            m = model.TritonPythonModel()
+            m.initialize({**config(engine="sortformer"), "model_instance_kind": "GPU", "model_instance_device_id": "1"})
+        finally:
+            sortformer.SortformerDiarizer = real
+        self.assertEqual(got, [("cuda:1", 8)])
+
     def test_row_parts_of_the_compiled_encoder(self):
         parts = sortformer.bucket_parts
         self.assertEqual(parts([4, 8, 16], 5, False), [(0, 5, 8)])

@@ -102,13 +102,14 @@ def flag(request: Any, name: str) -> bool:
     return t is not None and bool(t.as_numpy().reshape(-1)[0])
 
 
-def load_engine(params: dict[str, str], device: str) -> Any:
+def load_engine(params: dict[str, str], device: str, max_batch: int = 0) -> Any:
     """The diarizer the parameter engine names: pyannote_campp (CPU) or
-    sortformer (NeMo's streaming Sortformer on device)."""
+    sortformer (NeMo's streaming Sortformer on device, its compiled shapes
+    no larger than the model's max_batch_size needs)."""
     if params.get("engine") == "sortformer":
         from fleetscribe_asr.sortformer import SortformerDiarizer, SortformerOptions
 
-        return SortformerDiarizer(SortformerOptions.from_params(params), device)
+        return SortformerDiarizer(SortformerOptions.from_params(params), device, max_batch=max_batch)
     return Diarizer(DiarizeOptions.from_params(params))
 
 
@@ -118,7 +119,7 @@ class TritonPythonModel:
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
         device = "cuda:%s" % args.get("model_instance_device_id", "0") if args.get("model_instance_kind") == "GPU" else "cpu"
         start = time.perf_counter()
-        self.diarizer = load_engine(params, device)
+        self.diarizer = load_engine(params, device, int(config.get("max_batch_size", 0)))
         log_info("diarize: engine %s ready in %.1f s (%s)" % (params.get("engine") or "pyannote_campp",
                                                              time.perf_counter() - start, self.diarizer.describe()))
 

@@ -104,7 +104,8 @@ class SortformerOptions:
     first_step: str = _param("short", "a recording's first step: short (its chunk alone, the speaker cache and FIFO still empty, "
                                       "a shape of its own: a batch of first steps runs 377 frames, not 605, at the defaults, 565, "
                                       "not 793, at 45-s chunks) or full (padded to the length of every later step)")
-    batch_buckets: str = _param("4,8,16,32", "the compiled encoder's row buckets; larger batches run in parts")
+    batch_buckets: str = _param("4,8,16,32", "the compiled encoder's row buckets, those past the first that holds the model's "
+                                             "max_batch_size dropped (never run); larger batches run in parts")
     row_parts: str = _param("one", "one (a batch runs in the smallest row bucket that holds it) or fit (in two buckets where they pad "
                                    "fewer rows, as the speech encoder's row_parts; pays with small buckets: batch_buckets=1,2,4,8,16)")
     pointwise_convs: str = _param("model", POINTWISE_CONVS_HELP)
@@ -151,13 +152,20 @@ class SortformerOptions:
         """The partition's host options (as the speech model's)."""
         return HostOptions(cuda_sync=self.cuda_sync, cpu_threads=self.cpu_threads)
 
-    def buckets(self) -> list[int]:
+    def buckets(self, max_batch: int = 0) -> list[int]:
+        """The row buckets, cut at the first that holds max_batch rows (the
+        model's max_batch_size, where known): Triton never hands execute()
+        more, so a larger bucket would only cost its compile time and its
+        warm-up's GPU memory (a partition of max_batch_size 16 compiled 32
+        rows at both lengths, 8 shapes of 16 it never ran)."""
         try:
             out = sorted({int(v) for v in self.batch_buckets.split(",") if v.strip()})
         except ValueError:
             out = []
         if not out or out[0] < 1:
             raise ValueError(f"diarize model parameter batch_buckets={self.batch_buckets!r}: want rows, comma-separated")
+        if max_batch > 0:
+            out = out[:next((i for i, rows in enumerate(out) if rows >= max_batch), len(out) - 1) + 1]
         return out
 
     @property
@@ -371,7 +379,7 @@ class SortformerDiarizer:
     """The streaming Sortformer as the diarize model's engine (see the
     module's comment)."""
 
-    def __init__(self, opts: SortformerOptions, device: str, model: Any = None) -> None:
+    def __init__(self, opts: SortformerOptions, device: str, model: Any = None, max_batch: int = 0) -> None:
         import torch
 
         self.torch, self.opts, self.device = torch, opts, device
@@ -411,7 +419,7 @@ class SortformerDiarizer:
         # the longer.
         first = self.total - sm.spkcache_len - sm.fifo_len
         self.lengths = sorted({first, self.total}) if opts.first_step == "short" else [self.total]
-        self.rows = opts.buckets()
+        self.rows = opts.buckets(max_batch)
         self.compiled: Any = None
         self.pre_compiled: Any = None
         self.pre_frames = sm.chunk_len * sm.subsampling_factor  # a one-step request's features
@@ -464,6 +472,10 @@ class SortformerDiarizer:
                         self.run_encoder(seq, torch.full((r,), length, dtype=torch.long, device=self.device))
 
         self.cache.warm(every_shape)
+        if self.cuda:
+            # What the warm-up's largest shapes left cached, as the speech
+            # encoder does: the partitions of a GPU share its memory.
+            self.torch.cuda.empty_cache()
         mem = gpu_memory(self.device)
         log_info("diarize: sortformer encoder %s%s" % (self.describe(), "; " + mem if mem else ""))
 
