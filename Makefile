@@ -246,6 +246,9 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa_pointwise -default mps50-4 \
 	  -results docs/benchmarks/levers/served-h100-call1.csv -results docs/benchmarks/levers/served-h100-call2.csv \
 	  -results docs/benchmarks/levers/served-h100-call3.csv -results docs/benchmarks/levers/served-h100-call4.csv | grep -v '^|'
+	@echo "# The pointwise form on its own and two instances a partition (call 5), then phrase boosting beside one and two instances (call 6), H100, 4 partitions, 20-s windows, one machine (mps50-4/maxbatch16 here has the pointwise form, the default since calls 1-4):"
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa_pointwise -default mps50-4 \
+	  -results docs/benchmarks/levers/served-h100-call5.csv -results docs/benchmarks/levers/served-h100-call6-boosting.csv | grep -v '^RESULT'
 	@echo "# The shipped encoder (regional, static shapes, SDPA attention) beside NeMo's attention and eager, one machine:"
 	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa -results docs/benchmarks/sdpa/served.csv \
 	  -study docs/benchmarks/sdpa/encoder-nemo-45s.json
@@ -254,11 +257,14 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	@echo "# Sortformer on the partitions, both encoders compiled (H100, 4 partitions), run 1 then run 2 (its RESULT line):"
 	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-mps50-4-run1.csv | grep -v '^RESULT'
 	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-mps50-4-run2.csv | grep -v '^RESULT'
-	@echo "# Sortformer on the partitions, one request a chunk (the last brings the labels), H200, 8 partitions: runs 1 and 2 at 64 in flight, 128 in flight (measured after run 3), then run 3 (its RESULT line):"
+	@echo "# Sortformer on the partitions, one request a chunk (the last brings the labels), H200, 8 partitions: runs 1 and 2 at 64 in flight, 128 in flight (measured after run 3), then run 3:"
 	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-run1.csv | grep -v '^RESULT'
 	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-run2.csv | grep -v '^RESULT'
 	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-c128.csv | grep -v '^RESULT'
-	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-run3.csv
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-run3.csv | grep -v '^RESULT'
+	@echo "# Sortformer with a recording's first step at its own length (the default), H100, 4 partitions, the speech model's pointwise form: beside the diarize model's pointwise form (call 8), then beside first_step=full (call 7, its RESULT line):"
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-firststep-call2.csv | grep -v '^RESULT'
+	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h100-firststep-call1.csv
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (needs python3 with torch; on a GPU also CUDA-graph replay)
