@@ -40,7 +40,8 @@ import (
 // "/vocabulary" (every transcription request carries -vocabulary's phrases),
 // "/instN" (N model instances in each partition's Triton process, each
 // its own process and CUDA context under the partition's MPS share: one
-// batch's host work beside the other's GPU work)
+// batch's host work beside the other's GPU work), "/diarinstN" (N diarize
+// model instances in each partition, the same for the diarize model)
 // and "/KEY=VALUE" (a model parameter over the run's own, such as
 // /cuda_sync=blocking or /cpu_threads=2; "/diar.KEY=VALUE" the diarize
 // model's, over -diarize-param; a "+" in VALUE is a comma, since commas
@@ -51,6 +52,7 @@ type arrangement struct {
 	name       string
 	processes  int // Triton processes per GPU (plan partitions)
 	instances  int // model instances per process
+	diarInst   int // diarize model instances per process
 	percentage int // MPS thread percentage; 0: time-sliced
 	decoder    string
 	encoder    string // compiled (the shipped default) or eager
@@ -61,18 +63,19 @@ type arrangement struct {
 }
 
 var (
-	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|vocabulary|maxbatch\d+|inst\d+|(?:diar\.|study\.)?[a-z_]+=[A-Za-z0-9._+-]+))*)$`)
+	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|vocabulary|maxbatch\d+|inst\d+|diarinst\d+|(?:diar\.|study\.)?[a-z_]+=[A-Za-z0-9._+-]+))*)$`)
 	maxBatchRE    = regexp.MustCompile(`/maxbatch(\d+)`)
 	instRE        = regexp.MustCompile(`/inst(\d+)`)
+	diarInstRE    = regexp.MustCompile(`/diarinst(\d+)`)
 	paramRE       = regexp.MustCompile(`/((?:diar\.|study\.)?[a-z_]+=[A-Za-z0-9._+-]+)`)
 )
 
 func parseArrangement(s string) (arrangement, error) {
 	m := arrangementRE.FindStringSubmatch(s)
 	if m == nil {
-		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager, /eagerenc, /unbatched, /vocabulary, /maxbatchN, /instN or /KEY=VALUE", s)
+		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager, /eagerenc, /unbatched, /vocabulary, /maxbatchN, /instN, /diarinstN or /KEY=VALUE", s)
 	}
-	a := arrangement{name: s, processes: 1, instances: 1, decoder: "cuda_graph"}
+	a := arrangement{name: s, processes: 1, instances: 1, diarInst: 1, decoder: "cuda_graph"}
 	n := func(v string) int { k, _ := strconv.Atoi(v); return k }
 	switch {
 	case m[2] != "":
@@ -91,7 +94,10 @@ func parseArrangement(s string) (arrangement, error) {
 		}
 		a.instances = n(in[1])
 	}
-	if a.processes < 1 || a.instances < 1 {
+	if in := diarInstRE.FindStringSubmatch(m[6]); in != nil {
+		a.diarInst = n(in[1])
+	}
+	if a.processes < 1 || a.instances < 1 || a.diarInst < 1 {
 		return arrangement{}, fmt.Errorf("arrangement %q: counts must be at least 1", s)
 	}
 	suffixes := strings.Split(m[6], "/")
@@ -194,12 +200,13 @@ func writeRepo(dir, modelDir string, kind configpb.ModelInstanceGroup_Kind, a ar
 }
 
 // writeDiarize adds the GPU repository's diarize model (modelspec.Diarize:
-// Sortformer) to the repository in dir: one instance a partition, of kind,
+// Sortformer) to the repository in dir: the arrangement's instances a
+// partition (one unless /diarinstN), of kind,
 // with params over the shipped ones (the CPU repositories' where params
 // name engine pyannote_campp: a check of the benchmark without a GPU).
 func writeDiarize(dir, modelDir string, kind configpb.ModelInstanceGroup_Kind, a arrangement, params map[string]string) error {
 	cfg := modelspec.Diarize(params["engine"] != "pyannote_campp")
-	cfg.Header, cfg.InstanceComment, cfg.Kind = "", "", kind
+	cfg.Header, cfg.InstanceComment, cfg.Kind, cfg.Instances = "", "", kind, a.diarInst
 	if a.maxBatch > 0 {
 		cfg = cfg.WithMaxBatch(a.maxBatch)
 	}

@@ -25,24 +25,26 @@ import (
 
 func TestParseArrangement(t *testing.T) {
 	for in, want := range map[string]arrangement{
-		"single":                  {name: "single", processes: 1, instances: 1, decoder: "cuda_graph", encoder: "compiled"},
-		"instances-4":             {name: "instances-4", processes: 1, instances: 4, decoder: "cuda_graph", encoder: "compiled"},
-		"timesliced-8/eager":      {name: "timesliced-8/eager", processes: 8, instances: 1, decoder: "eager", encoder: "compiled"},
-		"mps50-8":                 {name: "mps50-8", processes: 8, instances: 1, percentage: 50, decoder: "cuda_graph", encoder: "compiled"},
-		"mps25-8/eagerenc":        {name: "mps25-8/eagerenc", processes: 8, instances: 1, percentage: 25, decoder: "cuda_graph", encoder: "eager"},
-		"mps25-4/unbatched":       {name: "mps25-4/unbatched", processes: 4, instances: 1, percentage: 25, decoder: "cuda_graph", encoder: "compiled", unbatched: true},
-		"timesliced-4/maxbatch32": {name: "timesliced-4/maxbatch32", processes: 4, instances: 1, decoder: "cuda_graph", encoder: "compiled", maxBatch: 32},
-		"mps25-8/cuda_sync=blocking/cpu_threads=2": {name: "mps25-8/cuda_sync=blocking/cpu_threads=2", processes: 8, instances: 1, percentage: 25,
+		"single":                  {name: "single", processes: 1, instances: 1, diarInst: 1, decoder: "cuda_graph", encoder: "compiled"},
+		"instances-4":             {name: "instances-4", processes: 1, instances: 4, diarInst: 1, decoder: "cuda_graph", encoder: "compiled"},
+		"timesliced-8/eager":      {name: "timesliced-8/eager", processes: 8, instances: 1, diarInst: 1, decoder: "eager", encoder: "compiled"},
+		"mps50-8":                 {name: "mps50-8", processes: 8, instances: 1, diarInst: 1, percentage: 50, decoder: "cuda_graph", encoder: "compiled"},
+		"mps25-8/eagerenc":        {name: "mps25-8/eagerenc", processes: 8, instances: 1, diarInst: 1, percentage: 25, decoder: "cuda_graph", encoder: "eager"},
+		"mps25-4/unbatched":       {name: "mps25-4/unbatched", processes: 4, instances: 1, diarInst: 1, percentage: 25, decoder: "cuda_graph", encoder: "compiled", unbatched: true},
+		"timesliced-4/maxbatch32": {name: "timesliced-4/maxbatch32", processes: 4, instances: 1, diarInst: 1, decoder: "cuda_graph", encoder: "compiled", maxBatch: 32},
+		"mps25-8/cuda_sync=blocking/cpu_threads=2": {name: "mps25-8/cuda_sync=blocking/cpu_threads=2", processes: 8, instances: 1, diarInst: 1, percentage: 25,
 			decoder: "cuda_graph", encoder: "compiled", params: "cuda_sync=blocking/cpu_threads=2"},
-		"mps50-4/maxbatch16/inst2": {name: "mps50-4/maxbatch16/inst2", processes: 4, instances: 2, percentage: 50, decoder: "cuda_graph",
+		"mps50-4/maxbatch16/inst2": {name: "mps50-4/maxbatch16/inst2", processes: 4, instances: 2, diarInst: 1, percentage: 50, decoder: "cuda_graph",
 			encoder: "compiled", maxBatch: 16},
+		"mps50-4/diarinst2/inst3": {name: "mps50-4/diarinst2/inst3", processes: 4, instances: 3, diarInst: 2, percentage: 50, decoder: "cuda_graph",
+			encoder: "compiled"},
 	} {
 		got, err := parseArrangement(in)
 		if err != nil || got != want {
 			t.Errorf("%s: %+v %v, want %+v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "mps-4", "mps0-4", "mps101-2", "timesliced-0", "instances-0", "single/fast", "mps50-8/maxbatch0", "Single", "mps50-8/Cuda=x", "mps50-8/cuda_sync=", "mps50-4/inst0", "instances-2/inst2"} {
+	for _, bad := range []string{"", "mps-4", "mps0-4", "mps101-2", "timesliced-0", "instances-0", "single/fast", "mps50-8/maxbatch0", "Single", "mps50-8/Cuda=x", "mps50-8/cuda_sync=", "mps50-4/inst0", "instances-2/inst2", "mps50-4/diarinst0"} {
 		if _, err := parseArrangement(bad); err == nil {
 			t.Errorf("%q: want an error", bad)
 		}
@@ -313,7 +315,7 @@ func TestArrangementParamsOverTheRuns(t *testing.T) {
 func TestArrangementDiarizeParams(t *testing.T) {
 	modelDir, _ := filepath.Abs("../../../../deploy/triton/models/asr/1")
 	diarDir, _ := filepath.Abs("../../../../deploy/triton/models/diarize/1")
-	a, err := parseArrangement("mps50-8/maxbatch16/row_parts=one/diar.row_parts=fit/diar.batch_buckets=1+2+4+8+16")
+	a, err := parseArrangement("mps50-8/maxbatch16/row_parts=one/diar.row_parts=fit/diar.batch_buckets=1+2+4+8+16/diarinst2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +335,14 @@ func TestArrangementDiarizeParams(t *testing.T) {
 	if _, ok := asr["batch_buckets"]; ok {
 		t.Errorf("a diarize parameter reached the speech model: %v", asr)
 	}
-	diar := readConfig(t, filepath.Join(dir, modelspec.DiarizeName, "config.pbtxt")).GetParameters()
+	diarCfg := readConfig(t, filepath.Join(dir, modelspec.DiarizeName, "config.pbtxt"))
+	if g := diarCfg.GetInstanceGroup(); len(g) != 1 || g[0].GetCount() != 2 {
+		t.Errorf("diarize instance groups %v, want 2 (/diarinst2)", g)
+	}
+	if g := readConfig(t, filepath.Join(dir, "asr", "config.pbtxt")).GetInstanceGroup(); len(g) != 1 || g[0].GetCount() != 1 {
+		t.Errorf("speech instance groups %v, want 1: /diarinst2 is the diarize model's", g)
+	}
+	diar := diarCfg.GetParameters()
 	for k, want := range map[string]string{"row_parts": "fit", "batch_buckets": "1,2,4,8,16", "chunk_seconds": "45"} {
 		if got := diar[k].GetStringValue(); got != want {
 			t.Errorf("diarize parameter %s is %q, want %q", k, got, want)
