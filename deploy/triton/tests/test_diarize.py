@@ -290,6 +290,10 @@ class SortformerContractTest(unittest.TestCase):
             self.assertTrue(np.array_equal(a, b))  # lossless: the next chunk sees what NeMo's own loop would
         self.assertEqual((back.n_sil, back.talk, back.first, back.seconds), (5, st.talk, st.first, 60.0))
         self.assertEqual(back.encode(), raw)
+        # Arrays of another layout or precision (a slice, float64) encode as the same float32 state.
+        other = sortformer.Stream(np.asfortranarray(st.cache).astype(np.float64), st.cache_preds[:, :], st.fifo[::-1][::-1],
+                                  st.fifo_preds.astype(np.float64), st.sil, 5, st.talk, st.first, 60.0)
+        self.assertEqual(other.encode(), raw)
         self.assertEqual(len(sortformer.Stream.decode(b"", 8, 20, 5).cache), 0)
         bad = [(b'{"v": 1}', "not a Sortformer state"), (raw[:-4], "inconsistent"), (raw[:4] + b"\x02" + raw[5:], "version 2"),
                (raw[:9] + b"[" + raw[10:], "not this model.s")]
