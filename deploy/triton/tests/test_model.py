@@ -571,6 +571,27 @@ def _warm_in_child(folder, results):
     results.put((c.cold, time.time()))
 
 
+class TakingVocabularies(FakeParakeet):
+    """An engine that takes vocabularies (whisper's way): it records every
+    vocabulary it checks and the vocabularies of every batch, and refuses
+    a phrase containing unspellable."""
+
+    def __init__(self, unspellable):
+        super().__init__()
+        self.unspellable = unspellable
+        self.checked = []
+        self.vocabularies = []
+
+    def check_vocabulary(self, phrases):
+        self.checked.append(phrases)
+        if any(self.unspellable in p for p in phrases):
+            raise ValueError("vocabulary phrase 1: a character the tokenizer cannot spell")
+
+    def transcribe(self, audio, batch_size, timestamps, verbose, vocabularies=None):
+        self.vocabularies.append(vocabularies)
+        return [common.from_nemo(h) for h in super().transcribe(audio, batch_size, timestamps, verbose)]
+
+
 class VocabularyTest(unittest.TestCase):
     """A request's vocabulary (input "vocabulary", a JSON list of phrases):
     read and checked before any model time, passed row by row to an engine
@@ -596,20 +617,7 @@ class VocabularyTest(unittest.TestCase):
         self.assertIn("takes no vocabulary", res[0].err.message())
 
     def test_rows_get_their_own_vocabulary(self):
-        class Taking(FakeParakeet):
-            def __init__(self):
-                super().__init__()
-                self.vocabularies = []
-
-            def check_vocabulary(self, phrases):
-                if any("\u00e9" in p for p in phrases):
-                    raise ValueError("vocabulary phrase 1: a character the tokenizer cannot spell")
-
-            def transcribe(self, audio, batch_size, timestamps, verbose, vocabularies=None):
-                self.vocabularies.append(vocabularies)
-                return [common.from_nemo(h) for h in super().transcribe(audio, batch_size, timestamps, verbose)]
-
-        fake = Taking()
+        fake = TakingVocabularies("\u00e9")
         m = make(FakeParakeet())
         m.model = fake  # an engine that takes vocabularies (whisper's way), in the engine's place
         res = m.execute([self.request(800, b'["metoprolol", " Dr. Okafor "]'), self.request(900), self.request(1000, b'["caf\xc3\xa9"]'),
@@ -630,22 +638,7 @@ class VocabularyTest(unittest.TestCase):
         """Every chunk of a job carries its vocabulary: the engine checks it
         (1,000 phrases through the tokenizer) the first time, then the
         instance finds it by its bytes; a refused one is checked again."""
-        class Counting(FakeParakeet):
-            def __init__(self):
-                super().__init__()
-                self.checked = []
-                self.vocabularies = []
-
-            def check_vocabulary(self, phrases):
-                self.checked.append(phrases)
-                if "bad" in phrases:
-                    raise ValueError("vocabulary phrase 1: a character the tokenizer cannot spell")
-
-            def transcribe(self, audio, batch_size, timestamps, verbose, vocabularies=None):
-                self.vocabularies.append(vocabularies)
-                return [common.from_nemo(h) for h in super().transcribe(audio, batch_size, timestamps, verbose)]
-
-        fake = Counting()
+        fake = TakingVocabularies("bad")
         m = make(FakeParakeet())
         m.model = fake
         a, b = b'["metoprolol", "Dr. Okafor"]', b'["atorvastatin"]'

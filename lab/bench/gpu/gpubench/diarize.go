@@ -122,22 +122,24 @@ func diarizeRuns(rs []result) (map[diarizeKey][]*diarizeTrio, []diarizeKey) {
 		if runs == nil {
 			order = append(order, k)
 		}
-		var t *diarizeTrio
-		if n := len(runs); n > 0 {
-			t = runs[n-1]
+		if n := len(runs); n == 0 || *runs[n-1].slot(mode) != nil {
+			runs = append(runs, &diarizeTrio{})
+			points[k] = runs
 		}
-		slot := map[string]**result{}
-		if t != nil {
-			slot = map[string]**result{"off": &t.off, "on": &t.on, "only": &t.only}
-		}
-		if t == nil || *slot[mode] != nil {
-			t = &diarizeTrio{}
-			points[k] = append(runs, t)
-			slot = map[string]**result{"off": &t.off, "on": &t.on, "only": &t.only}
-		}
-		*slot[mode] = r
+		*runs[len(runs)-1].slot(mode) = r
 	}
 	return points, order
+}
+
+// slot is where the trio keeps the result of mode (off, on or only).
+func (t *diarizeTrio) slot(mode string) **result {
+	switch mode {
+	case "on":
+		return &t.on
+	case "only":
+		return &t.only
+	}
+	return &t.off
 }
 
 // diarizePoint is a point's runs summed up: means, the worst p99, the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -22,6 +23,21 @@ import (
 	"github.com/fleetscribe/fleetscribe/modelspec/configpb"
 	"github.com/fleetscribe/fleetscribe/mps"
 )
+
+// writeResults writes a results file: header, then rows.
+func writeResults(t *testing.T, path string, header []string, rows [][]string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(header)
+	_ = w.WriteAll(rows) // flushes
+	if err := errors.Join(w.Error(), f.Close()); err != nil {
+		t.Fatal(err)
+	}
+}
 
 func TestParseArrangement(t *testing.T) {
 	for in, want := range map[string]arrangement{
@@ -148,11 +164,7 @@ func TestReportResultLine(t *testing.T) {
 		{"mps50-8", "mps", "cuda_graph", "mix", "32", "300", "4", "80", "3000", "500", "600", "1200", "20", "99", "0", "0", "1", "1", "1", "1"},
 		{"mps50-8/unbatched", "mps", "cuda_graph", "mix", "8", "30", "4", "8", "300", "500", "600", "1500", "1", "99", "0", "0", "1", "1", "1", "1"},
 	}
-	f, _ := os.Create(results)
-	w := csv.NewWriter(f)
-	_ = w.Write(legacyColumns) // the results committed before the encoder was compiled
-	_ = w.WriteAll(rows)
-	_ = f.Close()
+	writeResults(t, results, legacyColumns, rows) // the results committed before the encoder was compiled
 	offline := filepath.Join(dir, "offline.json")
 	_ = os.WriteFile(offline, []byte(`{"clip_seconds":45,"best_clips_per_s":50,"best_batch":64,"batch1_clips_per_s":10,"flops_per_clip":1e12,"matmul_tflops":500}`), 0o644)
 	out, err := exec.Command("go", "run", ".", "report", "-results", results, "-offline", offline).CombinedOutput()
@@ -243,12 +255,7 @@ func TestCompiledReportResultLine(t *testing.T) {
 		row("mps50-4", "compiled", "clip45", "64", "6000", "450", "30", "warm"),
 		{"mps50-8", "mps", "cuda_graph", "clip45", "64", "100", "3", "30", "9999", "400", "500", "500", "8", "90", "0", "0", "1", "1", "1", "1", "compiled", "20", "warm"}, // the stand-in
 	}
-	f, _ := os.Create(results)
-	w := csv.NewWriter(f)
-	_ = w.Write(columns)
-	_ = w.WriteAll(rows)
-	w.Flush()
-	_ = f.Close()
+	writeResults(t, results, columns, rows)
 	out, err := exec.Command("go", "run", ".", "compiled", "-results", results).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -485,12 +492,7 @@ func TestDiarizeReportResultLine(t *testing.T) {
 		row("clip45", "128", "10500", "700", "0"), row("clip45+diarize", "128", "8500", "1600", "0"), row("clip45-diarize-only", "128", "30000", "1700", "0"),
 		row("mix", "32", "8000", "900", "0"), row("mix+diarize", "32", "6000", "1200", "0"),
 	}
-	f, _ := os.Create(results)
-	w := csv.NewWriter(f)
-	_ = w.Write(columns)
-	_ = w.WriteAll(rows)
-	w.Flush()
-	_ = f.Close()
+	writeResults(t, results, columns, rows)
 	out, err := exec.Command("go", "run", ".", "diarize", "-results", results).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -520,12 +522,7 @@ func TestDiarizeReportRuns(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, rows ...[]string) string {
 		path := filepath.Join(dir, name)
-		f, _ := os.Create(path)
-		w := csv.NewWriter(f)
-		_ = w.Write(columns)
-		_ = w.WriteAll(rows)
-		w.Flush()
-		_ = f.Close()
+		writeResults(t, path, columns, rows)
 		return path
 	}
 	row := func(arrangement, workload, audio, p99 string) []string {
