@@ -157,7 +157,7 @@ class SortformerOptions:
         model's max_batch_size, where known): Triton never hands execute()
         more, so a larger bucket would only cost its compile time and its
         warm-up's GPU memory (a partition of max_batch_size 16 compiled 32
-        rows at both lengths, 8 shapes of 16 it never ran)."""
+        rows at both lengths: 2 of its 8 shapes, never run)."""
         try:
             out = sorted({int(v) for v in self.batch_buckets.split(",") if v.strip()})
         except ValueError:
@@ -225,7 +225,8 @@ class Stream:
                            "seconds": round(self.seconds, 3)}).encode()
         arrays = [self.cache, self.cache_preds, self.fifo, self.fifo_preds, self.sil]
         # One copy of the arrays (about 0.47 MB a recording at the
-        # defaults), into the state itself: join reads their buffers.
+        # defaults) into the state itself, join reading their buffers; two
+        # for an array not already contiguous little-endian float32.
         return b"".join([STATE_MAGIC, struct.pack("<BI", STATE_VERSION, len(head)), head,
                          *(np.ascontiguousarray(a, dtype="<f4").reshape(-1).data for a in arrays)])
 
