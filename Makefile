@@ -262,9 +262,12 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-run2.csv | grep -v '^RESULT'
 	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-c128.csv | grep -v '^RESULT'
 	$(GO) run ./lab/bench/gpu/gpubench diarize -results docs/benchmarks/sortformer/served-h200-mps50-8-run3.csv | grep -v '^RESULT'
-	@echo "# Sortformer with a recording's first step at its own length (the default), H100, 4 partitions, the speech model's pointwise form: calls 7 and 8, the shipped settings in both (two runs: the RESULT line's means), beside first_step=full (call 7) and the diarize model's pointwise form (call 8):"
+	@echo "# Phrase boosting with each vocabulary checked once, 1,000 phrases on every request, two runs side by side, H100, 4 partitions, 20-s windows, one call (docs/vocabulary.md):"
+	$(GO) run ./lab/bench/gpu/gpubench compiled -encoder inductor_regional_static_sdpa_pointwise -default mps50-4 \
+	  -results docs/benchmarks/vocabulary/cost-h100-cached.csv | grep -v '^RESULT'
+	@echo "# Sortformer with a recording's first step at its own length (the default), H100, 4 partitions, the speech model's pointwise form: calls 7 and 8 on one machine, beside first_step=full (call 7) and the diarize model's pointwise form (call 8), and call 10 on another H100 (the RESULT line: the three runs' means, the worst p99):"
 	$(GO) run ./lab/bench/gpu/gpubench diarize -min-runs 2 -results docs/benchmarks/sortformer/served-h100-firststep-call1.csv \
-	  -results docs/benchmarks/sortformer/served-h100-firststep-call2.csv
+	  -results docs/benchmarks/sortformer/served-h100-firststep-call2.csv -results docs/benchmarks/sortformer/served-h100-firststep-call3.csv
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (needs python3 with torch; on a GPU also CUDA-graph replay)

@@ -342,6 +342,14 @@ class NemoEngineTest(unittest.TestCase):
         self.assertTrue(fake.applied.compute_timestamps)
         self.assertTrue(fake.applied.greedy.use_cuda_graph_decoder)
 
+    def test_the_ready_line_says_whether_phrases_are_boosted(self):
+        # A served benchmark's partitions' logs say which decoder ran.
+        plain, boosted = FakeNemoTDT("greedy_batch", graphs=True), FakeNemoTDT("greedy_batch", graphs=True)
+        self.assertIn("phrase boosting off", parakeet.NemoEngine(plain, "cuda:0", "bf16").config)
+        self.assertFalse(plain.applied.greedy.get("enable_per_stream_biasing", False))
+        self.assertIn("phrase boosting on", parakeet.NemoEngine(boosted, "cuda:0", "bf16", boosting=True).config)
+        self.assertTrue(boosted.applied.greedy.enable_per_stream_biasing)
+
     def test_a_failed_compile_serves_eagerly(self):
         # A partition that cannot compile serves eagerly (the engine
         # metric says so, and the slow-path alert fires) rather than never

@@ -166,10 +166,10 @@ class NemoEngine:
                 self.word_confidence = WordConfidence(model, confidence)
             g = cfg.get("greedy", {})
             self.config = ("strategy %s, loop_labels %s, use_cuda_graph_decoder %s, %s; attention %s; %d pointwise convolutions as matrix "
-                           "multiplies, %d of the subsampling by taps, %d linear layers in FP8; word confidence %s") % (
+                           "multiplies, %d of the subsampling by taps, %d linear layers in FP8; word confidence %s; phrase boosting %s") % (
                 cfg.get("strategy"), g.get("loop_labels"), g.get("use_cuda_graph_decoder"),
                 type(getattr(model.decoding, "decoding", None)).__name__, self.attention_name(), self.pointwise, self.taps, self.fp8,
-                confidence)
+                confidence, "on" if g.get("enable_per_stream_biasing") else "off")
             self.staging = PinnedRows(device)
             self.encoder_path = "eager"
             if options.mode == "compiled" and compiles_on(device) and hasattr(model.encoder, "forward_internal"):
