@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -576,5 +577,29 @@ func TestNewLogKeepsAnEarlierStartsLog(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dir, want[0]))
 	if err != nil || string(b) != "start 1\n" {
 		t.Fatalf("the first start's log is %q (%v), want it kept", b, err)
+	}
+}
+
+// Beside each other, each model's requests keep their own latencies, so
+// the log line says which one makes the point's tail.
+func TestSideBySideTellsTheModelsApart(t *testing.T) {
+	var mu sync.Mutex
+	p := &point{}
+	start := time.Now().Add(-2 * time.Second)
+	side(p, &mu, start, nil, true)
+	side(p, &mu, time.Now(), nil, false)
+	side(p, &mu, start, errors.New("failed"), false) // a failed request has no latency to keep
+	if len(p.speech) != 1 || len(p.diarize) != 1 {
+		t.Fatalf("speech %v, diarize %v: want one each", p.speech, p.diarize)
+	}
+	if p.speech[0] < 2*time.Second || p.diarize[0] > time.Second {
+		t.Errorf("speech %v, diarize %v: the slow one is the speech request", p.speech, p.diarize)
+	}
+	line := sideBySide(*p)
+	if !strings.HasPrefix(line, "speech requests p50/p95/p99 ms 2") || !strings.Contains(line, "diarize requests 0.") {
+		t.Errorf("line %q", line)
+	}
+	if got := sideBySide(point{}); got != "speech requests p50/p95/p99 ms none, diarize requests none" {
+		t.Errorf("no requests: %q", got)
 	}
 }

@@ -63,6 +63,9 @@ type point struct {
 	audioSeconds float64
 	latencies    []time.Duration
 	errors       int
+	// Beside each other (mode on): the speech requests' and the diarize
+	// requests' own latencies, to tell which one makes a tail.
+	speech, diarize []time.Duration
 }
 
 // measure runs the workload at each concurrency through the project's own
@@ -162,6 +165,9 @@ func measurePoint(ctx context.Context, lc loadConfig, pool *triton.Pool, reg *pr
 		b, q, _, inf, _ := perRequest(dAfter, dBefore)
 		fmt.Printf("# %s at %d: diarize model %d requests, mean batch %.1f, queue %.1f ms, infer %.1f ms a request\n",
 			workload, n, dAfter.requests-dBefore.requests, b, q, inf)
+		if mode == "on" {
+			fmt.Printf("# %s at %d: %s\n", workload, n, sideBySide(p.point))
+		}
 		if mode == "only" {
 			meanBatch, queueMs, inputMs, inferMs, outputMs = perRequest(dAfter, dBefore)
 		}
@@ -187,6 +193,9 @@ func diarizeRecording(ctx context.Context, pool *triton.Pool, chunks [][]float32
 			sec = float64(len(c)) / rate
 		}
 		record(phase.Load(), mu, t0, err, sec, audio)
+		if !audio {
+			side(phase.Load(), mu, t0, err, false)
+		}
 		if err != nil {
 			return err
 		}
@@ -211,7 +220,9 @@ func clipRequest(pool *triton.Pool, clip []float32, mode string, vocabulary []st
 			// own is recorded too, without audio.
 			g, gctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return diarizeRecording(gctx, pool, [][]float32{clip}, phase, mu, false) })
+			t0 := time.Now()
 			_, err = pool.Transcribe(gctx, triton.Request{Samples: clip, Timestamps: true, Vocabulary: vocabulary})
+			side(p, mu, t0, err, true)
 			if derr := g.Wait(); err == nil {
 				err = derr
 			}
@@ -254,6 +265,9 @@ func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float
 				// Per chunk, in the window it completes in: a recording begun
 				// in the warm-up counts what it finishes in the measured one.
 				record(phase.Load(), mu, t0, err, float64(len(c))/rate, true)
+				if mode == "on" {
+					side(phase.Load(), mu, t0, err, true)
+				}
 				return err
 			})
 		}
@@ -308,6 +322,34 @@ func record(p *point, mu *sync.Mutex, start time.Time, err error, audioSec float
 	}
 }
 
+// side keeps the latency of a request that ran beside the other model's
+// (speech, else diarize), where it ended without error.
+func side(p *point, mu *sync.Mutex, start time.Time, err error, speech bool) {
+	if err != nil {
+		return
+	}
+	d := time.Since(start)
+	mu.Lock()
+	defer mu.Unlock()
+	if speech {
+		p.speech = append(p.speech, d)
+	} else {
+		p.diarize = append(p.diarize, d)
+	}
+}
+
+// sideBySide is the log line of the two models' own latencies beside
+// each other: where a point's tail comes from.
+func sideBySide(p point) string {
+	q := func(l []time.Duration) string {
+		if len(l) == 0 {
+			return "none"
+		}
+		return fmt.Sprintf("%s/%s/%s (slowest %s)", ms(pct(l, 0.5)), ms(pct(l, 0.95)), ms(pct(l, 0.99)), ms(slices.Max(l)))
+	}
+	return fmt.Sprintf("speech requests p50/p95/p99 ms %s, diarize requests %s", q(p.speech), q(p.diarize))
+}
+
 // measured is a point's figures plus the GPU utilisation over its window.
 type measured struct {
 	point
@@ -340,6 +382,7 @@ func run(ctx context.Context, n int, warm, dur time.Duration, work func(context.
 	cur.seconds = time.Since(start).Seconds()
 	out := measured{point: *cur, util: util()}
 	out.latencies = slices.Clone(cur.latencies)
+	out.speech, out.diarize = slices.Clone(cur.speech), slices.Clone(cur.diarize)
 	mu.Unlock()
 	end()
 	cancel()
