@@ -586,9 +586,11 @@ func TestSideBySideTellsTheModelsApart(t *testing.T) {
 	var mu sync.Mutex
 	p := &point{}
 	start := time.Now().Add(-2 * time.Second)
-	side(p, &mu, start, nil, true)
-	side(p, &mu, time.Now(), nil, false)
-	side(p, &mu, start, errors.New("failed"), false) // a failed request has no latency to keep
+	recordSpeech(p, &mu, start, nil)
+	record(p, &mu, time.Now(), nil, 45, false)             // a diarize request beside it
+	record(p, &mu, start, errors.New("failed"), 45, false) // a failed request has no latency to keep
+	recordSpeech(p, &mu, start, errors.New("failed"))      // nor a failed speech request
+	record(p, &mu, time.Now(), nil, 45, true)              // a counted request is neither model's side
 	if len(p.speech) != 1 || len(p.diarize) != 1 {
 		t.Fatalf("speech %v, diarize %v: want one each", p.speech, p.diarize)
 	}

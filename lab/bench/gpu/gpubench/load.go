@@ -193,9 +193,6 @@ func diarizeRecording(ctx context.Context, pool *triton.Pool, chunks [][]float32
 			sec = float64(len(c)) / rate
 		}
 		record(phase.Load(), mu, t0, err, sec, audio)
-		if !audio {
-			side(phase.Load(), mu, t0, err, false)
-		}
 		if err != nil {
 			return err
 		}
@@ -222,7 +219,7 @@ func clipRequest(pool *triton.Pool, clip []float32, mode string, vocabulary []st
 			g.Go(func() error { return diarizeRecording(gctx, pool, [][]float32{clip}, phase, mu, false) })
 			t0 := time.Now()
 			_, err = pool.Transcribe(gctx, triton.Request{Samples: clip, Timestamps: true, Vocabulary: vocabulary})
-			side(p, mu, t0, err, true)
+			recordSpeech(p, mu, t0, err)
 			if derr := g.Wait(); err == nil {
 				err = derr
 			}
@@ -266,7 +263,7 @@ func mixJob(pool *triton.Pool, chunkSeconds float64, par int, split func([]float
 				// in the warm-up counts what it finishes in the measured one.
 				record(phase.Load(), mu, t0, err, float64(len(c))/rate, true)
 				if mode == "on" {
-					side(phase.Load(), mu, t0, err, true)
+					recordSpeech(phase.Load(), mu, t0, err)
 				}
 				return err
 			})
@@ -304,7 +301,8 @@ func synthVocabulary(n int) []string {
 
 // record counts a request that ended: its latency, and with counted its
 // completion and audio (a diarization beside a transcription adds its
-// latency only: the recording's audio is counted once).
+// latency only, which is also kept as the diarize requests' own: the
+// recording's audio is counted once).
 func record(p *point, mu *sync.Mutex, start time.Time, err error, audioSec float64, counted bool) {
 	d := time.Since(start)
 	mu.Lock()
@@ -319,23 +317,21 @@ func record(p *point, mu *sync.Mutex, start time.Time, err error, audioSec float
 	if counted {
 		p.completed++
 		p.audioSeconds += audioSec
+	} else {
+		p.diarize = append(p.diarize, d)
 	}
 }
 
-// side keeps the latency of a request that ran beside the other model's
-// (speech, else diarize), where it ended without error.
-func side(p *point, mu *sync.Mutex, start time.Time, err error, speech bool) {
+// recordSpeech keeps the own latency of a speech request that ran beside
+// its recording's diarization, where it ended without error.
+func recordSpeech(p *point, mu *sync.Mutex, start time.Time, err error) {
 	if err != nil {
 		return
 	}
 	d := time.Since(start)
 	mu.Lock()
 	defer mu.Unlock()
-	if speech {
-		p.speech = append(p.speech, d)
-	} else {
-		p.diarize = append(p.diarize, d)
-	}
+	p.speech = append(p.speech, d)
 }
 
 // sideBySide is the log line of the two models' own latencies beside
