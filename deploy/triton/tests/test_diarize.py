@@ -251,6 +251,16 @@ class SortformerContractTest(unittest.TestCase):
                          .transformer_attention, "sdpa")
         with self.assertRaisesRegex(ValueError, "transformer_attention"):
             sortformer.SortformerOptions.from_params({"engine": "sortformer", "transformer_attention": "flash"})
+        self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer"}).align_frames, 1, "not measured on a GPU yet")
+        self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer", "align_frames": "8"}).align_frames, 8)
+        for bad in ("0", "65", "eight"):
+            with self.assertRaisesRegex(ValueError, "align_frames"):
+                sortformer.SortformerOptions.from_params({"engine": "sortformer", "align_frames": bad})
+        # 45-s chunks at the default cache and FIFO: a first step of 565
+        # frames and a later one of 793, as NeMo has them, or aligned.
+        self.assertEqual([sortformer.aligned(n, 1) for n in (565, 793)], [565, 793])
+        self.assertEqual([sortformer.aligned(n, 8) for n in (565, 793, 800)], [568, 800, 800])
+        self.assertEqual(sortformer.aligned(377, 16), 384)
 
     def test_host_options_are_the_speech_models_and_set_before_the_model_loads(self):
         from unittest import mock

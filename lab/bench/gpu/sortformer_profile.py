@@ -12,6 +12,9 @@ own copy of the model:
   both        pointwise_convs=matmul, transformer_attention=sdpa
   convs       pointwise_convs=matmul, subsampling_convs=taps
   eager       encoder=eager: what compiling gives
+  aligned     align_frames=8 (the sequence 800 frames, not 793, at 45 s)
+  aligned_pointwise, aligned_sdpa, aligned_both: align_frames=8 and the
+              forms above
 
 it records the median wall time of --reps steps (each from its own copy
 of the same filled state, made before the timing), the audio seconds a second that makes, and a kernel
@@ -52,6 +55,10 @@ VARIANTS = {
     "both": {"pointwise_convs": "matmul", "transformer_attention": "sdpa"},
     "convs": {"pointwise_convs": "matmul", "subsampling_convs": "taps"},
     "eager": {"encoder": "eager"},
+    "aligned": {"align_frames": "8"},
+    "aligned_pointwise": {"align_frames": "8", "pointwise_convs": "matmul"},
+    "aligned_sdpa": {"align_frames": "8", "transformer_attention": "sdpa"},
+    "aligned_both": {"align_frames": "8", "pointwise_convs": "matmul", "transformer_attention": "sdpa"},
 }
 
 

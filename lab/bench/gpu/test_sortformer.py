@@ -218,6 +218,36 @@ class SortformerTest(unittest.TestCase):
         short.serve({0: Ask(speech(CHUNK_S, 70)), 1: Ask(speech(CHUNK_S, 71), a[0][0])})
         self.assertEqual(seen, [short.total])
 
+    def test_aligned_lengths_are_masked_padding(self):
+        # align_frames=8: a first step's and a later step's lengths rounded
+        # up to a multiple of 8 (102 and 162 frames here, 565 and 793 at
+        # 45-s chunks), the encoder run at them, and the frames within each
+        # row's length what NeMo's lengths give (past it, masked).
+        plain, al = engine(), engine(align_frames="8")
+        self.assertEqual(al.lengths, [-(-n // 8) * 8 for n in plain.lengths])
+        self.assertNotEqual(al.lengths, plain.lengths)
+        self.assertIn("eager at %s frames" % " and ".join(map(str, al.lengths)), al.describe())
+        seen = []
+        run = al.run_encoder
+        al.run_encoder = lambda seq, n: seen.append(seq.shape[1]) or run(seq, n)
+        recs = [speech(2 * CHUNK_S, 80 + r) for r in range(3)]
+        a, a_turns = walk(al, recs)
+        b, b_turns = walk(plain, recs)
+        self.assertEqual(seen, al.lengths)
+        for r in range(len(recs)):
+            x, y = arrays(a[r][0]), arrays(b[r][0])
+            self.assertEqual([v.shape for v in x], [v.shape for v in y])
+            self.assertLess(float(np.abs(x[1] - y[1]).max(initial=0)), 1e-4)  # the first step's cache probabilities
+            self.assertEqual(a_turns[r][0], b_turns[r][0])
+        for length in plain.lengths:
+            seq = torch.randn(2, length, 512, device=DEVICE)
+            n = torch.tensor([length, length - 9], device=DEVICE)
+            with torch.inference_mode():
+                want = sortformer.encode(plain.model, seq, n)
+                got = sortformer.encode(plain.model, torch.nn.functional.pad(seq, (0, 0, 0, sortformer.aligned(length, 8) - length)), n)
+            for r in range(2):
+                self.assertLess(float((got[r, :n[r]] - want[r, :n[r]]).abs().max()), 1e-5)
+
     def test_long_request_takes_several_steps(self):
         # A request longer than chunk_seconds is walked in steps; its turns
         # stay inside it and its state is bounded.

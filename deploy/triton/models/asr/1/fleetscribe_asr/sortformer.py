@@ -114,6 +114,10 @@ class SortformerOptions:
                                                  "masked, softmaxed, multiplied) or sdpa (PyTorch's fused attention, the same mask "
                                                  "and scale, no score matrix written; on an H100 13% less GPU time a step, but "
                                                  "one process's step slower on the wall clock, not yet served: docs/speakers.md)")
+    align_frames: int = _param(1, "the encoder's sequence lengths (first_step's and a later step's) rounded up to a multiple of "
+                                  "this many frames, the padding masked: 8 gives the bf16 matrix multiplies over the sequence "
+                                  "aligned rows (at 45-s chunks 565 and 793 frames run cuBLAS's align1 kernels; 568 and 800 "
+                                  "do not); 1: NeMo's lengths")
     compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
     cudnn_attention: bool = _param(False, CUDNN_ATTENTION_HELP)
     cuda_sync: str = _param("blocking", CUDA_SYNC_HELP)
@@ -141,6 +145,8 @@ class SortformerOptions:
                                      ("subsampling_convs", self.subsampling_convs, SUBSAMPLING_CONVS),
                                      ("transformer_attention", self.transformer_attention, ("model", "sdpa"))]:
             one_of(name, value, allowed, "diarize model")
+        if not 1 <= self.align_frames <= 64:
+            raise ValueError(f"diarize model parameter align_frames={self.align_frames}: 1 to 64 frames")
         if not 0 < self.threshold < 1 or self.min_gap < 0 or self.min_turn < 0 or self.min_talk < 0:
             raise ValueError("diarize model parameters: 0 < threshold < 1; min_gap, min_turn and min_talk >= 0")
         if not 1 <= self.max_speakers <= SPEAKERS:
@@ -369,6 +375,11 @@ def bucket_parts(buckets: list[int], rows: int, fit: bool) -> list[tuple[int, in
     return out
 
 
+def aligned(frames: int, multiple: int) -> int:
+    """frames rounded up to a multiple of multiple."""
+    return -(-frames // multiple) * multiple
+
+
 def encode(model: Any, seq: Tensor, seq_len: Tensor) -> Tensor:
     """The Fast Conformer (past its pre-encode) and the Transformer over the
     concatenated sequence: speaker probabilities per frame."""
@@ -415,13 +426,15 @@ class SortformerDiarizer:
 
             self.sdpa = sdpa.as_sdpa([self.model.transformer_encoder])
         self.sm, self.dim = sm, sm.fc_d_model
-        self.total = sm.spkcache_len + sm.fifo_len + sm.chunk_left_context + sm.chunk_len + sm.chunk_right_context
         # The encoder's sequence lengths, each a compiled shape: a later
         # step's (speaker cache, FIFO and chunk), and with first_step=short
         # a first step's (the chunk alone: cache and FIFO are empty until
         # it ends), which a batch of first steps runs instead of padding to
-        # the longer.
-        first = self.total - sm.spkcache_len - sm.fifo_len
+        # the longer; each rounded up to a multiple of align_frames (the
+        # frames past a row's length are masked, as a shorter row's are).
+        first = sm.chunk_left_context + sm.chunk_len + sm.chunk_right_context
+        self.total = aligned(first + sm.spkcache_len + sm.fifo_len, opts.align_frames)
+        first = aligned(first, opts.align_frames)
         self.lengths = sorted({first, self.total}) if opts.first_step == "short" else [self.total]
         self.rows = opts.buckets(max_batch)
         self.compiled: Any = None
@@ -435,7 +448,7 @@ class SortformerDiarizer:
     def describe(self) -> str:
         c = "compiled for rows %s at %s frames, %s in %.0f s" % (
             ",".join(map(str, self.rows)), " and ".join(map(str, self.lengths)), "compiled" if self.cache and self.cache.cold else "loaded from the cache",
-            self.cache.seconds if self.cache else 0) if self.compiled else "eager"
+            self.cache.seconds if self.cache else 0) if self.compiled else "eager at %s frames" % " and ".join(map(str, self.lengths))
         return "chunk %d frames (%.1f s), FIFO %d, speaker cache %d, update period %d; encoder %s, %d pointwise convolutions as matrix " \
             "multiplies, %d of the subsampling by taps, %d Transformer attentions through SDPA; %s" % (
                 self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len, self.sm.spkcache_update_period, c,
