@@ -3,7 +3,9 @@ engine (model.py's SortformerDiarizer, as a partition runs it) on NeMo's
 Sortformer-shaped model (the .nemo sortformer_study.py --save writes),
 one batch of --rows recordings, each row's speaker cache and FIFO filled
 by a first chunk, then a chunk of --seconds each (one streaming step at
-the shipped chunk_seconds). For each variant, a fresh engine over its
+the shipped chunk_seconds); with --step first, that chunk is each
+recording's first (cache and FIFO empty: the shorter sequence a 45-s
+clip runs). For each variant, a fresh engine over its
 own copy of the model:
 
   shipped     the diarize model's parameters as shipped (compiled)
@@ -102,6 +104,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=45.0, help="each chunk (chunk_seconds: one step)")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--step", choices=("later", "first"), default="later",
+                    help="later: every row's cache and FIFO filled by a first chunk (a long recording's step); first: "
+                         "empty (a recording's first step, each 45-s clip of run.sh's sortformer points)")
     ap.add_argument("--variants", default="shipped,pointwise,sdpa,both", help="of " + ",".join(VARIANTS))
     ap.add_argument("--params", default="", help="diarize model parameters over every variant's (k=v,...)")
     ap.add_argument("--cache", default="", help="the compile cache folder")
@@ -115,7 +120,7 @@ def main() -> None:
     first = speech_like(args.rows, args.seconds, 1)
     chunk = speech_like(args.rows, args.seconds, 2)
     out: dict[str, Any] = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
-                           "rows": args.rows, "seconds": args.seconds, "base_params": base, "variants": {}}
+                           "rows": args.rows, "seconds": args.seconds, "step": args.step, "base_params": base, "variants": {}}
     reference: npt.NDArray[np.bool_] | None = None
     for name in args.variants.split(","):
 
@@ -126,7 +131,8 @@ def main() -> None:
             engine = sortformer.SortformerDiarizer(opts, device)
             load_s = time.perf_counter() - t0
             streams = [sortformer.Stream.empty(engine.dim) for _ in range(args.rows)]
-            engine.step(first, streams, list(range(args.rows)))  # every row's cache and FIFO filled
+            if args.step == "later":
+                engine.step(first, streams, list(range(args.rows)))  # every row's cache and FIFO filled
             # Each step starts from its own copy of the filled streams, made
             # before any timing (a served step decodes its state instead):
             # one a call of step below (the timed ones, the profiles' and
