@@ -234,11 +234,15 @@ class SortformerTest(unittest.TestCase):
         a, a_turns = walk(al, recs)
         b, b_turns = walk(plain, recs)
         self.assertEqual(seen, al.lengths)
+        # On a CPU the same numbers; on a GPU, in bf16, another length runs
+        # other kernels: to bf16's rounding, as first_step's test allows.
+        exact = DEVICE == "cpu"
         for r in range(len(recs)):
             x, y = arrays(a[r][0]), arrays(b[r][0])
             self.assertEqual([v.shape for v in x], [v.shape for v in y])
-            self.assertLess(float(np.abs(x[1] - y[1]).max(initial=0)), 1e-4)  # the first step's cache probabilities
-            self.assertEqual(a_turns[r][0], b_turns[r][0])
+            self.assertLess(float(np.abs(x[1] - y[1]).max(initial=0)), 1e-4 if exact else 0.02)  # the first step's cache probabilities
+            if exact:
+                self.assertEqual(a_turns[r][0], b_turns[r][0])
         for length in plain.lengths:
             seq = torch.randn(2, length, 512, device=DEVICE)
             n = torch.tensor([length, length - 9], device=DEVICE)
