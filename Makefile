@@ -267,7 +267,10 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	  -results docs/benchmarks/vocabulary/cost-h100-cached.csv | grep -v '^RESULT'
 	@echo "# Sortformer with a recording's first step at its own length (the default), H100, 4 partitions, the speech model's pointwise form: calls 7 and 8 on one machine, beside first_step=full (call 7) and the diarize model's pointwise form (call 8), and call 10 on another H100 (the RESULT line: the three runs' means, the worst p99):"
 	$(GO) run ./lab/bench/gpu/gpubench diarize -min-runs 2 -results docs/benchmarks/sortformer/served-h100-firststep-call1.csv \
-	  -results docs/benchmarks/sortformer/served-h100-firststep-call2.csv -results docs/benchmarks/sortformer/served-h100-firststep-call3.csv
+	  -results docs/benchmarks/sortformer/served-h100-firststep-call2.csv -results docs/benchmarks/sortformer/served-h100-firststep-call3.csv | grep -v '^RESULT'
+	@echo "# Sortformer's sequence lengths aligned to 8 frames (align_frames=8, now the default) beside NeMo's (the rows named mps50-4/maxbatch16 ran align_frames=1, the default then) and beside row_parts=fit, H100, 4 partitions, 20-s windows, three calls on one machine (the RESULT line: the points measured twice, their means, the worst p99):"
+	$(GO) run ./lab/bench/gpu/gpubench diarize -min-runs 2 -results docs/benchmarks/sortformer/served-h100-align-call1.csv \
+	  -results docs/benchmarks/sortformer/served-h100-align-call2.csv -results docs/benchmarks/sortformer/served-h100-align-call3.csv
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (needs python3 with torch; on a GPU also CUDA-graph replay)
