@@ -187,8 +187,9 @@ class SortformerTest(unittest.TestCase):
         # runs at the chunk's length, not padded to a later step's, and its
         # rows get the states padding gave them (to bf16's rounding: other
         # shapes, other kernels; the encoder alone is exact in fp32); the
-        # next step runs at the full length.
-        short, full = engine(), engine(first_step="full")
+        # next step runs at the full length. NeMo's lengths (align_frames=1;
+        # the aligned ones have a test of their own).
+        short, full = engine(align_frames="1"), engine(first_step="full", align_frames="1")
         self.assertEqual(short.lengths, [short.total - 40 - 20, short.total])
         self.assertEqual(full.lengths, [full.total])
         seen = []
@@ -219,11 +220,12 @@ class SortformerTest(unittest.TestCase):
         self.assertEqual(seen, [short.total])
 
     def test_aligned_lengths_are_masked_padding(self):
-        # align_frames=8: a first step's and a later step's lengths rounded
-        # up to a multiple of 8 (102 and 162 frames here, 565 and 793 at
-        # 45-s chunks), the encoder run at them, and the frames within each
-        # row's length what NeMo's lengths give (past it, masked).
-        plain, al = engine(), engine(align_frames="8")
+        # align_frames=8 (the default): a first step's and a later step's
+        # lengths rounded up to a multiple of 8 (102 and 162 frames here,
+        # 565 and 793 at 45-s chunks), the encoder run at them, and the
+        # frames within each row's length what NeMo's lengths
+        # (align_frames=1) give (past it, masked).
+        plain, al = engine(align_frames="1"), engine()
         self.assertEqual(al.lengths, [-(-n // 8) * 8 for n in plain.lengths])
         self.assertNotEqual(al.lengths, plain.lengths)
         self.assertIn("eager at %s frames" % " and ".join(map(str, al.lengths)), al.describe())

@@ -114,10 +114,10 @@ class SortformerOptions:
                                                  "masked, softmaxed, multiplied) or sdpa (PyTorch's fused attention, the same mask "
                                                  "and scale, no score matrix written; on an H100 13% less GPU time a step, but "
                                                  "one process's step slower on the wall clock, not yet served: docs/speakers.md)")
-    align_frames: int = _param(1, "the encoder's sequence lengths (first_step's and a later step's) rounded up to a multiple of "
+    align_frames: int = _param(8, "the encoder's sequence lengths (first_step's and a later step's) rounded up to a multiple of "
                                   "this many frames, the padding masked: 8 gives the bf16 matrix multiplies over the sequence "
-                                  "aligned rows (at 45-s chunks 565 and 793 frames ran CUTLASS align1 kernels on an H100, "
-                                  "likely for want of them; 568 and 800 not yet measured); 1: NeMo's lengths")
+                                  "aligned rows (at 45-s chunks 568 and 800 frames, not 565 and 793: diarization alone served "
+                                  "1.06-1.08x on an H100, docs/speakers.md); 1: NeMo's lengths")
     compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
     cudnn_attention: bool = _param(False, CUDNN_ATTENTION_HELP)
     cuda_sync: str = _param("blocking", CUDA_SYNC_HELP)
