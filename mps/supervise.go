@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,7 +72,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		mps = mps || p.Sharing != SharingTimeSliced
 	}
 	if s.StartDaemon && mps {
-		if err := s.Control.StartDaemon(ctx); err != nil {
+		if err := s.startDaemon(ctx); err != nil {
 			return err
 		}
 		s.Log.Info().Msg("mps control daemon started")
@@ -95,6 +96,48 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	return nil
 }
 
+// startDaemon starts the control daemon. A daemon that already answers at
+// the pipe directory with no clients is one a supervisor left running when
+// it was killed (it could not quit it): it is quit and ours started, so a
+// restarted supervisor does not fail on it for ever. One with clients is
+// in use: a clear error, nothing touched.
+func (s *Supervisor) startDaemon(ctx context.Context) error {
+	err := s.Control.StartDaemon(ctx)
+	if err == nil {
+		return nil
+	}
+	st, serr := s.Control.Status(ctx)
+	if serr != nil {
+		return err // no daemon answers: the start failed for another reason
+	}
+	var clients []int
+	for _, pids := range st.Clients() {
+		clients = append(clients, pids...)
+	}
+	if len(clients) > 0 {
+		slices.Sort(clients)
+		return fmt.Errorf("%w: a daemon already runs at %s with %d clients (pids %v): another supervisor's, or partitions it left; "+
+			"stop them, or give this one its own pipe directory", err, s.Control.Dirs.Pipe, len(clients), clients)
+	}
+	s.Log.Warn().Str("pipe_dir", s.Control.Dirs.Pipe).Int("servers", len(st.Servers)).
+		Msg("mps control daemon left running with no clients (its supervisor was killed): quitting it and starting this one's")
+	if err := s.Control.Quit(ctx); err != nil {
+		return fmt.Errorf("quit the mps daemon left running: %w", err)
+	}
+	// The daemon answers until it has exited; its pipe is then free.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := s.Control.StartDaemon(ctx); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("the mps daemon left running did not exit in 30s: %w", err)
+		}
+		if backoff.Sleep(ctx, 200*time.Millisecond) != nil {
+			return ctx.Err()
+		}
+	}
+}
+
 // keep runs one partition until ctx is done, restarting it with backoff.
 func (s *Supervisor) keep(ctx context.Context, p Partition) {
 	log := s.Log.With().Str("partition", p.Name()).Logger()
@@ -102,7 +145,11 @@ func (s *Supervisor) keep(ctx context.Context, p Partition) {
 		argv := Expand(s.Command, p)
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append(os.Environ(), p.Env(s.Control.Dirs)...)
+		// Its own group (stopped as one), and killed if the supervisor
+		// dies without stopping it (SIGKILL, the OOM killer): an orphan
+		// would hold its ports and its MPS client slot from the next run.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		dieWithParent(cmd.SysProcAttr)
 		if s.Output != nil {
 			w := &prefixWriter{prefix: p.Name() + " | ", out: s.Output, mu: &s.outMu}
 			cmd.Stdout, cmd.Stderr = w, w

@@ -3,8 +3,11 @@ package mps
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -208,4 +211,142 @@ func TestSupervisorTimeSlicedNeedsNoDaemon(t *testing.T) {
 	if b, err := os.ReadFile(calls); err == nil {
 		t.Errorf("the MPS control was called: %s", b)
 	}
+}
+
+// registerAsClient is a partition command that registers as an MPS client
+// of its device, as a CUDA process does when it connects.
+var registerAsClient = []string{"sh", "-c", `echo "$CUDA_VISIBLE_DEVICES" >"$CUDA_MPS_PIPE_DIRECTORY/clients/$$"; exec sleep 60`}
+
+// A daemon left running by a supervisor that was killed (it has no
+// clients) is quit and replaced: the next supervisor starts instead of
+// failing on it at every restart.
+func TestSupervisorReplacesADaemonLeftWithoutClients(t *testing.T) {
+	c := statefulControl(t)
+	if err := c.StartDaemon(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	daemon := filepath.Join(c.Dirs.Pipe, "daemon")
+	if err := os.WriteFile(daemon, []byte("left\n"), 0o644); err != nil { // the stand-in's daemon, marked
+		t.Fatal(err)
+	}
+	plan, err := Plan(PlanConfig{GPUs: []int{0}, PerGPU: 2, BasePort: 9201})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	s := &Supervisor{Plan: plan, Control: c, StartDaemon: true, CheckEvery: 50 * time.Millisecond,
+		Command: registerAsClient, Log: zerolog.New(logs)}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	testwait.For(t, "both partitions clients of the new daemon", func() bool {
+		st, err := c.Status(ctx)
+		return err == nil && len(st.Clients()[0]) == 2 && len(s.PIDs()) == 2
+	})
+	if b, _ := os.ReadFile(daemon); len(b) != 0 {
+		t.Errorf("the daemon left running was not replaced (its marker %q is still there)", b)
+	}
+	if !strings.Contains(logs.String(), "left running with no clients") {
+		t.Errorf("no warning of the daemon left running:\n%s", logs.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(daemon); err == nil {
+		t.Error("the daemon was not quit")
+	}
+}
+
+// A daemon with live clients is in use (another supervisor's, or
+// partitions a killed one left): the supervisor says so, with their pids,
+// and touches neither.
+func TestSupervisorRefusesADaemonInUse(t *testing.T) {
+	c := statefulControl(t)
+	if err := c.StartDaemon(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	other := exec.Command("sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	pid := strconv.Itoa(other.Process.Pid)
+	if err := os.WriteFile(filepath.Join(c.Dirs.Pipe, "clients", pid), []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Plan(PlanConfig{GPUs: []int{0}, PerGPU: 2, BasePort: 9301})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Supervisor{Plan: plan, Control: c, StartDaemon: true, Command: registerAsClient, Log: zerolog.Nop()}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a supervisor that goes ahead runs until then
+	defer cancel()
+	err = s.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "already running") || !strings.Contains(err.Error(), "1 clients (pids ["+pid+"])") {
+		t.Fatalf("want the daemon's own error and its client named, got %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(c.Dirs.Pipe, "daemon")); err != nil {
+		t.Error("the daemon in use was quit")
+	}
+	if syscall.Kill(other.Process.Pid, 0) != nil {
+		t.Error("the daemon's client was stopped")
+	}
+}
+
+// A supervisor killed outright (SIGKILL: no chance to stop anything)
+// takes its partitions with it: an orphan would hold the ports and the MPS
+// client slot the next supervisor's partitions need.
+func TestPartitionsDieWithAKilledSupervisor(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux's")
+	}
+	pidFile := filepath.Join(t.TempDir(), "partition.pid")
+	sup := exec.Command(os.Args[0], "-test.run=^TestHelperSupervisor$")
+	sup.Env = append(os.Environ(), "FLEETSCRIBE_HELPER_SUPERVISOR="+pidFile)
+	if err := sup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	testwait.For(t, "the helper supervisor's partition to start", func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	if err := sup.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = sup.Wait()
+	testwait.For(t, "the partition to die with its supervisor", func() bool { return !running(pid) })
+}
+
+// TestHelperSupervisor is the supervisor TestPartitionsDieWithAKilledSupervisor
+// kills: one time-sliced partition (no daemon) that writes its pid.
+func TestHelperSupervisor(t *testing.T) {
+	pidFile := os.Getenv("FLEETSCRIBE_HELPER_SUPERVISOR")
+	if pidFile == "" {
+		t.Skip("a helper process of TestPartitionsDieWithAKilledSupervisor")
+	}
+	plan, err := Plan(PlanConfig{GPUs: []int{0}, PerGPU: 1, BasePort: 9401, Sharing: SharingTimeSliced})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Supervisor{Plan: plan, Control: NewControl(Dirs{}), Log: zerolog.Nop(),
+		Command: []string{"sh", "-c", `echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec sleep 60`, pidFile}}
+	_ = s.Run(t.Context())
+}
+
+// running is whether pid is a live process (a zombie, dead but not yet
+// reaped by whoever adopted it, is not).
+func running(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
 }
