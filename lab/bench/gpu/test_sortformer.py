@@ -291,13 +291,21 @@ class SortformerTest(unittest.TestCase):
     @unittest.skipUnless(DEVICE == "cuda" or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1", "compiles on a GPU (or FLEETSCRIBE_COMPILE_CPU=1)")
     def test_compiled_encoder_agrees_with_eager(self):
         # The compiled layers (row buckets 2 and 4; 3 rows run padded to 4,
-        # 5 in parts) give the eager engine's states, to bf16's precision.
+        # 5 in parts) give the eager engine's states, to bf16's precision,
+        # and serving compiles nothing the warm-up did not: 5 rows run as 4
+        # (a bucket's rows exactly, no padding) and 1 padded to 2, the
+        # later steps as 4 and 1 (a graph compiled at a request stalls its
+        # batch for seconds on a machine's first start).
+        from torch._dynamo.utils import counters
+
         with tempfile.TemporaryDirectory() as cache:
             compiled = engine(encoder="compiled", batch_buckets="2,4", compile_cache=cache)
             self.assertIsNotNone(compiled.compiled)
             eager = engine()
             recs = [speech(17, 10 + r) for r in range(5)]
+            graphs = counters["stats"]["unique_graphs"]
             a, _ = walk(compiled, recs)
+            self.assertEqual(counters["stats"]["unique_graphs"] - graphs, 0, "graphs compiled while serving")
             b, _ = walk(eager, recs)
             for r in range(len(recs)):
                 x, y = arrays(a[r][-1]), arrays(b[r][-1])

@@ -478,11 +478,16 @@ class SortformerDiarizer:
         self.cache = CompileCache(cache_dir, key)
 
         def every_shape() -> None:
+            # The inputs made as serving makes them (inference tensors, in
+            # a row-major layout): a tensor's layout and dispatch keys are
+            # part of what a compiled graph is kept for, so any other input
+            # compiles again at the first request (seconds on a machine's
+            # first start, each partition).
             feats = self.model.cfg.preprocessor.get("features", 128)
             for r in self.rows:
-                x = torch.zeros((r, self.pre_frames, feats), device=self.device)
-                xn = torch.full((r,), self.pre_frames, dtype=torch.long, device=self.device)
                 with torch.inference_mode(), self.autocast():
+                    x = torch.zeros((r, self.pre_frames, feats), device=self.device)
+                    xn = torch.full((r,), self.pre_frames, dtype=torch.long, device=self.device)
                     self.pre_encode(x, xn)
                     for length in self.lengths:
                         seq = torch.zeros((r, length, self.dim), device=self.device)
@@ -524,7 +529,10 @@ class SortformerDiarizer:
         if self.pre_compiled is None or x.shape[1] != self.pre_frames:
             out: tuple[Tensor, Tensor] = self.model.encoder.pre_encode(x=x, lengths=n)
             return out
-        return self.in_buckets(x, n, lambda a, b: self.pre_compiled(x=a, lengths=b))
+        # Row-major, as the warm-up compiled it: NeMo's streaming loader
+        # hands the chunk over transposed (a view), which a batch of exactly
+        # a bucket's rows (no padding, no copy) would otherwise keep.
+        return self.in_buckets(x.contiguous(), n, lambda a, b: self.pre_compiled(x=a, lengths=b))
 
     def run_encoder(self, seq: Tensor, seq_len: Tensor) -> Tensor:
         """encode() over seq padded to the shortest of the lengths that
