@@ -169,6 +169,34 @@ class BatchedConfidenceTest(unittest.TestCase):
             np.testing.assert_allclose(got, want, atol=1e-7, err_msg=f"trial {trial}: {[pieces[i] for i in ids]}")
 
 
+class CompiledServingTest(unittest.TestCase):
+    @unittest.skipUnless(DEVICE == "cuda" or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1",
+                         "compiles on a GPU (or FLEETSCRIBE_COMPILE_CPU=1)")
+    def test_serving_compiles_nothing_after_warm_up(self):
+        # The compiled encoder's warm-up (the serving path, every shape)
+        # leaves nothing to compile at a request: batches of 1 to 5 rows of
+        # other lengths, in both row_parts forms, compile no new graph (one
+        # compiled at a request stalls its batch for seconds on a machine's
+        # first start; the diarize model's did).
+        import tempfile
+
+        from torch._dynamo.utils import counters
+
+        model = nemo_anchor.build(DEVICE, size="tiny")
+        g = np.random.default_rng(4)
+        for parts in EncoderOptions.ROW_PARTS:
+            with tempfile.TemporaryDirectory() as cache:
+                eng = NemoEngine(model, DEVICE, "fp32", EncoderOptions(mode="compiled", lengths=[32000], rows=[2, 4], cache_dir=cache,
+                                                                       row_parts=parts))
+                eng.warm(2.0, 4)
+                self.assertEqual(eng.describe()[0], "compiled")
+                graphs = counters["stats"]["unique_graphs"]
+                for rows in range(1, 6):
+                    audio = [g.standard_normal(int(16000 * (1 + r * 0.2))).astype(np.float32) * 0.3 for r in range(rows)]
+                    eng.transcribe(audio, rows, True, False)
+                self.assertEqual(counters["stats"]["unique_graphs"] - graphs, 0, f"graphs compiled while serving (row_parts={parts})")
+
+
 class PointwiseConvsTest(unittest.TestCase):
     def test_matrix_multiplies_encode_as_the_convolutions(self):
         # pointwise_convs=matmul on NeMo's own conformer (a model of the
