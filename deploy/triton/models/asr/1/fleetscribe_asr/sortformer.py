@@ -514,8 +514,14 @@ class SortformerDiarizer:
             part, pn = x[at:at + rows], n[at:at + rows]
             pad = shape - rows
             if pad:
-                part = torch.nn.functional.pad(part, (0, 0, 0, 0, 0, pad))
+                part = torch.nn.functional.pad(part, (0, 0, 0, 0, 0, pad))  # a row-major copy
                 pn = torch.nn.functional.pad(pn, (0, pad))
+            else:
+                # Row-major, as the warm-up compiled it (a layout is part of
+                # what a compiled graph is kept for): NeMo's streaming loader
+                # hands a chunk over transposed, a view a part of exactly a
+                # bucket's rows would otherwise keep. A no-op where it is.
+                part = part.contiguous()
             out, out_n = fn(part, pn)
             outs.append(out[: out.shape[0] - pad])
             lens.append(out_n[: out_n.shape[0] - pad])
@@ -529,10 +535,7 @@ class SortformerDiarizer:
         if self.pre_compiled is None or x.shape[1] != self.pre_frames:
             out: tuple[Tensor, Tensor] = self.model.encoder.pre_encode(x=x, lengths=n)
             return out
-        # Row-major, as the warm-up compiled it: NeMo's streaming loader
-        # hands the chunk over transposed (a view), which a batch of exactly
-        # a bucket's rows (no padding, no copy) would otherwise keep.
-        return self.in_buckets(x.contiguous(), n, lambda a, b: self.pre_compiled(x=a, lengths=b))
+        return self.in_buckets(x, n, lambda a, b: self.pre_compiled(x=a, lengths=b))
 
     def run_encoder(self, seq: Tensor, seq_len: Tensor) -> Tensor:
         """encode() over seq padded to the shortest of the lengths that
