@@ -176,8 +176,8 @@ class CompiledServingTest(unittest.TestCase):
         # The compiled encoder's warm-up (the serving path, every shape)
         # leaves nothing to compile at a request: batches of 1 to 5 rows of
         # other lengths, in both row_parts forms, compile no new graph (one
-        # compiled at a request stalls its batch for seconds on a machine's
-        # first start; the diarize model's did).
+        # compiled at a request stalls its batch while it compiles; the
+        # diarize model's compiled some, docs/speakers.md).
         import tempfile
 
         from torch._dynamo.utils import counters

@@ -295,7 +295,7 @@ class SortformerTest(unittest.TestCase):
         # and serving compiles nothing the warm-up did not: 5 rows run as 4
         # (a bucket's rows exactly, no padding) and 1 padded to 2, the
         # later steps as 4 and 1 (a graph compiled at a request stalls its
-        # batch for seconds on a machine's first start).
+        # batch while it compiles).
         from torch._dynamo.utils import counters
 
         with tempfile.TemporaryDirectory() as cache:

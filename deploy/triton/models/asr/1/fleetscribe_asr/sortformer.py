@@ -481,8 +481,9 @@ class SortformerDiarizer:
             # The inputs made as serving makes them (inference tensors, in
             # a row-major layout): a tensor's layout and dispatch keys are
             # part of what a compiled graph is kept for, so any other input
-            # compiles again at the first request (seconds on a machine's
-            # first start, each partition).
+            # compiles again at the first request, in each partition (with
+            # a cold compile cache, most likely the seconds-long requests of
+            # a machine's first call: docs/speakers.md).
             feats = self.model.cfg.preprocessor.get("features", 128)
             for r in self.rows:
                 with torch.inference_mode(), self.autocast():
