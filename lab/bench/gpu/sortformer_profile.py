@@ -13,6 +13,9 @@ own copy of the model:
   sdpa        transformer_attention=sdpa
   both        pointwise_convs=matmul, transformer_attention=sdpa
   convs       pointwise_convs=matmul, subsampling_convs=taps
+  flex        conformer_attention=flex
+  all         pointwise_convs=matmul, transformer_attention=sdpa,
+              conformer_attention=flex
   eager       encoder=eager: what compiling gives
   unaligned   align_frames=1: NeMo's lengths (793 frames, not the
               shipped 800, at 45 s; a first step 565, not 568)
@@ -55,6 +58,8 @@ VARIANTS = {
     "sdpa": {"transformer_attention": "sdpa"},
     "both": {"pointwise_convs": "matmul", "transformer_attention": "sdpa"},
     "convs": {"pointwise_convs": "matmul", "subsampling_convs": "taps"},
+    "flex": {"conformer_attention": "flex"},
+    "all": {"pointwise_convs": "matmul", "transformer_attention": "sdpa", "conformer_attention": "flex"},
     "eager": {"encoder": "eager"},
     "unaligned": {"align_frames": "1"},
 }

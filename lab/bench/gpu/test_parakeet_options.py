@@ -197,6 +197,43 @@ class CompiledServingTest(unittest.TestCase):
                 self.assertEqual(counters["stats"]["unique_graphs"] - graphs, 0, f"graphs compiled while serving (row_parts={parts})")
 
 
+class FlexAttentionTest(unittest.TestCase):
+    @unittest.skipUnless(DEVICE == "cuda" or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1",
+                         "compiles on a GPU (or FLEETSCRIBE_COMPILE_CPU=1)")
+    def test_compiled_encoder_with_flex_encodes_as_sdpa(self):
+        # encoder_attention=flex on NeMo's own conformer (a model of the
+        # same weights): every relative-position attention swapped, the
+        # compiled encoder's warm-up generating FlexAttention kernels, its
+        # output (a padded row among them) NeMo's through SDPA to fp32's
+        # precision, and nothing compiled at requests after the warm-up.
+        import tempfile
+
+        from torch._dynamo.utils import counters
+        from torch._inductor.utils import run_and_get_code
+
+        ref_model, model = nemo_anchor.build(DEVICE, size="tiny"), nemo_anchor.build(DEVICE, size="tiny")
+        model.load_state_dict(ref_model.state_dict())
+        audio = [np.random.default_rng(6).standard_normal(n).astype(np.float32) * 0.3 for n in (32000, 22400)]
+        with torch.inference_mode():
+            ref, ref_n = NemoEngine(ref_model, DEVICE, "fp32", EncoderOptions()).encode(audio)
+        with tempfile.TemporaryDirectory() as cache:
+            eng = NemoEngine(model, DEVICE, "fp32", EncoderOptions(mode="compiled", lengths=[32000], rows=[2], cache_dir=cache,
+                                                                   attention="flex"))
+            self.assertEqual(eng.flex, len(model.encoder.layers))
+            self.assertIn("FlexAttention in %d where compiled" % eng.flex, eng.config)
+            with torch._inductor.config.patch(fx_graph_cache=False):
+                _, code = run_and_get_code(eng.warm, 2.0, 2)
+            self.assertTrue(any("flex_attention" in c for c in code), "no FlexAttention kernel generated")
+            graphs = counters["stats"]["unique_graphs"]
+            with torch.inference_mode():
+                got, got_n = eng.encode(audio)
+            self.assertEqual(counters["stats"]["unique_graphs"] - graphs, 0, "graphs compiled while serving")
+        self.assertEqual(got_n.tolist(), ref_n.tolist())
+        tol = 1e-2 if DEVICE == "cuda" else 1e-4  # TF32 on a GPU
+        for r, n in enumerate(ref_n.tolist()):
+            self.assertLess(float((got[r, :, :n] - ref[r, :, :n]).abs().max()), tol * max(1.0, float(ref.abs().max())))
+
+
 class PointwiseConvsTest(unittest.TestCase):
     def test_matrix_multiplies_encode_as_the_convolutions(self):
         # pointwise_convs=matmul on NeMo's own conformer (a model of the

@@ -343,6 +343,54 @@ class SortformerTest(unittest.TestCase):
         b, _ = walk(engine(), [speech(17, 50)])
         self.assertEqual([[x.shape for x in arrays(s)] for s in a[0]], [[x.shape for x in arrays(s)] for s in b[0]])
 
+    @unittest.skipUnless(DEVICE == "cuda" or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1", "compiles on a GPU (or FLEETSCRIBE_COMPILE_CPU=1)")
+    def test_conformer_attention_through_flex_is_nemos(self):
+        # conformer_attention=flex on a model of the same weights: every
+        # Fast Conformer attention swapped, which only a compiled layer runs
+        # through FlexAttention (eagerly the swapped layer is NeMo's, to
+        # the bit); compiled, the speaker probabilities of one input with a
+        # padded row are NeMo's attention's (its shift, scale and mask).
+        d = engine(model=tiny_model(), conformer_attention="flex")
+        self.assertEqual(d.flex, len(d.model.encoder.layers))
+        self.assertIn("%d conformer attentions through FlexAttention" % d.flex, d.describe())
+        ref = engine().model
+        seq = torch.randn(2, 90, 512, device=DEVICE)
+        n = torch.tensor([90, 61], device=DEVICE)
+        with torch.inference_mode():
+            self.assertEqual(float((sortformer.encode(d.model, seq, n) - sortformer.encode(ref, seq, n)).abs().max()), 0.0, "eager")
+        compiled = [(m, torch.compile(m.forward, dynamic=False)) for m in d.model.encoder.layers]
+        for m, c in compiled:
+            m.forward = c
+        try:
+            from torch._inductor.utils import run_and_get_code
+
+            with torch._inductor.config.patch(fx_graph_cache=False):
+                _, code = run_and_get_code(self.assert_encodes_alike, ref, d.model)
+            self.assertTrue(any("flex_attention" in c for c in code), "no FlexAttention kernel generated")
+        finally:
+            for m, _ in compiled:
+                del m.forward
+
+    @unittest.skipUnless(DEVICE == "cuda" or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1", "compiles on a GPU (or FLEETSCRIBE_COMPILE_CPU=1)")
+    def test_compiled_with_flex_attention_serves_as_eager(self):
+        # The engine compiled with conformer_attention=flex serves the eager
+        # engine's states, to bf16's precision, and compiles nothing at
+        # requests after its warm-up.
+        from torch._dynamo.utils import counters
+
+        with tempfile.TemporaryDirectory() as cache:
+            flex = engine(model=tiny_model(), encoder="compiled", batch_buckets="2,4", compile_cache=cache, conformer_attention="flex")
+            self.assertIn("%d conformer attentions through FlexAttention" % len(flex.model.encoder.layers), flex.describe())
+            recs = [speech(17, 60 + r) for r in range(3)]
+            graphs = counters["stats"]["unique_graphs"]
+            a, _ = walk(flex, recs)
+            self.assertEqual(counters["stats"]["unique_graphs"] - graphs, 0, "graphs compiled while serving")
+            b, _ = walk(engine(), recs)
+            for r in range(len(recs)):
+                x, y = arrays(a[r][-1]), arrays(b[r][-1])
+                self.assertEqual(x[0].shape, y[0].shape)
+                self.assertLess(float(np.abs(x[1] - y[1]).max(initial=0)), 0.1)  # the cache's speaker probabilities
+
     def assert_encodes_alike(self, ref, model):
         """The Sortformer's encoder (past the subsampling) and Transformer
         of model give ref's speaker probabilities on one input with a

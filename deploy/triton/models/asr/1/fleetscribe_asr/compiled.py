@@ -91,7 +91,7 @@ class EncoderOptions:
     (samples, rows)."""
 
     TUNINGS: ClassVar[dict[str, dict[str, bool]]] = {"default": {}, "autotune": {"max_autotune": True, "coordinate_descent_tuning": True}}
-    ATTENTIONS = ("sdpa", "model")
+    ATTENTIONS = ("sdpa", "model", "flex")
     ROW_PARTS = ("one", "fit")
 
     def __init__(self, mode: str = "eager", lengths: Sequence[int] = (), rows: Sequence[int] = (), graphs: bool = False,

@@ -197,16 +197,26 @@ class NemoEngine:
         """Sets every attention module's path to this engine's choice
         (engines that share one model, as the encoder study's do, call it
         before each of their calls)."""
-        sdpa = self.attention == "sdpa" or model_uses_sdpa(self.model)
+        sdpa = self.attention in ("sdpa", "flex") or model_uses_sdpa(self.model)
         for m in self.attention_modules:
             m.use_pytorch_sdpa = sdpa
+        # encoder_attention=flex: where compiled, FlexAttention (relpos.py);
+        # eagerly the sdpa path above.
+        self.flex = 0
+        encoder = getattr(self.model, "encoder", None)
+        if encoder is not None and self.attention_modules:
+            from . import relpos
+
+            swapped = relpos.as_flex([encoder], on=self.attention == "flex")
+            self.flex = swapped if self.attention == "flex" else 0
 
     def attention_name(self) -> str:
         """The attention path, for the start-up log."""
         if not self.attention_modules:
             return "the model's own"
         on = sum(bool(m.use_pytorch_sdpa) for m in self.attention_modules)
-        return "sdpa in %d of %d modules" % (on, len(self.attention_modules)) if on else "NeMo's matrix multiplies"
+        flex = " (FlexAttention in %d where compiled)" % self.flex if self.flex else ""
+        return "sdpa in %d of %d modules%s" % (on, len(self.attention_modules), flex) if on else "NeMo's matrix multiplies"
 
     def describe(self) -> tuple[str, str]:
         """(encoder path, decoder CUDA-graph mode), as the engine metric says them."""

@@ -114,6 +114,12 @@ class SortformerOptions:
                                                  "masked, softmaxed, multiplied) or sdpa (PyTorch's fused attention, the same mask "
                                                  "and scale, no score matrix written; on an H100 13% less GPU time a step, but "
                                                  "one process's step slower on the wall clock, not yet served: docs/speakers.md)")
+    conformer_attention: str = _param("model", "the Fast Conformer layers' attention with relative positions where compiled: model "
+                                               "(NeMo's through SDPA: the positions' scores shifted, masked and written as an "
+                                               "additive mask for PyTorch's memory-efficient kernel) or flex (FlexAttention reads "
+                                               "the positions' scores where the shift puts them, and the mask, in one generated "
+                                               "kernel: the shifted matrix never written; the same numbers, but diarization alone "
+                                               "served 0.70-0.73x model's on an H100: docs/speakers.md)")
     align_frames: int = _param(8, "the encoder's sequence lengths (first_step's and a later step's) rounded up to a multiple of "
                                   "this many frames, the padding masked: 8 gives the bf16 matrix multiplies over the sequence "
                                   "aligned rows (at 45-s chunks 568 and 800 frames, not 565 and 793: diarization alone served "
@@ -143,7 +149,8 @@ class SortformerOptions:
                                      ("first_step", self.first_step, ("short", "full")),
                                      ("pointwise_convs", self.pointwise_convs, POINTWISE_CONVS),
                                      ("subsampling_convs", self.subsampling_convs, SUBSAMPLING_CONVS),
-                                     ("transformer_attention", self.transformer_attention, ("model", "sdpa"))]:
+                                     ("transformer_attention", self.transformer_attention, ("model", "sdpa")),
+                                     ("conformer_attention", self.conformer_attention, ("model", "flex"))]:
             one_of(name, value, allowed, "diarize model")
         if not 1 <= self.align_frames <= 64:
             raise ValueError(f"diarize model parameter align_frames={self.align_frames}: 1 to 64 frames")
@@ -425,6 +432,13 @@ class SortformerDiarizer:
             from . import sdpa
 
             self.sdpa = sdpa.as_sdpa([self.model.transformer_encoder])
+        # conformer_attention=flex: the Fast Conformer's attention through
+        # FlexAttention where compiled (relpos.py).
+        self.flex = 0
+        if opts.conformer_attention == "flex":
+            from . import relpos
+
+            self.flex = relpos.as_flex([self.model.encoder])
         self.sm, self.dim = sm, sm.fc_d_model
         # The encoder's sequence lengths, each a compiled shape: a later
         # step's (speaker cache, FIFO and chunk), and with first_step=short
@@ -450,9 +464,10 @@ class SortformerDiarizer:
             ",".join(map(str, self.rows)), " and ".join(map(str, self.lengths)), "compiled" if self.cache and self.cache.cold else "loaded from the cache",
             self.cache.seconds if self.cache else 0) if self.compiled else "eager at %s frames" % " and ".join(map(str, self.lengths))
         return "chunk %d frames (%.1f s), FIFO %d, speaker cache %d, update period %d; encoder %s, %d pointwise convolutions as matrix " \
-            "multiplies, %d of the subsampling by taps, %d Transformer attentions through SDPA; %s" % (
+            "multiplies, %d of the subsampling by taps, %d Transformer attentions through SDPA, %d conformer attentions through " \
+            "FlexAttention; %s" % (
                 self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len, self.sm.spkcache_update_period, c,
-                self.pointwise, self.taps, self.sdpa, self.host_note)
+                self.pointwise, self.taps, self.sdpa, self.flex, self.host_note)
 
     def compile(self) -> None:
         """The layers compiled for every row bucket at each sequence length
@@ -475,6 +490,7 @@ class SortformerDiarizer:
                                               "+".join(map(str, self.lengths)), ",".join(map(str, self.rows))) + cudnn_key(self.opts.cudnn_attention)
         key += conv_forms_key(self.opts.pointwise_convs, self.opts.subsampling_convs)
         key += "|transformer sdpa" if self.opts.transformer_attention == "sdpa" else ""
+        key += "|conformer flex" if self.opts.conformer_attention == "flex" else ""
         self.cache = CompileCache(cache_dir, key)
 
         def every_shape() -> None:
