@@ -17,7 +17,8 @@ import (
 // and served most on their mean (where none did, the closest to it,
 // within_p99_limit=false): each figure the mean of its runs, the p99 the
 // worst, the ratio's spread over the runs beside it, with the length
-// mix's ratio where it was measured and the speech model's encoder
+// mix's ratio where it was measured within the limit (from its runs,
+// however few: mix_runs says how many) and the speech model's encoder
 // (compiled or eager).
 func diarizeReport(args []string) error {
 	fs := flag.NewFlagSet("diarize", flag.ContinueOnError)
@@ -57,22 +58,28 @@ func diarizeReport(args []string) error {
 	bestDiar := 0.0
 	for _, k := range order {
 		p := summarize(points[k], *limit)
-		if p == nil || p.runs < *minRuns {
+		if p == nil {
+			continue
+		}
+		// The length mix's ratio is reported from however many runs it
+		// has (mix_runs says how many): one measured run is a figure, not
+		// a zero.
+		if strings.HasPrefix(k.base, "mix") && p.within && (mix == nil || p.on > mix.on) {
+			mix = p
+		}
+		if p.runs < *minRuns {
 			continue
 		}
 		if p.onlyWithin && p.only > bestDiar {
 			bestDiar = p.only
 		}
-		switch {
-		case k.base == *clip:
+		if k.base == *clip {
 			if p.within && (head == nil || p.on > head.on) {
 				head = p
 			}
 			if over == nil || p.p99 < over.p99 {
 				over = p
 			}
-		case strings.HasPrefix(k.base, "mix") && p.within && (mix == nil || p.on > mix.on):
-			mix = p
 		}
 	}
 	within := head != nil
@@ -82,15 +89,15 @@ func diarizeReport(args []string) error {
 			return fmt.Errorf("no %s point with diarization without errors measured %d times or more", *clip, *minRuns)
 		}
 	}
-	mixRatio := 0.0
+	mixRatio, mixRuns := 0.0, 0
 	if mix != nil {
-		mixRatio = mix.ratio
+		mixRatio, mixRuns = mix.ratio, mix.runs
 	}
 	if bestDiar == 0 {
 		bestDiar = head.only
 	}
-	fmt.Printf("RESULT model=sortformer asr_only_audio_s_per_s=%.0f asr_diar_audio_s_per_s=%.0f ratio=%.2f diar_only_audio_s_per_s=%.0f p99_ms=%.0f mix_ratio=%.2f within_p99_limit=%t asr_encoder=%s runs=%d ratio_min=%.2f ratio_max=%.2f\n",
-		head.off, head.on, head.ratio, bestDiar, head.p99, mixRatio, within, head.encoder, head.runs, head.ratioMin, head.ratioMax)
+	fmt.Printf("RESULT model=sortformer asr_only_audio_s_per_s=%.0f asr_diar_audio_s_per_s=%.0f ratio=%.2f diar_only_audio_s_per_s=%.0f p99_ms=%.0f mix_ratio=%.2f mix_runs=%d within_p99_limit=%t asr_encoder=%s runs=%d ratio_min=%.2f ratio_max=%.2f\n",
+		head.off, head.on, head.ratio, bestDiar, head.p99, mixRatio, mixRuns, within, head.encoder, head.runs, head.ratioMin, head.ratioMax)
 	return nil
 }
 

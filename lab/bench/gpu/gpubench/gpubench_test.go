@@ -499,7 +499,7 @@ func TestDiarizeReportResultLine(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	want := "RESULT model=sortformer asr_only_audio_s_per_s=11000 asr_diar_audio_s_per_s=8000 ratio=0.73 diar_only_audio_s_per_s=26000 p99_ms=900 mix_ratio=0.75 within_p99_limit=true asr_encoder=compiled runs=1 ratio_min=0.73 ratio_max=0.73"
+	want := "RESULT model=sortformer asr_only_audio_s_per_s=11000 asr_diar_audio_s_per_s=8000 ratio=0.73 diar_only_audio_s_per_s=26000 p99_ms=900 mix_ratio=0.75 mix_runs=1 within_p99_limit=true asr_encoder=compiled runs=1 ratio_min=0.73 ratio_max=0.73"
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
@@ -509,7 +509,7 @@ func TestDiarizeReportResultLine(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	lines = strings.Split(strings.TrimSpace(string(out)), "\n")
-	want = "RESULT model=sortformer asr_only_audio_s_per_s=11000 asr_diar_audio_s_per_s=8000 ratio=0.73 diar_only_audio_s_per_s=26000 p99_ms=900 mix_ratio=0.00 within_p99_limit=false asr_encoder=compiled runs=1 ratio_min=0.73 ratio_max=0.73"
+	want = "RESULT model=sortformer asr_only_audio_s_per_s=11000 asr_diar_audio_s_per_s=8000 ratio=0.73 diar_only_audio_s_per_s=26000 p99_ms=900 mix_ratio=0.00 mix_runs=0 within_p99_limit=false asr_encoder=compiled runs=1 ratio_min=0.73 ratio_max=0.73"
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
@@ -518,7 +518,8 @@ func TestDiarizeReportResultLine(t *testing.T) {
 // A point measured again (here in a second file) is a second run: a row
 // each in the table, and with -min-runs 2 the headline is the best point
 // measured twice, its figures the runs' means, its p99 the worse, its
-// ratio's spread beside it; a better point measured once is not it.
+// ratio's spread beside it; a better point measured once is not it. The
+// length mix measured once is still reported, its runs beside it.
 func TestDiarizeReportRuns(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, rows ...[]string) string {
@@ -532,7 +533,8 @@ func TestDiarizeReportRuns(t *testing.T) {
 	trio := func(arrangement, off, on, only, p99 string) [][]string {
 		return [][]string{row(arrangement, "clip45", off, "400"), row(arrangement, "clip45+diarize", on, p99), row(arrangement, "clip45-diarize-only", only, "300")}
 	}
-	one := write("run1.csv", append(trio("a", "10000", "6000", "15000", "800"), trio("b", "10000", "7000", "16000", "700")...)...)
+	one := write("run1.csv", append(append(trio("a", "10000", "6000", "15000", "800"), trio("b", "10000", "7000", "16000", "700")...),
+		row("a", "mix", "8000", "900"), row("a", "mix+diarize", "5200", "1200"))...)
 	two := write("run2.csv", trio("a", "9000", "6300", "16000", "900")...)
 	out, err := exec.Command("go", "run", ".", "diarize", "-results", one, "-results", two, "-min-runs", "2").CombinedOutput()
 	if err != nil {
@@ -542,7 +544,7 @@ func TestDiarizeReportRuns(t *testing.T) {
 	if n := strings.Count(string(out), "| a | clip45 | 64 |"); n != 2 {
 		t.Errorf("%d rows of point a, want one a run:\n%s", n, out)
 	}
-	want := "RESULT model=sortformer asr_only_audio_s_per_s=9500 asr_diar_audio_s_per_s=6150 ratio=0.65 diar_only_audio_s_per_s=15500 p99_ms=900 mix_ratio=0.00 within_p99_limit=true asr_encoder=compiled runs=2 ratio_min=0.60 ratio_max=0.70"
+	want := "RESULT model=sortformer asr_only_audio_s_per_s=9500 asr_diar_audio_s_per_s=6150 ratio=0.65 diar_only_audio_s_per_s=15500 p99_ms=900 mix_ratio=0.65 mix_runs=1 within_p99_limit=true asr_encoder=compiled runs=2 ratio_min=0.60 ratio_max=0.70"
 	if got := lines[len(lines)-1]; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
