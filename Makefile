@@ -270,7 +270,11 @@ bench-gpu-report: deps ## tables, plot and RESULT lines from the committed GPU b
 	  -results docs/benchmarks/sortformer/served-h100-firststep-call2.csv -results docs/benchmarks/sortformer/served-h100-firststep-call3.csv | grep -v '^RESULT'
 	@echo "# Sortformer's sequence lengths aligned to 8 frames (align_frames=8, now the default) beside NeMo's (the rows named mps50-4/maxbatch16 ran align_frames=1, the default then) and beside row_parts=fit, H100, 4 partitions, 20-s windows, three calls on one machine (the RESULT line: the points measured twice, their means, the worst p99):"
 	$(GO) run ./lab/bench/gpu/gpubench diarize -min-runs 2 -results docs/benchmarks/sortformer/served-h100-align-call1.csv \
-	  -results docs/benchmarks/sortformer/served-h100-align-call2.csv -results docs/benchmarks/sortformer/served-h100-align-call3.csv
+	  -results docs/benchmarks/sortformer/served-h100-align-call2.csv -results docs/benchmarks/sortformer/served-h100-align-call3.csv | grep -v '^RESULT'
+	@echo "# Sortformer as shipped (align_frames=8) on a fresh H100: its first call (64 and 128 in flight) and its fourth (64), the length mix at 24 recordings and two diarize instances a partition (call 2), the Fast Conformer's attention through FlexAttention (call 3); 4 partitions, 20-s windows, one machine (the RESULT line: the points measured twice, their means, the worst p99; the mix's one run):"
+	$(GO) run ./lab/bench/gpu/gpubench diarize -min-runs 2 -results docs/benchmarks/sortformer/served-h100-fresh-call1.csv \
+	  -results docs/benchmarks/sortformer/served-h100-mix-diarinst2-call2.csv -results docs/benchmarks/sortformer/served-h100-flex-call3.csv \
+	  -results docs/benchmarks/sortformer/served-h100-fresh-call4.csv
 
 .PHONY: bench-gpu-test
 bench-gpu-test: ## the GPU stand-in's decoder tests and the compiled encoder's (needs python3 with torch; on a GPU also CUDA-graph replay)
