@@ -251,6 +251,12 @@ class SortformerContractTest(unittest.TestCase):
                          .transformer_attention, "sdpa")
         with self.assertRaisesRegex(ValueError, "transformer_attention"):
             sortformer.SortformerOptions.from_params({"engine": "sortformer", "transformer_attention": "flash"})
+        self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer"}).conformer_attention, "model",
+                         "flex served less on an H100")
+        self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer", "conformer_attention": "flex"})
+                         .conformer_attention, "flex")
+        with self.assertRaisesRegex(ValueError, "conformer_attention"):
+            sortformer.SortformerOptions.from_params({"engine": "sortformer", "conformer_attention": "sdpa"})
         self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer"}).align_frames, 8,
                          "served side by side on an H100: docs/speakers.md")
         self.assertEqual(sortformer.SortformerOptions.from_params({"engine": "sortformer", "align_frames": "1"}).align_frames, 1)
@@ -262,6 +268,44 @@ class SortformerContractTest(unittest.TestCase):
         self.assertEqual([sortformer.aligned(n, 1) for n in (565, 793)], [565, 793])
         self.assertEqual([sortformer.aligned(n, 8) for n in (565, 793, 800)], [568, 800, 800])
         self.assertEqual(sortformer.aligned(377, 16), 384)
+
+    def test_chunk_turns_are_the_loops(self):
+        # chunk_turns (array operations over every run) gives the turns of
+        # the loop it replaced: each speaker's runs at the threshold, cut
+        # at the chunk's end, through diarize._close_gaps; over noisy and
+        # smooth frames, a chunk shorter than its frames, none and all on.
+        def loop(probs, seconds, threshold, gap, shortest):
+            on = probs >= threshold
+            turns = []
+            for s in range(probs.shape[1]):
+                edges = np.flatnonzero(np.diff(np.concatenate([[0], on[:, s].astype(np.int8), [0]])))
+                for a, b in zip(edges[::2], edges[1::2], strict=True):
+                    start, end = a * sortformer.FRAME_S, min(b * sortformer.FRAME_S, seconds)
+                    if end > start:
+                        turns.append(diarize.Turn(float(start), float(end), s))
+            return diarize._close_gaps(turns, gap, shortest)
+
+        g = np.random.default_rng(7)
+        cases = [(np.zeros((563, 4), np.float32), 45.0), (np.ones((563, 4), np.float32), 45.0), (np.ones((563, 4), np.float32), 30.5)]
+        for frames in (563, 100, 1):
+            for _ in range(20):
+                noisy = g.random((frames, 4)).astype(np.float32)
+                smooth = np.cumsum(g.standard_normal((frames, 4)), axis=0).astype(np.float32) * 0.1 + 0.5
+                cases += [(noisy, frames * 0.08), (smooth, frames * 0.08), (smooth, frames * 0.08 * g.random())]
+        turns = 0
+        for probs, seconds in cases:
+            for threshold, gap, shortest in ((0.5, 0.3, 0.16), (0.3, 0.0, 0.0), (0.7, 2.0, 1.0)):
+                want = loop(probs, seconds, threshold, gap, shortest)
+                self.assertEqual(sortformer.chunk_turns(probs, seconds, threshold, gap, shortest), want)
+                turns += len(want)
+        self.assertGreater(turns, 1000)
+        # Two runs exactly min_gap apart stay two turns (less than it apart join).
+        apart = np.zeros((30, 4), np.float32)
+        apart[0:5, 0] = apart[10:15, 0] = 1
+        gap = 10 * sortformer.FRAME_S - 5 * sortformer.FRAME_S
+        self.assertEqual(len(sortformer.chunk_turns(apart, 2.4, 0.5, gap, 0.0)), 2)
+        self.assertEqual(sortformer.chunk_turns(apart, 2.4, 0.5, gap, 0.0), loop(apart, 2.4, 0.5, gap, 0.0))
+        self.assertEqual(len(sortformer.chunk_turns(apart, 2.4, 0.5, gap + 1e-9, 0.0)), 1)
 
     def test_host_options_are_the_speech_models_and_set_before_the_model_loads(self):
         from unittest import mock

@@ -20,12 +20,15 @@ own copy of the model:
   unaligned   align_frames=1: NeMo's lengths (793 frames, not the
               shipped 800, at 45 s; a first step 565, not 568)
 
-it records the median wall time of --reps steps (each from its own copy
-of the same filled state, made before the timing), the audio seconds a second that makes, and a kernel
+it records the median wall time of --reps steps, each served as a
+partition serves it (engine.serve: the rows' states decoded from the bytes a
+request carries, the step, the turns, the states encoded back), the audio
+seconds a second that makes, and a kernel
 profile of one step (GPU time by kind of kernel, the 30 longest kernels:
 encoder_profile.kernel_profile; the gap between the wall time and the GPU
 time is the step's host work, and the host's own profile names where it
-goes: the operators with the most CPU time of their own), and the share of the chunk's speaker-frames
+goes: the operators with the most CPU time of their own, and the Python
+functions with the most time of their own), and the share of the chunk's speaker-frames
 (each speaker, talking or not, each 80-ms frame: the turns the job gets)
 on which a variant agrees with the first. JSON to --out, a line a variant
 on stdout; a variant that fails is recorded and the next one runs.
@@ -35,7 +38,6 @@ on stdout; a variant that fails is recorded and the next one runs.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
 import time
@@ -50,6 +52,7 @@ sys.path.insert(0, os.path.join(here, "..", "..", "..", "deploy", "triton", "mod
 import encoder_profile  # noqa: E402 - after the path
 from fleetscribe_asr import sortformer  # noqa: E402 - after the path
 from fleetscribe_asr.common import SAMPLE_RATE  # noqa: E402 - after the path
+from fleetscribe_asr.diarize import Reply  # noqa: E402 - after the path
 from gputime import median_time  # noqa: E402 - after the path
 
 VARIANTS = {
@@ -87,6 +90,29 @@ def host_profile(fn: Any, top: int = 25) -> list[dict[str, Any]]:
         fn()
     rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
     return [{"name": e.key[:160], "self_ms": round(e.self_cpu_time_total / 1000, 3), "calls": e.count} for e in rows]
+
+
+def python_profile(fn: Any, top: int = 20) -> list[dict[str, Any]]:
+    """The Python functions of one call of fn with the most time of their
+    own (ms, calls): the host's work that the operator profile above does
+    not see (the turns, the states' encoding, the engine's own loops)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.runcall(fn)
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    return [{"name": "%s:%d(%s)" % (os.path.basename(f), line, name), "self_ms": round(tt * 1000, 3), "calls": nc}
+            for (f, line, name), (_, nc, tt, _, _) in rows]
+
+
+class Ask:
+    """A diarize request as model.py hands it to the engine: a chunk, the
+    recording's state, not its last."""
+
+    def __init__(self, samples: npt.NDArray[np.float32], raw: bytes) -> None:
+        self.samples, self.raw, self.finish, self.min_speakers, self.max_speakers = samples, raw, False, 0, 0
 
 
 def speaking(turns: list[Any], seconds: float) -> npt.NDArray[np.bool_]:
@@ -134,23 +160,25 @@ def main() -> None:
             streams = [sortformer.Stream.empty(engine.dim) for _ in range(args.rows)]
             if args.step == "later":
                 engine.step(first, streams, list(range(args.rows)))  # every row's cache and FIFO filled
-            # Each step starts from its own copy of the filled streams, made
-            # before any timing (a served step decodes its state instead):
-            # one a call of step below (the timed ones, the profiles' and
-            # their warm-up calls), and a copy made on the spot past them.
-            spare = [copy.deepcopy(streams) for _ in range(args.reps + 5)]
+            # Each step is served as a partition serves it (engine.serve):
+            # the rows' states as their requests carry them, decoded, the
+            # step, the turns, the states encoded back.
+            raws = [st.encode() if args.step == "later" else b"" for st in streams]
             masks: list[npt.NDArray[np.bool_]] = []
 
             def step() -> None:
-                fresh = spare.pop() if spare else copy.deepcopy(streams)
-                turns = engine.step(chunk, fresh, list(range(args.rows)))
-                masks[:] = [speaking(turns[r], args.seconds) for r in range(args.rows)]
+                replies = engine.serve({r: Ask(chunk[r], raws[r]) for r in range(args.rows)})
+                for r in range(args.rows):
+                    if not isinstance(replies[r], Reply):
+                        raise replies[r]
+                masks[:] = [speaking(replies[r].turns, args.seconds) for r in range(args.rows)]
 
             step()
             ms = 1000 * median_time(step, args.reps)
             # (a CPU, for a check of the script: no kernel profile)
             prof: dict[str, Any] = encoder_profile.kernel_profile(step) if device == "cuda" else {"gpu_ms": 0.0, "by_kind_ms": {}, "top": []}
             prof["host_top"] = host_profile(step)
+            prof["python_top"] = python_profile(step)
             got = np.stack(masks)
             agree = float((got == reference).mean()) if reference is not None else 1.0
             if reference is None:
