@@ -52,7 +52,7 @@ sys.path.insert(0, os.path.join(here, "..", "..", "..", "deploy", "triton", "mod
 import encoder_profile  # noqa: E402 - after the path
 from fleetscribe_asr import sortformer  # noqa: E402 - after the path
 from fleetscribe_asr.common import SAMPLE_RATE  # noqa: E402 - after the path
-from fleetscribe_asr.diarize import Reply  # noqa: E402 - after the path
+from fleetscribe_asr.diarize import Ask, Reply  # noqa: E402 - after the path
 from gputime import median_time  # noqa: E402 - after the path
 
 VARIANTS = {
@@ -105,14 +105,6 @@ def python_profile(fn: Any, top: int = 20) -> list[dict[str, Any]]:
     rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
     return [{"name": "%s:%d(%s)" % (os.path.basename(f), line, name), "self_ms": round(tt * 1000, 3), "calls": nc}
             for (f, line, name), (_, nc, tt, _, _) in rows]
-
-
-class Ask:
-    """A diarize request as model.py hands it to the engine: a chunk, the
-    recording's state, not its last."""
-
-    def __init__(self, samples: npt.NDArray[np.float32], raw: bytes) -> None:
-        self.samples, self.raw, self.finish, self.min_speakers, self.max_speakers = samples, raw, False, 0, 0
 
 
 def speaking(turns: list[Any], seconds: float) -> npt.NDArray[np.bool_]:

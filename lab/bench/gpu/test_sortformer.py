@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "deploy", "triton", "mod
 import backend_stub  # noqa: E402,F401 - installs the stand-in triton_python_backend_utils
 from fleetscribe_asr import sortformer  # noqa: E402
 from fleetscribe_asr.compiled import PinnedRows  # noqa: E402
-from fleetscribe_asr.diarize import StateError  # noqa: E402
+from fleetscribe_asr.diarize import Ask, StateError  # noqa: E402
 from sortformer_study import POINTS, check_update, config  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -62,11 +62,6 @@ def speech(seconds, seed):
     x = g.standard_normal(n).astype(np.float32) * 0.05
     env = np.repeat((g.random(n // 16000 + 1) > 0.3).astype(np.float32), 16000)[:n]
     return x * env * (0.2 + g.random())
-
-
-class Ask:
-    def __init__(self, samples, raw=b"", finish=False, lo=0, hi=0):
-        self.samples, self.raw, self.finish, self.min_speakers, self.max_speakers = samples, raw, finish, lo, hi
 
 
 def walk(d, recordings, chunk_s=CHUNK_S, together=True):

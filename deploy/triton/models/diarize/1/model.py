@@ -30,7 +30,6 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,7 +38,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fleetscribe_asr.common import SAMPLE_RATE, log_info
-from fleetscribe_asr.diarize import DiarizeOptions, Diarizer, Reply, StateError
+from fleetscribe_asr.diarize import Ask, DiarizeOptions, Diarizer, Reply, StateError
 
 try:  # Only inside Triton; the tests put a stand-in in its place.
     import triton_python_backend_utils as pb_utils
@@ -48,17 +47,6 @@ except ImportError:  # pragma: no cover
 
 # Longest chunk accepted (the worker sends at most -chunk-seconds).
 MAX_SECONDS = 600
-
-
-@dataclass
-class Ask:
-    """One request, read: the chunk, its state, and whether it finishes."""
-
-    samples: Any
-    raw: bytes  # the state, as the previous response returned it (empty at the first chunk)
-    finish: bool
-    min_speakers: int
-    max_speakers: int
 
 
 def read_request(request: Any) -> Ask:

@@ -331,8 +331,8 @@ class Diarizer:
         heard), within the job's hints (0: none)."""
         return final_labels(state, min_speakers, max_speakers, self.opts.max_speakers, self.opts.merge_threshold, self.opts.min_talk)
 
-    def serve(self, asks: Mapping[int, Any]) -> dict[int, Any]:
-        """Each ask (model.py's Ask: samples, raw state, finish, hints)
+    def serve(self, asks: Mapping[int, Ask]) -> dict[int, Any]:
+        """Each ask (an Ask: samples, raw state, finish, hints)
         answered: a Reply, or the exception that fails that request alone.
         The chunks of all asks share one segmentation call."""
         out: dict[int, Any] = {}
@@ -374,6 +374,19 @@ class Diarizer:
 def failed(e: Exception) -> RuntimeError:
     """A request's failure that is not its input's fault (INTERNAL)."""
     return RuntimeError(f"diarization failed: {type(e).__name__}: {e}")
+
+
+@dataclass
+class Ask:
+    """One request as the engines serve it (the diarize model reads it):
+    the chunk, its state, whether it finishes, the job's speaker hints (0:
+    none)."""
+
+    samples: Any
+    raw: bytes = b""  # the state, as the previous response returned it (empty at the first chunk)
+    finish: bool = False
+    min_speakers: int = 0
+    max_speakers: int = 0
 
 
 @dataclass

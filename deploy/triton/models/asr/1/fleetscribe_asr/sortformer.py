@@ -62,7 +62,7 @@ from .compiled import (
     set_cudnn_attention,
     source_identity,
 )
-from .diarize import Reply, State, StateError, Turn, failed, final_labels
+from .diarize import Ask, Reply, State, StateError, Turn, failed, final_labels
 from .options import (
     CPU_THREADS_HELP,
     CUDA_SYNC_HELP,
@@ -605,8 +605,8 @@ class SortformerDiarizer:
 
     # -- serving
 
-    def serve(self, asks: Mapping[int, Any]) -> dict[int, Any]:
-        """Each ask (model.py's Ask) answered: a Reply, or the exception that
+    def serve(self, asks: Mapping[int, Ask]) -> dict[int, Any]:
+        """Each ask (an Ask) answered: a Reply, or the exception that
         fails that request alone. The chunks of all asks are one batch."""
         out: dict[int, Any] = {}
         streams: dict[int, Stream] = {}
