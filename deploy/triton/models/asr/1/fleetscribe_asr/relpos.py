@@ -45,9 +45,10 @@ def _flex_forward(self: Any, query: torch.Tensor, key: torch.Tensor, value: torc
     from torch.nn.attention.flex_attention import flex_attention
 
     device = query.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
-    q, k, v = self.forward_qkv(query.float(), key.float(), value.float()) if torch.is_autocast_enabled(device) \
-        else self.forward_qkv(query, key, value)
+    autocast = torch.is_autocast_enabled(device)
+    dtype = torch.get_autocast_dtype(device) if autocast else query.dtype
+    # As NeMo's forward: under autocast the projections take float32 inputs.
+    q, k, v = self.forward_qkv(query.float(), key.float(), value.float()) if autocast else self.forward_qkv(query, key, value)
     n_batch = value.size(0)
     p = self.linear_pos(pos_emb).view(pos_emb.size(0), -1, self.h, self.d_k).transpose(1, 2)  # (1, heads, 2 frames - 1, d_k)
     q = q.transpose(1, 2)  # (rows, frames, heads, d_k)
@@ -57,13 +58,9 @@ def _flex_forward(self: Any, query: torch.Tensor, key: torch.Tensor, value: torc
     scale = 1.0 / math.sqrt(self.d_k)
     shift = frames - 1
 
-    if mask is None:
-        def score_mod(score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, qi: torch.Tensor, ki: torch.Tensor) -> torch.Tensor:
-            return score + bd[b, h, qi, ki - qi + shift] * scale
-    else:
-        def score_mod(score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, qi: torch.Tensor, ki: torch.Tensor) -> torch.Tensor:
-            s = score + bd[b, h, qi, ki - qi + shift] * scale
-            return torch.where(mask[b, qi, ki], torch.full_like(s, MASKED), s)
+    def score_mod(score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, qi: torch.Tensor, ki: torch.Tensor) -> torch.Tensor:
+        s = score + bd[b, h, qi, ki - qi + shift] * scale
+        return s if mask is None else torch.where(mask[b, qi, ki], torch.full_like(s, MASKED), s)
 
     # (rows, heads, frames, d_k), each its own row-major copy in the
     # attention's dtype, as the generated kernel reads them.
