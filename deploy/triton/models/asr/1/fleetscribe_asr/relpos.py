@@ -1,6 +1,7 @@
 """NeMo's Fast Conformer attention with relative positions
 (multi_head_attention.RelPositionMultiHeadAttention) through PyTorch's
-FlexAttention where compiled: the model parameter conformer_attention=flex.
+FlexAttention where compiled: the diarize model's parameter
+conformer_attention=flex, the speech model's encoder_attention=flex.
 
 With NeMo's use_pytorch_sdpa the layer writes the positions' scores
 (rows x heads x frames x 2 frames), shifts them into a frames x frames
@@ -20,7 +21,9 @@ writes every score, so an eager layer (a batch no compiled shape holds,
 encoder=eager, a CPU) runs NeMo's forward. So does a layer with a cache
 (NeMo's cache-aware streaming) or positions of another length than
 2 x frames - 1. The parameters keep their names: a checkpoint loads either
-way. Imports torch: only the engines that compile import it."""
+way. Imports torch: only the NeMo engines import it (the Sortformer's with
+conformer_attention=flex, the speech model's whenever its model has these
+layers, to set or undo the swap)."""
 
 from __future__ import annotations
 
