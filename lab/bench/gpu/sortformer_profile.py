@@ -16,6 +16,7 @@ own copy of the model:
   flex        conformer_attention=flex
   all         pointwise_convs=matmul, transformer_attention=sdpa,
               conformer_attention=flex
+  graphs      cuda_graphs=on: the compiled shapes replayed as CUDA graphs
   eager       encoder=eager: what compiling gives
   unaligned   align_frames=1: NeMo's lengths (793 frames, not the
               shipped 800, at 45 s; a first step 565, not 568)
@@ -63,6 +64,7 @@ VARIANTS = {
     "convs": {"pointwise_convs": "matmul", "subsampling_convs": "taps"},
     "flex": {"conformer_attention": "flex"},
     "all": {"pointwise_convs": "matmul", "transformer_attention": "sdpa", "conformer_attention": "flex"},
+    "graphs": {"cuda_graphs": "on"},
     "eager": {"encoder": "eager"},
     "unaligned": {"align_frames": "1"},
 }

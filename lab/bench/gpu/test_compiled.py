@@ -158,8 +158,8 @@ class CompiledEncoderTest(unittest.TestCase):
         got = {}
         for mode in ("one", "fit"):
             shapes.clear()
-            engine = types.SimpleNamespace(torch=torch, rows=[1, 2, 4, 8], opts=types.SimpleNamespace(row_parts=mode))
-            out, out_n = sortformer.SortformerDiarizer.in_buckets(engine, x, n, fn)
+            engine = types.SimpleNamespace(torch=torch, rows=[1, 2, 4, 8], opts=types.SimpleNamespace(row_parts=mode), graphs={})
+            out, out_n = sortformer.SortformerDiarizer.in_buckets(engine, x, n, fn, "encoder")
             got[mode] = (list(shapes), out, out_n)
         self.assertEqual(got["one"][0], [8])
         self.assertEqual(got["fit"][0], [4, 2])

@@ -9,6 +9,7 @@ on CPU; make test (no NeMo) does not run them.
     cd lab/bench/gpu && python3 -m unittest -v test_sortformer
 """
 import json
+import math
 import os
 import sys
 import tempfile
@@ -27,7 +28,7 @@ import backend_stub  # noqa: E402,F401 - installs the stand-in triton_python_bac
 from fleetscribe_asr import sortformer  # noqa: E402
 from fleetscribe_asr.compiled import PinnedRows  # noqa: E402
 from fleetscribe_asr.diarize import Ask, StateError  # noqa: E402
-from sortformer_study import POINTS, check_update, config  # noqa: E402
+from sortformer_study import POINTS, check_update, config, copy_state  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CHUNK_S = 8.0  # a small operating point keeps the CPU runs short
@@ -87,6 +88,53 @@ def walk(d, recordings, chunk_s=CHUNK_S, together=True):
     return states, turns
 
 
+def nemo_streaming(d, rec, request_s):
+    """rec through NeMo's own streaming step (forward_streaming_step,
+    asynchronous), in requests of request_s: each request's audio scaled and
+    its features made as the engine makes them, then NeMo's steps over
+    them, its state kept on the device between requests. After each
+    request: NeMo's state, and the request's turns from NeMo's chunk
+    probabilities (chunk_turns at the engine's settings)."""
+    m, sm, o = d.model, d.sm, d.opts
+    m.async_streaming = True
+    state = sm.init_streaming_state(batch_size=1, async_streaming=True, device=DEVICE)
+    cut, out = int(request_s * 16000), []
+    with torch.inference_mode():
+        for c in [rec[j:j + cut] for j in range(0, rec.size, cut)]:
+            x = torch.from_numpy(c)[None].to(DEVICE)
+            feats, n = m.preprocessor(input_signal=x / (x.abs().amax(dim=1, keepdim=True) + 1e-3), length=torch.tensor([c.size], device=DEVICE))
+            feats = feats[:, :, :int(n.max())]
+            feats = torch.nn.functional.pad(feats, (0, -feats.shape[2] % (sm.chunk_len * sm.subsampling_factor)))
+            preds = torch.zeros((1, 0, 4), device=DEVICE)
+            for _, chunk, chunk_len, lo, ro in sm.streaming_feat_loader(feat_seq=feats, feat_seq_length=n, feat_seq_offset=torch.zeros_like(n)):
+                state, preds = m.forward_streaming_step(chunk, chunk_len, state, preds, left_offset=lo, right_offset=ro)
+            probs = preds[0, :math.ceil(c.size / 16000 / sortformer.FRAME_S)].float().cpu().numpy()
+            # (NeMo's step updates its state in place: a copy of each request's)
+            out.append((copy_state(state), sortformer.chunk_turns(probs, c.size / 16000, o.threshold, o.min_gap, o.min_turn)))
+    return out
+
+
+class StandInGraph:
+    """A stand-in for a CUDA graph (capture_graphs' capture) on any device:
+    its replay reruns the captured function into the outputs it captured,
+    as a replay overwrites them."""
+
+    replays = 0
+
+    def __init__(self, fn):
+        self.fn, self.out = fn, fn()
+
+    def replay(self):
+        StandInGraph.replays += 1
+        for o, new in zip(self.out, self.fn(), strict=True):
+            o.copy_(new)
+
+    @classmethod
+    def capture(cls, fn, device, pool):
+        g = cls(fn)
+        return g, g.out
+
+
 def largest_difference(a, b):
     """The largest difference between two states' arrays (their shapes equal)."""
     worst = 0.0
@@ -109,6 +157,34 @@ class SortformerTest(unittest.TestCase):
         d = engine()
         with torch.inference_mode():
             self.assertLess(check_update(d.sm, DEVICE), 1e-5)
+
+    def test_served_chunks_are_nemos_streaming(self):
+        # Recordings served together request by request, each state out as
+        # bytes and back, against NeMo's own streaming step
+        # (forward_streaming_step, asynchronous) over each recording alone,
+        # its state kept on the device, each request's features its own as
+        # the engine makes them: after every request the same speaker
+        # cache, FIFO and silence profile, and the same turns (made from
+        # NeMo's chunk probabilities). Requests of one step and of two (fp32,
+        # NeMo's lengths). The random-weights model calls no frame silence
+        # at NeMo's threshold: a higher one gives the silence profile frames.
+        d = engine(align_frames="1")
+        d.autocast = lambda: torch.autocast(DEVICE, enabled=False)  # fp32, as the reference runs
+        threshold, d.sm.sil_threshold = d.sm.sil_threshold, 2.0
+        self.addCleanup(setattr, d.sm, "sil_threshold", threshold)
+        recs = [speech(3 * CHUNK_S + 1, 21), speech(2 * CHUNK_S - 3, 22)]
+        for request_s in (CHUNK_S, 2 * CHUNK_S):
+            states, turns = walk(d, recs, chunk_s=request_s)
+            self.assertGreater(sortformer.Stream.decode(states[0][-1], 512, 40, 20).n_sil, 0)
+            for r, rec in enumerate(recs):
+                for i, (state, want) in enumerate(nemo_streaming(d, rec, request_s)):
+                    got, where = sortformer.Stream.decode(states[r][i], 512, 40, 20), f"{request_s:g}-s requests, recording {r}, request {i}"
+                    nc, nf = int(state.spkcache_lengths[0]), int(state.fifo_lengths[0])
+                    self.assertEqual((len(got.cache), len(got.fifo), got.n_sil), (nc, nf, int(state.n_sil_frames[0])), where)
+                    for name, a, b in [("cache", got.cache, state.spkcache[0, :nc]), ("cache_preds", got.cache_preds, state.spkcache_preds[0, :nc]),
+                                       ("fifo", got.fifo, state.fifo[0, :nf]), ("sil", got.sil, state.mean_sil_emb[0])]:
+                        self.assertLess(float(np.abs(a - b.float().cpu().numpy()).max(initial=0)), 1e-4, f"{where}: {name}")
+                    self.assertEqual(turns[r][i], want, where)
 
     def test_state_round_trip_and_refusals(self):
         d = engine()
@@ -306,6 +382,15 @@ class SortformerTest(unittest.TestCase):
                 x, y = arrays(a[r][-1]), arrays(b[r][-1])
                 self.assertEqual(x[0].shape, y[0].shape)
                 self.assertLess(float(np.abs(x[1] - y[1]).max(initial=0)), 0.1)  # the cache's speaker probabilities
+            # Its shapes captured (a stand-in for CUDA's graphs: the
+            # compiled layers run on the graphs' own input tensors) compile
+            # nothing more and serve the same states.
+            compiled.capture_graphs(capture=StandInGraph.capture)
+            self.assertEqual(len(compiled.graphs), 2 * (len(compiled.lengths) + 1))
+            c, _ = walk(compiled, recs)
+            self.assertEqual(counters["stats"]["unique_graphs"] - graphs, 0, "graphs compiled in capture or while serving")
+            for r in range(len(recs)):
+                self.assertLess(largest_difference(a[r][-1], c[r][-1]), 1e-6)
 
     def test_pointwise_convs_as_matrix_multiplies_give_the_same_states(self):
         # pointwise_convs=matmul on a model of the same weights (its own:
@@ -385,6 +470,65 @@ class SortformerTest(unittest.TestCase):
                 x, y = arrays(a[r][-1]), arrays(b[r][-1])
                 self.assertEqual(x[0].shape, y[0].shape)
                 self.assertLess(float(np.abs(x[1] - y[1]).max(initial=0)), 0.1)  # the cache's speaker probabilities
+
+    def test_graphs_replayed_give_the_uncaptured_steps(self):
+        # cuda_graphs=on's plumbing on any device, with a stand-in for
+        # CUDA's capture (a graph whose replay reruns its function into the
+        # outputs it captured, as a replay overwrites them): every part of
+        # the subsampling and of the encoder replays its shape's graph, a
+        # batch in parts of one bucket (3 rows in buckets of 2) keeps each
+        # part's own frames, and the states and turns are those of the same
+        # engine uncaptured, exactly. The layers run as they are (the
+        # plumbing, not the compiler, is under test).
+        def uncompiled(d):
+            layer = d.model.encoder.layers[0]
+            d.compiled, d.pre_compiled = [(layer, layer.forward)], d.model.encoder.pre_encode.forward
+            return d
+
+        captured = uncompiled(engine(batch_buckets="2", cuda_graphs="on"))
+        StandInGraph.replays = 0
+        captured.capture_graphs(capture=StandInGraph.capture)
+        self.assertEqual(sorted(captured.graphs), sorted([("encoder", 2, n) for n in captured.lengths] +
+                                                         [("subsampling", 2, captured.pre_frames)]))
+        self.assertIn("3 CUDA graphs captured", captured.describe())
+        recs = [speech(17, 80 + r) for r in range(3)]
+        a, ta = walk(captured, recs)
+        # 3 steps of 3 rows (2 parts each) through the subsampling and the
+        # encoder
+        self.assertEqual(StandInGraph.replays, 3 * 2 * 2)
+        b, tb = walk(uncompiled(engine(batch_buckets="2")), recs)
+        self.assertEqual(ta, tb)
+        for r in range(len(recs)):
+            for x, y in zip(a[r], b[r], strict=True):
+                self.assertEqual(largest_difference(x, y), 0.0)
+
+    def test_graphs_need_the_compiled_encoder_on_a_gpu(self):
+        d = engine(cuda_graphs="on")
+        self.assertEqual(d.graphs, {})
+        self.assertIn("CUDA graphs asked for, off: they need encoder=compiled on a GPU", d.describe())
+        self.assertNotIn("CUDA graph", engine().describe())
+        with self.assertRaises(ValueError):
+            engine(cuda_graphs="yes")
+
+    @unittest.skipUnless(DEVICE == "cuda", "CUDA graphs: on a GPU")
+    def test_captured_graphs_serve_as_the_compiled_kernels(self):
+        # On a GPU, cuda_graphs=on captures every compiled shape after the
+        # warm-up, serves the compiled engine's states (the same kernels,
+        # replayed) and compiles nothing at requests; 5 rows in buckets of
+        # 2 and 4 run as 4 and 1 padded to 2.
+        from torch._dynamo.utils import counters
+
+        with tempfile.TemporaryDirectory() as cache:
+            graphs = engine(model=tiny_model(), encoder="compiled", batch_buckets="2,4", compile_cache=cache, cuda_graphs="on")
+            self.assertEqual(len(graphs.graphs), 2 * (len(graphs.lengths) + 1), graphs.describe())
+            plain = engine(model=tiny_model(), encoder="compiled", batch_buckets="2,4", compile_cache=cache)
+            recs = [speech(17, 90 + r) for r in range(5)]
+            before = counters["stats"]["unique_graphs"]
+            a, _ = walk(graphs, recs)
+            self.assertEqual(counters["stats"]["unique_graphs"] - before, 0, "graphs compiled while serving")
+            b, _ = walk(plain, recs)
+            for r in range(len(recs)):
+                self.assertLess(largest_difference(a[r][-1], b[r][-1]), 1e-3)
 
     def assert_encodes_alike(self, ref, model):
         """The Sortformer's encoder (past the subsampling) and Transformer

@@ -481,26 +481,12 @@ class CompiledEncoder:
         return s
 
     def _capture(self, s: _Shape) -> None:
-        """The shape's CUDA graph: fn is run (compiling or loading the
-        shape's graphs, where warm() has not) and warmed on a side stream,
-        then captured. Runs under the caller's autocast, with autocast's
-        weight cache off (a cached cast would live outside the graph's
-        memory). Where capture fails, no shape keeps a graph."""
+        """The shape's CUDA graph (capture_graph: fn's first runs compile
+        or load the shape's graphs, where warm() has not). Where capture
+        fails, no shape keeps a graph."""
         torch = self.torch
-        kind = self.device.type
-        on, dtype = torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind)
         try:
-            with torch.autocast(kind, dtype=dtype, enabled=on, cache_enabled=False):
-                side = torch.cuda.Stream(self.device)
-                side.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(side):
-                    for _ in range(2):
-                        self.compiled_call(s.x, s.lengths)
-                torch.cuda.current_stream(self.device).wait_stream(side)
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=self.pool, capture_error_mode="thread_local"):
-                    out = self.compiled_call(s.x, s.lengths)
-            s.graph, s.out = g, out
+            s.graph, s.out = capture_graph(lambda: self.compiled_call(s.x, s.lengths), self.device, self.pool)
         except Exception as e:  # noqa: BLE001 - the compiled kernels still run, launched one by one
             self.graphs_on = False
             for other in self.shapes.values():
@@ -546,6 +532,54 @@ class CompiledEncoder:
             # What the warm-up runs left cached (the graphs keep their own
             # pool): eight partitions of a GPU would otherwise each hold it.
             self.torch.cuda.empty_cache()
+
+
+def capture_graph(fn: Callable[[], Any], device: Any, pool: Any) -> tuple[Any, Any]:
+    """fn() captured as a CUDA graph in the memory pool pool: (the graph,
+    fn's outputs, which each replay overwrites). fn runs twice first on a
+    side stream (lazy initialisation, cuBLAS workspaces, inductor's first
+    calls), all under the caller's autocast with its weight cache off (a
+    cast cached outside the graph would be freed under it)."""
+    import torch
+
+    kind = torch.device(device).type
+    on, dtype = torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind)
+    with torch.autocast(kind, dtype=dtype, enabled=on, cache_enabled=False):
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=pool, capture_error_mode="thread_local"):
+            out = fn()
+    return g, out
+
+
+class GraphedCall:
+    """fn over static input tensors, captured once as a CUDA graph
+    (capture_graph, or capture where given: the tests' stand-in) and
+    replayed. A call copies its arguments into the first rows of the
+    static inputs, zeros past them (a row bucket's padding rows: zero
+    samples, length 0, as an uncaptured call pads them), replays, and
+    returns copies of fn's outputs with the padding rows cut: a graph's
+    outputs are overwritten by its next replay, which a batch in parts of
+    one bucket makes before its parts are joined."""
+
+    def __init__(self, fn: Callable[..., Any], inputs: Sequence[Tensor], device: Any, pool: Any,
+                 capture: Callable[[Callable[[], Any], Any, Any], tuple[Any, Any]] | None = None) -> None:
+        self.inputs = list(inputs)
+        self.graph, self.out = (capture or capture_graph)(lambda: fn(*self.inputs), device, pool)
+
+    def __call__(self, *args: Tensor) -> tuple[Tensor, ...]:
+        rows = args[0].shape[0]
+        for static, a in zip(self.inputs, args, strict=True):
+            static[:rows].copy_(a)
+            static[rows:].zero_()
+        self.graph.replay()
+        out = self.out if isinstance(self.out, tuple) else (self.out,)
+        return tuple(o[:rows].clone() for o in out)
 
 
 class _Shape:

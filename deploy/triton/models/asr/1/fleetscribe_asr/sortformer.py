@@ -40,7 +40,9 @@ import json
 import math
 import os
 import struct
-from collections.abc import Mapping
+import time
+import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +53,7 @@ from . import host
 from .common import SAMPLE_RATE, log_info
 from .compiled import (
     CompileCache,
+    GraphedCall,
     PinnedRows,
     compile_cache_dir,
     conv_forms,
@@ -124,6 +127,11 @@ class SortformerOptions:
                                   "this many frames, the padding masked: 8 gives the bf16 matrix multiplies over the sequence "
                                   "aligned rows (at 45-s chunks 568 and 800 frames, not 565 and 793: diarization alone served "
                                   "1.06-1.08x on an H100, docs/speakers.md); 1: NeMo's lengths")
+    cuda_graphs: str = _param("off", "on: every compiled shape (the subsampling's and the encoder's, each row bucket at each "
+                                     "length) captured once as a CUDA graph, all in one memory pool, after the warm-up; a step then "
+                                     "replays a graph where it launched each kernel from the partition's host thread (this process has "
+                                     "no decoder graphs, whose capture broke later loads: NeMo issue 15423); where capture fails, the "
+                                     "compiled kernels run as with off (logged). Needs encoder=compiled on a GPU; not yet served")
     compile_cache: str = _param("", "the compile cache folder; empty: FLEETSCRIBE_COMPILE_CACHE, else the default")
     cudnn_attention: bool = _param(False, CUDNN_ATTENTION_HELP)
     cuda_sync: str = _param("blocking", CUDA_SYNC_HELP)
@@ -150,7 +158,8 @@ class SortformerOptions:
                                      ("pointwise_convs", self.pointwise_convs, POINTWISE_CONVS),
                                      ("subsampling_convs", self.subsampling_convs, SUBSAMPLING_CONVS),
                                      ("transformer_attention", self.transformer_attention, ("model", "sdpa")),
-                                     ("conformer_attention", self.conformer_attention, ("model", "flex"))]:
+                                     ("conformer_attention", self.conformer_attention, ("model", "flex")),
+                                     ("cuda_graphs", self.cuda_graphs, ("off", "on"))]:
             one_of(name, value, allowed, "diarize model")
         if not 1 <= self.align_frames <= 64:
             raise ValueError(f"diarize model parameter align_frames={self.align_frames}: 1 to 64 frames")
@@ -484,8 +493,14 @@ class SortformerDiarizer:
         self.pre_frames = sm.chunk_len * sm.subsampling_factor  # a one-step request's features
         self.cache: CompileCache | None = None
         self.staging = PinnedRows(device)  # upload's
+        # cuda_graphs=on: each compiled shape's CUDA graph, by (subsampling
+        # or encoder, rows, frames), captured by capture_graphs.
+        self.graphs: dict[tuple[str, int, int], GraphedCall] = {}
+        self.graph_note = ""
         if opts.encoder == "compiled" and (self.cuda or os.environ.get("FLEETSCRIBE_COMPILE_CPU") == "1"):
             self.compile()
+        if opts.cuda_graphs == "on" and not self.graphs and not self.graph_note:
+            self.graph_note = "CUDA graphs asked for, off: they need encoder=compiled on a GPU"
 
     def describe(self) -> str:
         c = "compiled for rows %s at %s frames, %s in %.0f s" % (
@@ -493,9 +508,9 @@ class SortformerDiarizer:
             self.cache.seconds if self.cache else 0) if self.compiled else "eager at %s frames" % " and ".join(map(str, self.lengths))
         return "chunk %d frames (%.1f s), FIFO %d, speaker cache %d, update period %d; encoder %s, %d pointwise convolutions as matrix " \
             "multiplies, %d of the subsampling by taps, %d Transformer attentions through SDPA, %d conformer attentions through " \
-            "FlexAttention; %s" % (
+            "FlexAttention%s; %s" % (
                 self.sm.chunk_len, self.sm.chunk_len * FRAME_S, self.sm.fifo_len, self.sm.spkcache_len, self.sm.spkcache_update_period, c,
-                self.pointwise, self.taps, self.sdpa, self.flex, self.host_note)
+                self.pointwise, self.taps, self.sdpa, self.flex, "; " + self.graph_note if self.graph_note else "", self.host_note)
 
     def compile(self) -> None:
         """The layers compiled for every row bucket at each sequence length
@@ -539,6 +554,8 @@ class SortformerDiarizer:
                         self.run_encoder(seq, torch.full((r,), length, dtype=torch.long, device=self.device))
 
         self.cache.warm(every_shape)
+        if self.opts.cuda_graphs == "on" and self.cuda:
+            self.capture_graphs()
         if self.cuda:
             # What the warm-up's largest shapes left cached, as the speech
             # encoder does: the partitions of a GPU share its memory.
@@ -546,17 +563,54 @@ class SortformerDiarizer:
         mem = gpu_memory(self.device)
         log_info("diarize: sortformer encoder %s%s" % (self.describe(), "; " + mem if mem else ""))
 
+    def capture_graphs(self, capture: Any = None) -> None:
+        """cuda_graphs=on: every compiled shape captured as a CUDA graph
+        (compiled.GraphedCall), all in one memory pool, largest first (the
+        pool is sized by the first): the subsampling at each row bucket and
+        the encoder at each row bucket and length, their inputs made as
+        serving makes them (row-major inference tensors, as the warm-up's:
+        no graph compiles again). Where a capture fails no shape keeps a
+        graph, and the compiled kernels run launched one by one (logged).
+        capture: the tests' stand-in for CUDA's."""
+        torch, dev = self.torch, self.device
+        feats = self.model.cfg.preprocessor.get("features", 128)
+        pool = torch.cuda.graph_pool_handle() if capture is None else None
+        start = time.perf_counter()
+        try:
+            with torch.inference_mode(), self.autocast():
+                for r in reversed(self.rows):
+                    for length in reversed(self.lengths):
+                        inputs = [torch.zeros((r, length, self.dim), device=dev), torch.full((r,), length, dtype=torch.long, device=dev)]
+                        self.graphs[("encoder", r, length)] = GraphedCall(self.compiled_encode, inputs, dev, pool, capture)
+                    inputs = [torch.zeros((r, self.pre_frames, feats), device=dev),
+                              torch.full((r,), self.pre_frames, dtype=torch.long, device=dev)]
+                    self.graphs[("subsampling", r, self.pre_frames)] = GraphedCall(self.compiled_pre_encode, inputs, dev, pool, capture)
+        except Exception as e:  # noqa: BLE001 - the compiled kernels still run, launched one by one
+            self.graphs.clear()
+            self.graph_note = "CUDA graph capture failed (%s), the compiled kernels run without graphs" % type(e).__name__
+            log_info("diarize: %s: %s\n%s" % (self.graph_note, e, traceback.format_exc()))
+            return
+        self.graph_note = "%d CUDA graphs captured in %.1f s" % (len(self.graphs), time.perf_counter() - start)
+
     def autocast(self) -> Any:
         return self.torch.autocast(device_type="cuda" if self.cuda else "cpu", dtype=self.torch.bfloat16)
 
-    def in_buckets(self, x: Tensor, n: Tensor, fn: Any) -> tuple[Tensor, Tensor]:
+    def in_buckets(self, x: Tensor, n: Tensor, fn: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]],
+                   kind: str) -> tuple[Tensor, Tensor]:
         """fn(x, n) over the rows in parts (bucket_parts), each padded to
         its bucket (rows of zeros, length 0), the padding cut from both
-        outputs."""
+        outputs; a part replays the CUDA graph of its kind (subsampling or
+        encoder) and shape where one was captured."""
         torch = self.torch
         outs, lens = [], []
         for at, rows, shape in bucket_parts(self.rows, x.shape[0], self.opts.row_parts == "fit"):
             part, pn = x[at:at + rows], n[at:at + rows]
+            graph = self.graphs.get((kind, shape, x.shape[1]))
+            if graph is not None:
+                out, out_n = graph(part, pn)
+                outs.append(out)
+                lens.append(out_n)
+                continue
             pad = shape - rows
             if pad:
                 part = torch.nn.functional.pad(part, (0, 0, 0, 0, 0, pad))  # a row-major copy
@@ -580,7 +634,11 @@ class SortformerDiarizer:
         if self.pre_compiled is None or x.shape[1] != self.pre_frames:
             out: tuple[Tensor, Tensor] = self.model.encoder.pre_encode(x=x, lengths=n)
             return out
-        return self.in_buckets(x, n, lambda a, b: self.pre_compiled(x=a, lengths=b))
+        return self.in_buckets(x, n, self.compiled_pre_encode, "subsampling")
+
+    def compiled_pre_encode(self, x: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
+        out: tuple[Tensor, Tensor] = self.pre_compiled(x=x, lengths=n)
+        return out
 
     def run_encoder(self, seq: Tensor, seq_len: Tensor) -> Tensor:
         """encode() over seq padded to the shortest of the lengths that
@@ -591,17 +649,17 @@ class SortformerDiarizer:
         seq = torch.nn.functional.pad(seq, (0, 0, 0, length - seq.shape[1]))
         if not self.compiled:
             return encode(self.model, seq, seq_len)
+        return self.in_buckets(seq, seq_len, self.compiled_encode, "encoder")[0]
 
-        def compiled(part: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
-            for m, c in self.compiled:
-                m.forward = c  # an instance attribute: the class's forward is untouched
-            try:
-                return encode(self.model, part, n), n
-            finally:
-                for m, _ in self.compiled:
-                    del m.forward
-
-        return self.in_buckets(seq, seq_len, compiled)[0]
+    def compiled_encode(self, seq: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
+        """encode() through the compiled layers, and n (in_buckets' pair)."""
+        for m, c in self.compiled:
+            m.forward = c  # an instance attribute: the class's forward is untouched
+        try:
+            return encode(self.model, seq, n), n
+        finally:
+            for m, _ in self.compiled:
+                del m.forward
 
     # -- serving
 
@@ -648,7 +706,7 @@ class SortformerDiarizer:
         torch, sm, dev = self.torch, self.sm, self.device
         rows = len(chunks)
         state = self.batch_state(streams)
-        preds_by_row: list[list[Tensor]] = [[] for _ in range(rows)]
+        steps: list[tuple[Tensor, list[int]]] = []  # each step's chunk probabilities, and each row's valid frames
         with torch.inference_mode():
             audio, lengths = self.upload(chunks)
             feats, feat_len = self.model.preprocessor(input_signal=audio, length=lengths)
@@ -673,10 +731,12 @@ class SortformerDiarizer:
                 preds = sm.apply_mask_to_preds(preds.float(), seq_len)
                 lc, rc = round(lo / sm.subsampling_factor), math.ceil(ro / sm.subsampling_factor)
                 state, chunk_preds = fast_update(sm, state, emb, emb_len, preds, lc, rc)
-                valid = (emb_len - lc).clamp(0, chunk_preds.shape[1]).tolist()
-                for r in range(rows):
-                    preds_by_row[r].append(chunk_preds[r, : valid[r]])
-            probs = [torch.cat(p).cpu().numpy() if p else np.zeros((0, SPEAKERS), np.float32) for p in preds_by_row]
+                steps.append((chunk_preds, (emb_len - lc).clamp(0, chunk_preds.shape[1]).tolist()))
+            # One copy to the host a step, not one a row (each a wait for
+            # the GPU), then each row's valid frames.
+            host = [p.float().cpu().numpy() for p, _ in steps]
+            probs = [np.concatenate([h[r, : valid[r]] for h, (_, valid) in zip(host, steps, strict=True)])
+                     if steps else np.zeros((0, SPEAKERS), np.float32) for r in range(rows)]
             self.unbatch_state(state, streams)
         out: dict[int, list[Turn]] = {}
         for r, (key, st, c) in enumerate(zip(keys, streams, chunks, strict=True)):
@@ -711,6 +771,8 @@ class SortformerDiarizer:
         st = sm.init_streaming_state(batch_size=len(streams), async_streaming=True, device=dev)
         st.spkcache_preds = torch.zeros((len(streams), sm.spkcache_len, SPEAKERS), device=dev)
         st.fifo_preds = torch.zeros((len(streams), sm.fifo_len, SPEAKERS), device=dev)
+        if all(not len(s.cache) and not len(s.fifo) and s.n_sil == 0 and not s.sil.any() for s in streams):
+            return st  # every row starts its recording: NeMo's empty state, made on the device, nothing uploaded
         cache = np.zeros((len(streams), sm.spkcache_len, self.dim), np.float32)
         cache_preds = np.zeros((len(streams), sm.spkcache_len, SPEAKERS), np.float32)
         fifo = np.zeros((len(streams), sm.fifo_len, self.dim), np.float32)
