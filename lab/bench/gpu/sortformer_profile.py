@@ -21,7 +21,8 @@ own copy of the model:
   unaligned   align_frames=1: NeMo's lengths (793 frames, not the
               shipped 800, at 45 s; a first step 565, not 568)
 
-it records the median wall time of --reps steps, each served as a
+it records the median wall time of --reps steps (and the host CPU time
+they took, every thread of the process), each served as a
 partition serves it (engine.serve: the rows' states decoded from the bytes a
 request carries, the step, the turns, the states encoded back), the audio
 seconds a second that makes, and a kernel
@@ -169,6 +170,13 @@ def main() -> None:
 
             step()
             ms = 1000 * median_time(step, args.reps)
+            # The host's CPU a step (this process, every thread): with the
+            # GPU's time, what a partition's diarize process spends of its
+            # CPU on a step where the served runs show it busy.
+            cpu0 = time.process_time()
+            for _ in range(args.reps):
+                step()
+            cpu_ms = 1000 * (time.process_time() - cpu0) / args.reps
             # (a CPU, for a check of the script: no kernel profile)
             prof: dict[str, Any] = encoder_profile.kernel_profile(step) if device == "cuda" else {"gpu_ms": 0.0, "by_kind_ms": {}, "top": []}
             prof["host_top"] = host_profile(step)
@@ -177,10 +185,11 @@ def main() -> None:
             agree = float((got == reference).mean()) if reference is not None else 1.0
             if reference is None:
                 reference = got
-            v = {"ms": ms, "audio_s_per_s": args.rows * args.seconds / (ms / 1000), "load_and_compile_s": load_s,
+            v = {"ms": ms, "cpu_ms": cpu_ms, "audio_s_per_s": args.rows * args.seconds / (ms / 1000), "load_and_compile_s": load_s,
                  "speech_agreement_vs_first": agree, "describe": engine.describe(), **prof}
-            print("%-8s %7.1f ms a step (GPU %.1f ms; %s), %.0f audio-s/s, %.4f of speaker-frames as the first says, ready in %.0f s" % (
-                name, ms, prof["gpu_ms"], encoder_profile.kinds(prof), v["audio_s_per_s"], agree, load_s), flush=True)
+            print("%-8s %7.1f ms a step (GPU %.1f ms; %s; host CPU %.1f ms), %.0f audio-s/s, %.4f of speaker-frames as the first says, "
+                  "ready in %.0f s" % (name, ms, prof["gpu_ms"], encoder_profile.kinds(prof), cpu_ms, v["audio_s_per_s"], agree, load_s),
+                  flush=True)
             return v
 
         encoder_profile.record_variant(out, name, args.out, 8, figures)
