@@ -58,6 +58,13 @@ type PoolConfig struct {
 	// after 30 s, then at doubling intervals up to 16 minutes), and why it
 	// still held the region when Close gave up unregistering it.
 	OnSharedMemoryError func(partition string, err error)
+	// DiarizePack is how many diarization requests one partition takes
+	// before another gets any (a first attempt's; retries go to the least
+	// loaded partition as every request does). 0: each to the least
+	// loaded partition. A recording's chunks go to diarization one at a
+	// time, so a few dozen recordings spread over every partition make
+	// diarize batches of one or two rows; packed, a partition's fill.
+	DiarizePack int
 }
 
 // RegisterFlags registers the pool flags with their defaults.
@@ -82,6 +89,9 @@ func (c *PoolConfig) RegisterFlags(fs *flag.FlagSet) {
 		"Reserved at start (-triton-max-inflight slots of a chunk each, per partition) and counted against the worker's memory: a partition past it, or past what /dev/shm has room for, gets the audio in the request.")
 	fs.BoolVar(&c.SharedMemory, "triton-shared-memory", true, "pass chunks' audio through POSIX shared memory where the partition shares this host's /dev/shm\nTriton's system shared memory extension, instead of in the gRPC request; partitions that cannot map it get the audio in the request.")
 	fs.DurationVar(&c.QueueTimeout, "triton-queue-timeout", 0, "how long a chunk may wait in Triton's queue before UNAVAILABLE (0: the model's default)")
+	fs.IntVar(&c.DiarizePack, "triton-diarize-pack", 0, "diarization requests one partition takes before another gets any (0: each to the least loaded partition)\n"+
+		"A recording's chunks go to diarization one at a time, so a few dozen recordings spread over every partition make diarize batches of one or two rows; "+
+		"packed, a partition's batches fill. Not yet measured on a GPU (docs/speakers.md); at most the model's max_batch_size.")
 }
 
 // Validate reports unusable settings.
@@ -101,6 +111,8 @@ func (c PoolConfig) Validate() error {
 		return errors.New("triton poison wait must not be negative")
 	case c.SharedMemoryBudget < 0:
 		return errors.New("triton shared memory budget must not be negative")
+	case c.DiarizePack < 0:
+		return errors.New("triton diarize pack must not be negative")
 	case len(c.MetricsAddrs) > 0 && !c.metricsOff() && len(c.MetricsAddrs) != len(c.Addrs):
 		return fmt.Errorf("%d triton metrics addresses for %d partitions: give one per partition, none, or off", len(c.MetricsAddrs), len(c.Addrs))
 	}
@@ -108,12 +120,13 @@ func (c PoolConfig) Validate() error {
 }
 
 type partition struct {
-	client   *Client
-	inflight int
-	limit    float64 // adaptive in-flight limit (AIMD), 1..MaxInflight
-	ejected  bool
-	failures int    // consecutive failures to reach it
-	served   uint64 // successful requests, ever
+	client    *Client
+	inflight  int
+	diarizing int     // of inflight, diarization requests
+	limit     float64 // adaptive in-flight limit (AIMD), 1..MaxInflight
+	ejected   bool
+	failures  int    // consecutive failures to reach it
+	served    uint64 // successful requests, ever
 }
 
 // capacity is the number of requests the partition takes at once now.
@@ -282,7 +295,7 @@ func (p *Pool) broadcastLocked() {
 // partition). It waits while every such partition is full, or while none
 // is healthy (an MPS fault takes all partitions of a GPU down together;
 // they come back together).
-func (p *Pool) acquire(ctx context.Context, tried map[*partition]bool, elsewhere bool) (*partition, error) {
+func (p *Pool) acquire(ctx context.Context, tried map[*partition]bool, elsewhere, diarize bool) (*partition, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -297,22 +310,15 @@ func (p *Pool) acquire(ctx context.Context, tried map[*partition]bool, elsewhere
 				}
 			}
 		}
-		var best *partition
-		bestUntried := false
-		for _, part := range p.parts {
-			if part.ejected || part.inflight >= part.capacity() || onlyUntried && tried[part] {
-				continue
-			}
-			untried := !tried[part]
-			switch {
-			case best == nil,
-				untried && !bestUntried,
-				untried == bestUntried && part.inflight < best.inflight:
-				best, bestUntried = part, untried
-			}
+		pack := 0
+		if diarize && len(tried) == 0 {
+			pack = p.cfg.DiarizePack
 		}
-		if best != nil {
+		if best := pick(p.parts, tried, onlyUntried, pack); best != nil {
 			best.inflight++
+			if diarize {
+				best.diarizing++
+			}
 			p.mInflight.WithLabelValues(best.client.addr).Set(float64(best.inflight))
 			p.mu.Unlock()
 			return best, nil
@@ -327,15 +333,50 @@ func (p *Pool) acquire(ctx context.Context, tried map[*partition]bool, elsewhere
 	}
 }
 
+// pick is the partition a request goes to, nil where none has room: of
+// those not ejected and under their limit (onlyUntried: of those not yet
+// tried), the least loaded, an untried one first. With pack > 0 (a
+// diarization request's first attempt, PoolConfig.DiarizePack), a
+// partition already holding some diarization requests but fewer than pack
+// comes first, the fullest of them: its batches fill before another
+// partition's start.
+func pick(parts []*partition, tried map[*partition]bool, onlyUntried bool, pack int) *partition {
+	var best, fullest *partition
+	bestUntried := false
+	for _, part := range parts {
+		if part.ejected || part.inflight >= part.capacity() || onlyUntried && tried[part] {
+			continue
+		}
+		if pack > 0 && part.diarizing > 0 && part.diarizing < pack &&
+			(fullest == nil || part.diarizing > fullest.diarizing || part.diarizing == fullest.diarizing && part.inflight < fullest.inflight) {
+			fullest = part
+		}
+		untried := !tried[part]
+		switch {
+		case best == nil,
+			untried && !bestUntried,
+			untried == bestUntried && part.inflight < best.inflight:
+			best, bestUntried = part, untried
+		}
+	}
+	if fullest != nil {
+		return fullest
+	}
+	return best
+}
+
 // release gives back the slot and learns from the outcome: success raises
 // the adaptive limit; backpressure and server faults halve it (neither
 // ejects: a fault may be the input's, and a partition failing everything
 // then takes one request at a time); failures to reach the partition count
 // toward ejection. It returns the requests the partition has served.
-func (p *Pool) release(part *partition, err error, defaultModel bool) (served uint64, halved bool) {
+func (p *Pool) release(part *partition, err error, defaultModel, diarize bool) (served uint64, halved bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	part.inflight--
+	if diarize {
+		part.diarizing--
+	}
 	addr := part.client.addr
 	p.mInflight.WithLabelValues(addr).Set(float64(part.inflight))
 	switch {
@@ -458,6 +499,7 @@ func (p *Pool) queueDefaults(priority *uint64, timeout *time.Duration) {
 // the request is for the pool's own model, whose absence ejects a
 // partition.
 func (p *Pool) call(ctx context.Context, input Request, ownModel bool, attempt func(context.Context, *Client) error) error {
+	diarize := input.Model != "" && input.Model == p.parts[0].client.io.DiarizeModel
 	tried := make(map[*partition]bool, len(p.parts))
 	var faulted []partitionFault
 	var lastErr error
@@ -469,7 +511,7 @@ func (p *Pool) call(ctx context.Context, input Request, ownModel bool, attempt f
 				return fmt.Errorf("%w (after %d faults, %d overloads; last: %w)", err, faults, overloads, lastErr)
 			}
 		}
-		part, err := p.acquire(ctx, tried, faults > 0)
+		part, err := p.acquire(ctx, tried, faults > 0, diarize)
 		if err != nil {
 			if lastErr != nil {
 				return fmt.Errorf("%w (last: %w)", err, lastErr)
@@ -480,7 +522,7 @@ func (p *Pool) call(ctx context.Context, input Request, ownModel bool, attempt f
 		actx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 		err = attempt(actx, part.client)
 		cancel()
-		served, halved := p.release(part, err, ownModel || input.Model == part.client.io.Model)
+		served, halved := p.release(part, err, ownModel || input.Model == part.client.io.Model, diarize)
 		p.mRequests.WithLabelValues(part.client.addr, outcome(err)).Inc()
 		if err == nil {
 			p.mLatency.WithLabelValues(part.client.addr).Observe(time.Since(start).Seconds())

@@ -41,7 +41,9 @@ import (
 // "/instN" (N model instances in each partition's Triton process, each
 // its own process and CUDA context under the partition's MPS share: one
 // batch's host work beside the other's GPU work), "/diarinstN" (N diarize
-// model instances in each partition, the same for the diarize model)
+// model instances in each partition, the same for the diarize model),
+// "/diarpackN" (the load's pool packs diarization requests N to a
+// partition: triton.PoolConfig.DiarizePack)
 // and "/KEY=VALUE" (a model parameter over the run's own, such as
 // /cuda_sync=blocking or /cpu_threads=2; "/diar.KEY=VALUE" the diarize
 // model's, over -diarize-param; a "+" in VALUE is a comma, since commas
@@ -53,6 +55,7 @@ type arrangement struct {
 	processes  int // Triton processes per GPU (plan partitions)
 	instances  int // model instances per process
 	diarInst   int // diarize model instances per process
+	diarPack   int // the pool's DiarizePack (0: diarization spread as every request)
 	percentage int // MPS thread percentage; 0: time-sliced
 	decoder    string
 	encoder    string // compiled (the shipped default) or eager
@@ -63,17 +66,18 @@ type arrangement struct {
 }
 
 var (
-	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|vocabulary|maxbatch\d+|inst\d+|diarinst\d+|(?:diar\.|study\.)?[a-z_]+=[A-Za-z0-9._+-]+))*)$`)
+	arrangementRE = regexp.MustCompile(`^(single|instances-(\d+)|timesliced-(\d+)|mps(\d+)-(\d+))((?:/(?:eagerenc|eager|unbatched|vocabulary|maxbatch\d+|inst\d+|diarinst\d+|diarpack\d+|(?:diar\.|study\.)?[a-z_]+=[A-Za-z0-9._+-]+))*)$`)
 	maxBatchRE    = regexp.MustCompile(`/maxbatch(\d+)`)
 	instRE        = regexp.MustCompile(`/inst(\d+)`)
 	diarInstRE    = regexp.MustCompile(`/diarinst(\d+)`)
+	diarPackRE    = regexp.MustCompile(`/diarpack(\d+)`)
 	paramRE       = regexp.MustCompile(`/((?:diar\.|study\.)?[a-z_]+=[A-Za-z0-9._+-]+)`)
 )
 
 func parseArrangement(s string) (arrangement, error) {
 	m := arrangementRE.FindStringSubmatch(s)
 	if m == nil {
-		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager, /eagerenc, /unbatched, /vocabulary, /maxbatchN, /instN, /diarinstN or /KEY=VALUE", s)
+		return arrangement{}, fmt.Errorf("arrangement %q: want single, instances-N, timesliced-N or mpsP-N, with /eager, /eagerenc, /unbatched, /vocabulary, /maxbatchN, /instN, /diarinstN, /diarpackN or /KEY=VALUE", s)
 	}
 	a := arrangement{name: s, processes: 1, instances: 1, diarInst: 1, decoder: "cuda_graph"}
 	n := func(v string) int { k, _ := strconv.Atoi(v); return k }
@@ -96,6 +100,9 @@ func parseArrangement(s string) (arrangement, error) {
 	}
 	if in := diarInstRE.FindStringSubmatch(m[6]); in != nil {
 		a.diarInst = n(in[1])
+	}
+	if pk := diarPackRE.FindStringSubmatch(m[6]); pk != nil {
+		a.diarPack = n(pk[1])
 	}
 	if a.processes < 1 || a.instances < 1 || a.diarInst < 1 {
 		return arrangement{}, fmt.Errorf("arrangement %q: counts must be at least 1", s)

@@ -55,6 +55,8 @@ func TestParseArrangement(t *testing.T) {
 			encoder: "compiled", maxBatch: 16},
 		"mps50-4/diarinst2/inst3": {name: "mps50-4/diarinst2/inst3", processes: 4, instances: 3, diarInst: 2, percentage: 50, decoder: "cuda_graph",
 			encoder: "compiled"},
+		"mps50-8/maxbatch16/diarpack16": {name: "mps50-8/maxbatch16/diarpack16", processes: 8, instances: 1, diarInst: 1, diarPack: 16, percentage: 50,
+			decoder: "cuda_graph", encoder: "compiled", maxBatch: 16},
 	} {
 		got, err := parseArrangement(in)
 		if err != nil || got != want {

@@ -55,6 +55,7 @@ type loadConfig struct {
 	vocabulary   []string // sent with every transcription request (nil: none)
 	warm, dur    time.Duration
 	concurrency  []int // requests (clips) or recordings (mix) in flight
+	diarizePack  int   // the pool's DiarizePack (arrangement /diarpackN)
 }
 
 type point struct {
@@ -87,7 +88,7 @@ func measure(ctx context.Context, lc loadConfig) ([][]string, error) {
 	pool, err := triton.NewPool(triton.PoolConfig{
 		Addrs: lc.addrs, MaxInflight: inflight, RequestTimeout: 2 * time.Minute, Attempts: 5,
 		BackoffBase: 5 * time.Millisecond, BackoffMax: 200 * time.Millisecond, EjectAfter: 3, HealthInterval: 5 * time.Second,
-		SharedMemory: true, ChunkSamples: maxSamples,
+		SharedMemory: true, ChunkSamples: maxSamples, DiarizePack: lc.diarizePack,
 	}, triton.DefaultModelIO(), reg)
 	if err != nil {
 		return nil, err

@@ -184,6 +184,7 @@ func runArrangement(ctx context.Context, hc hostConfig, l loadFlags, a arrangeme
 	if err != nil {
 		return err
 	}
+	lc.diarizePack = a.diarPack
 	if l.vocabulary > 0 && a.vocabulary {
 		lc.vocabulary = synthVocabulary(l.vocabulary)
 	}
