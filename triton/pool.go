@@ -288,7 +288,9 @@ func (p *Pool) broadcastLocked() {
 }
 
 // acquire takes a slot on the healthy partition with the fewest requests
-// outstanding, preferring partitions not in tried; with elsewhere, only an
+// outstanding (a diarization request's first attempt, with DiarizePack, on
+// the partition already diarizing most below the pack: pick), preferring
+// partitions not in tried; with elsewhere, only an
 // untried one while any healthy partition is untried (after a fault, the
 // next attempt waits for another partition rather than asking the one
 // that failed again: two partitions' verdicts tell poison from a broken
