@@ -432,7 +432,9 @@ func TestCPUByGroup(t *testing.T) {
 	})
 	got := after.byGroup(before)
 	var servers, stubs, mpsCPU, other float64
-	if _, err := fmt.Sscanf(got, "servers %f, stubs %f, mps %f, other %f", &servers, &stubs, &mpsCPU, &other); err != nil {
+	var diarize, busiestSpeech, busiestDiarize float64
+	if _, err := fmt.Sscanf(got, "servers %f, stubs %f (diarize %f; busiest speech %f, diarize %f), mps %f, other %f", &servers, &stubs,
+		&diarize, &busiestSpeech, &busiestDiarize, &mpsCPU, &other); err != nil {
 		t.Fatalf("%q: %v", got, err)
 	}
 	if other < 0.2 || after.procs[cmd.Process.Pid].group != "other" {
@@ -440,10 +442,41 @@ func TestCPUByGroup(t *testing.T) {
 	}
 	// Groups by name; a process not alive at both readings is not counted.
 	at := before.at
-	b := cpuTimes{at: at, procs: map[int]procCPU{1: {"stubs", 100}, 2: {"stubs", 0}, 3: {"servers", 50}, 4: {"mps", 0}}}
-	a := cpuTimes{at: at.Add(2 * time.Second), procs: map[int]procCPU{1: {"stubs", 300}, 2: {"stubs", 200}, 3: {"servers", 150}, 5: {"other", 900}}}
-	if got, want := a.byGroup(b), "servers 0.5, stubs 2.0, mps 0.0, other 0.0"; got != want {
+	// Of the stubs, the diarize model's summed apart, and each model's
+	// busiest stub.
+	b := cpuTimes{at: at, procs: map[int]procCPU{1: {group: "stubs", ticks: 100}, 2: {group: "stubs", ticks: 0}, 3: {group: "servers", ticks: 50},
+		4: {group: "mps"}, 6: {group: "stubs", ticks: 10, diarize: true}, 7: {group: "stubs", ticks: 0, diarize: true}}}
+	a := cpuTimes{at: at.Add(2 * time.Second), procs: map[int]procCPU{1: {group: "stubs", ticks: 300}, 2: {group: "stubs", ticks: 200},
+		3: {group: "servers", ticks: 150}, 5: {group: "other", ticks: 900}, 6: {group: "stubs", ticks: 190, diarize: true},
+		7: {group: "stubs", ticks: 60, diarize: true}}}
+	if got, want := a.byGroup(b), "servers 0.5, stubs 3.2 (diarize 1.2; busiest speech 1.00, diarize 0.90), mps 0.0, other 0.0"; got != want {
 		t.Errorf("byGroup = %q, want %q", got, want)
+	}
+}
+
+// A stub is told apart by its model file, the first argument Triton's
+// Python backend gives it (.../diarize/1/model.py): here two shells run
+// such files.
+func TestServesDiarize(t *testing.T) {
+	dir := t.TempDir()
+	for model, want := range map[string]bool{"diarize": true, "asr": false} {
+		file := filepath.Join(dir, model, "1", "model.py")
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte("sleep 30\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("/bin/sh", file)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		got := servesDiarize(cmd.Process.Pid)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if got != want {
+			t.Errorf("%s: servesDiarize %t, want %t", file, got, want)
+		}
 	}
 }
 

@@ -586,10 +586,12 @@ type cpuTimes struct {
 	procs      map[int]procCPU // every process's CPU so far, by pid
 }
 
-// procCPU is one process's group and CPU time so far (jiffies).
+// procCPU is one process's group and CPU time so far (jiffies); diarize:
+// a stub serving the diarize model.
 type procCPU struct {
-	group string
-	ticks float64
+	group   string
+	ticks   float64
+	diarize bool
 }
 
 // cpuGroups names the processes whose CPU a point reports: Triton's
@@ -623,28 +625,58 @@ func readProcs() map[int]procCPU {
 				group = g.group
 			}
 		}
-		procs[pid] = procCPU{group, cpu.Seconds() * 100} // jiffies (USER_HZ)
+		procs[pid] = procCPU{group: group, ticks: cpu.Seconds() * 100, diarize: group == "stubs" && servesDiarize(pid)} // jiffies (USER_HZ)
 	}
 	return procs
 }
 
+// servesDiarize is whether the Python-backend stub pid serves the diarize
+// model: its first argument is the model's version folder
+// (.../diarize/1).
+func servesDiarize(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(string(b), "\x00")
+	return len(args) > 1 && strings.Contains(args[1], "/"+modelspec.DiarizeName+"/")
+}
+
 // byGroup is how many CPUs each group of processes used on average since
-// b, counting the processes alive at both readings ("servers 2.1, stubs
-// 8.0, mps 0.1, other 1.3").
+// b, counting the processes alive at both readings, and of the stubs those
+// of the diarize model and the busiest stub of each model: a stub near
+// 1.0 is a partition's model process that its one Python thread bounds
+// ("servers 2.1, stubs 8.0 (diarize 3.1; busiest speech 0.6, diarize
+// 0.9), mps 0.1, other 1.3").
 func (t cpuTimes) byGroup(b cpuTimes) string {
 	wall := t.at.Sub(b.at).Seconds()
 	if wall <= 0 || t.procs == nil || b.procs == nil {
 		return "per process: unknown"
 	}
 	used := map[string]float64{}
+	var diarize, busiestSpeech, busiestDiarize float64
 	for pid, p := range t.procs {
-		if q, ok := b.procs[pid]; ok && q.group == p.group && p.ticks >= q.ticks {
-			used[p.group] += (p.ticks - q.ticks) / 100 / wall // USER_HZ
+		q, ok := b.procs[pid]
+		if !ok || q.group != p.group || p.ticks < q.ticks {
+			continue
+		}
+		cpus := (p.ticks - q.ticks) / 100 / wall // USER_HZ
+		used[p.group] += cpus
+		switch {
+		case p.group == "stubs" && p.diarize:
+			diarize += cpus
+			busiestDiarize = max(busiestDiarize, cpus)
+		case p.group == "stubs":
+			busiestSpeech = max(busiestSpeech, cpus)
 		}
 	}
 	var parts []string
 	for _, g := range append(cpuGroups, struct{ comm, group string }{"", "other"}) {
-		parts = append(parts, fmt.Sprintf("%s %.1f", g.group, used[g.group]))
+		part := fmt.Sprintf("%s %.1f", g.group, used[g.group])
+		if g.group == "stubs" {
+			part += fmt.Sprintf(" (diarize %.1f; busiest speech %.2f, diarize %.2f)", diarize, busiestSpeech, busiestDiarize)
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, ", ")
 }
