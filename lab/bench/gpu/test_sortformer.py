@@ -8,6 +8,7 @@ on CPU; make test (no NeMo) does not run them.
 
     cd lab/bench/gpu && python3 -m unittest -v test_sortformer
 """
+import contextlib
 import json
 import math
 import os
@@ -133,6 +134,17 @@ class StandInGraph:
     def capture(cls, fn, device, pool):
         g = cls(fn)
         return g, g.out
+
+
+@contextlib.contextmanager
+def compiling_nothing(test, what="graphs compiled while serving"):
+    """Fails test where the block compiles a graph (one compiled at a
+    request stalls its batch while it compiles)."""
+    from torch._dynamo.utils import counters
+
+    before = counters["stats"]["unique_graphs"]
+    yield
+    test.assertEqual(counters["stats"]["unique_graphs"] - before, 0, what)
 
 
 def largest_difference(a, b):
@@ -367,16 +379,13 @@ class SortformerTest(unittest.TestCase):
         # (a bucket's rows exactly, no padding) and 1 padded to 2, the
         # later steps as 4 and 1 (a graph compiled at a request stalls its
         # batch while it compiles).
-        from torch._dynamo.utils import counters
-
         with tempfile.TemporaryDirectory() as cache:
             compiled = engine(encoder="compiled", batch_buckets="2,4", compile_cache=cache)
             self.assertIsNotNone(compiled.compiled)
             eager = engine()
             recs = [speech(17, 10 + r) for r in range(5)]
-            graphs = counters["stats"]["unique_graphs"]
-            a, _ = walk(compiled, recs)
-            self.assertEqual(counters["stats"]["unique_graphs"] - graphs, 0, "graphs compiled while serving")
+            with compiling_nothing(self):
+                a, _ = walk(compiled, recs)
             b, _ = walk(eager, recs)
             for r in range(len(recs)):
                 x, y = arrays(a[r][-1]), arrays(b[r][-1])
@@ -385,10 +394,10 @@ class SortformerTest(unittest.TestCase):
             # Its shapes captured (a stand-in for CUDA's graphs: the
             # compiled layers run on the graphs' own input tensors) compile
             # nothing more and serve the same states.
-            compiled.capture_graphs(capture=StandInGraph.capture)
-            self.assertEqual(len(compiled.graphs), 2 * (len(compiled.lengths) + 1))
-            c, _ = walk(compiled, recs)
-            self.assertEqual(counters["stats"]["unique_graphs"] - graphs, 0, "graphs compiled in capture or while serving")
+            with compiling_nothing(self, "graphs compiled in capture or while serving"):
+                compiled.capture_graphs(capture=StandInGraph.capture)
+                self.assertEqual(len(compiled.graphs), 2 * (len(compiled.lengths) + 1))
+                c, _ = walk(compiled, recs)
             for r in range(len(recs)):
                 self.assertLess(largest_difference(a[r][-1], c[r][-1]), 1e-6)
 
@@ -456,15 +465,12 @@ class SortformerTest(unittest.TestCase):
         # The engine compiled with conformer_attention=flex serves the eager
         # engine's states, to bf16's precision, and compiles nothing at
         # requests after its warm-up.
-        from torch._dynamo.utils import counters
-
         with tempfile.TemporaryDirectory() as cache:
             flex = engine(model=tiny_model(), encoder="compiled", batch_buckets="2,4", compile_cache=cache, conformer_attention="flex")
             self.assertIn("%d conformer attentions through FlexAttention" % len(flex.model.encoder.layers), flex.describe())
             recs = [speech(17, 60 + r) for r in range(3)]
-            graphs = counters["stats"]["unique_graphs"]
-            a, _ = walk(flex, recs)
-            self.assertEqual(counters["stats"]["unique_graphs"] - graphs, 0, "graphs compiled while serving")
+            with compiling_nothing(self):
+                a, _ = walk(flex, recs)
             b, _ = walk(engine(), recs)
             for r in range(len(recs)):
                 x, y = arrays(a[r][-1]), arrays(b[r][-1])
@@ -516,16 +522,13 @@ class SortformerTest(unittest.TestCase):
         # warm-up, serves the compiled engine's states (the same kernels,
         # replayed) and compiles nothing at requests; 5 rows in buckets of
         # 2 and 4 run as 4 and 1 padded to 2.
-        from torch._dynamo.utils import counters
-
         with tempfile.TemporaryDirectory() as cache:
             graphs = engine(model=tiny_model(), encoder="compiled", batch_buckets="2,4", compile_cache=cache, cuda_graphs="on")
             self.assertEqual(len(graphs.graphs), 2 * (len(graphs.lengths) + 1), graphs.describe())
             plain = engine(model=tiny_model(), encoder="compiled", batch_buckets="2,4", compile_cache=cache)
             recs = [speech(17, 90 + r) for r in range(5)]
-            before = counters["stats"]["unique_graphs"]
-            a, _ = walk(graphs, recs)
-            self.assertEqual(counters["stats"]["unique_graphs"] - before, 0, "graphs compiled while serving")
+            with compiling_nothing(self):
+                a, _ = walk(graphs, recs)
             b, _ = walk(plain, recs)
             for r in range(len(recs)):
                 self.assertLess(largest_difference(a[r][-1], b[r][-1]), 1e-3)
