@@ -169,14 +169,13 @@ def main() -> None:
                 masks[:] = [speaking(replies[r].turns, args.seconds) for r in range(args.rows)]
 
             step()
-            ms = 1000 * median_time(step, args.reps)
-            # The host's CPU a step (this process, every thread): with the
-            # GPU's time, what a partition's diarize process spends of its
-            # CPU on a step where the served runs show it busy.
+            # The host's CPU a step (this process, every thread), over the
+            # same steps as the wall time (median_time's untimed first call
+            # and its reps): with the GPU's time, what a partition's diarize
+            # process spends of its CPU on a step.
             cpu0 = time.process_time()
-            for _ in range(args.reps):
-                step()
-            cpu_ms = 1000 * (time.process_time() - cpu0) / args.reps
+            ms = 1000 * median_time(step, args.reps)
+            cpu_ms = 1000 * (time.process_time() - cpu0) / (args.reps + 1)
             # (a CPU, for a check of the script: no kernel profile)
             prof: dict[str, Any] = encoder_profile.kernel_profile(step) if device == "cuda" else {"gpu_ms": 0.0, "by_kind_ms": {}, "top": []}
             prof["host_top"] = host_profile(step)
