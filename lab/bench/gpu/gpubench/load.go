@@ -631,8 +631,7 @@ func readProcs() map[int]procCPU {
 }
 
 // servesDiarize is whether the Python-backend stub pid serves the diarize
-// model: its first argument is the model's version folder
-// (.../diarize/1).
+// model: its first argument is the model's file (.../diarize/1/model.py).
 func servesDiarize(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
